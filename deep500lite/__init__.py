@@ -1,0 +1,42 @@
+"""deep500lite: one framework-agnostic deep-learning experiment, every framework, honest numbers.
+
+``import deep500lite as d5`` needs only numpy, onnx and protobuf; framework packages are
+imported when an executor for them is asked for (``d5.executor(net, "torch")``).
+
+Levels: operators (:mod:`deep500lite.lv0`), networks and executors (:mod:`deep500lite.lv1`),
+training (:mod:`deep500lite.lv2`), distributed training (:mod:`deep500lite.lv3`, also
+``d5.distributed``); metrics in :mod:`deep500lite.metrics`.
+"""
+
+from deep500lite import lv3 as distributed
+from deep500lite.errors import (Deep500Error, DeviceError, FeedError, FrameworkNotAvailableError,
+                                ModelError, UnsupportedOperatorError, UserError)
+from deep500lite.lv0 import CustomOp, CustomPythonOp, Operator, TensorDescriptor, tensordesc
+from deep500lite.lv1 import CPUDevice, Device, GPUDevice, GraphExecutor, Network, load_model
+from deep500lite.lv2 import (Dataset, NumpyDataset, Optimizer, OrderedSampler, Sampler, ShuffleSampler,
+                             ThreeStepOptimizer, UpdateRuleOptimizer)
+from deep500lite.metrics import (L1Error, L2Error, MaxError, Measurement, RelativeL2Error, TestMetric,
+                                 WallclockTime, summarize, time_function)
+from deep500lite.registry import FRAMEWORKS, executor, is_framework_available
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "__version__",
+    # level 0
+    "tensordesc", "TensorDescriptor", "Operator", "CustomOp", "CustomPythonOp",
+    # level 1
+    "Network", "load_model", "GraphExecutor", "executor", "Device", "CPUDevice", "GPUDevice",
+    "FRAMEWORKS", "is_framework_available",
+    # level 2
+    "Dataset", "NumpyDataset", "Sampler", "OrderedSampler", "ShuffleSampler",
+    "Optimizer", "ThreeStepOptimizer", "UpdateRuleOptimizer",
+    # level 3
+    "distributed",
+    # metrics
+    "TestMetric", "WallclockTime", "Measurement", "time_function", "summarize",
+    "L1Error", "L2Error", "MaxError", "RelativeL2Error",
+    # errors
+    "Deep500Error", "UserError", "ModelError", "FeedError", "UnsupportedOperatorError",
+    "FrameworkNotAvailableError", "DeviceError",
+]

@@ -1,0 +1,119 @@
+"""``deep500lite infer``: run an ONNX model on one or more frameworks and time it."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from deep500lite.errors import UserError
+
+
+def add_parser(subparsers):
+    p = subparsers.add_parser(
+        "infer", help="run an ONNX model's inference on one or more frameworks and time it",
+        description=("Run MODEL.onnx on a framework (random inputs unless --inputs is given), print "
+                     "its outputs' names and shapes and the median latency with its 95%% CI. With "
+                     "several frameworks, print one table with each one's largest absolute error "
+                     "against the reference executor."))
+    p.add_argument("model", metavar="MODEL.onnx", help="the ONNX model file")
+    p.add_argument("--framework", "-f", default=None,
+                   help="one framework: reference, torch, tensorflow or onnxruntime (default: reference)")
+    p.add_argument("--frameworks", default=None, metavar="A,B,...",
+                   help="several frameworks, comma-separated, compared in one table")
+    p.add_argument("--inputs", default=None, metavar="FILE.npz",
+                   help="feeds as an .npz file with one array per model input")
+    p.add_argument("--batch-size", type=_positive_int, default=1,
+                   help="size of an open batch dimension for random inputs (default 1)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    p.add_argument("--device", default="cpu", help="cpu or gpu:N (default cpu)")
+    p.add_argument("--max-time", type=float, default=2.0,
+                   help="seconds of timed runs per framework (default 2; at least 10 runs)")
+    p.set_defaults(func=run)
+    return p
+
+
+def _positive_int(text):
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def load_feeds(path: str) -> dict[str, np.ndarray]:
+    """Read feeds from an .npz file (one array per input name)."""
+    if not os.path.isfile(path):
+        raise UserError(f"Inputs file {path!r} does not exist.")
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            if not hasattr(data, "files"):
+                raise UserError(f"Inputs file {path!r} holds one array; expected an .npz file with one "
+                                "array per model input (np.savez(path, input_name=array, ...)).")
+            return {k: data[k] for k in data.files}
+    except (ValueError, OSError, EOFError) as exc:
+        raise UserError(f"Inputs file {path!r} is not a readable .npz file: {exc}") from exc
+
+
+def _frameworks(args) -> list[str]:
+    from deep500lite.registry import canonical_framework
+
+    if args.framework and args.frameworks:
+        raise UserError("Give either --framework or --frameworks, not both.")
+    names = args.frameworks.split(",") if args.frameworks else [args.framework or "reference"]
+    keys = [canonical_framework(n) for n in names if n.strip()]
+    if not keys:
+        raise UserError(f"--frameworks names no framework. Received: {args.frameworks!r}")
+    return list(dict.fromkeys(keys))
+
+
+def _time(executor, feeds, max_time):
+    from deep500lite.metrics.timing import time_function
+
+    return time_function(lambda: executor.inference(feeds), label=executor.framework,
+                         sync=executor.synchronize, warmup=2, min_runs=10, max_time=max_time)
+
+
+def run(args) -> int:
+    import deep500lite as d5
+    from deep500lite.metrics.accuracy import output_errors
+    from deep500lite.metrics.tables import format_ci, format_table
+
+    frameworks = _frameworks(args)
+    network = d5.load_model(args.model)
+    feeds = load_feeds(args.inputs) if args.inputs else network.random_feeds(args.batch_size, args.seed)
+    network.check_feeds(feeds)
+    source = args.inputs or f"random (seed {args.seed}, batch {args.batch_size})"
+    print(f"model: {args.model} ({len(network.graph.node)} nodes, opset {network.opset}); inputs: {source}")
+
+    if len(frameworks) == 1:
+        ex = d5.executor(network, frameworks[0], device=args.device)
+        outputs = ex.inference(feeds)
+        for name, value in outputs.items():
+            print(f"output {name}: {value.dtype.name}{list(value.shape)}")
+        m = _time(ex, feeds, args.max_time)
+        s = m.summary
+        print(f"{ex.framework} on {ex.devname}: median latency {format_ci(s.median, s.ci_low, s.ci_high)} "
+              f"(95% CI, {s.n} runs)")
+        if m.warning():
+            print(f"warning: {m.warning()}")
+        return 0
+
+    reference = d5.executor(network, "reference").inference(feeds)
+    rows, failed = [], False
+    for fw in frameworks:
+        try:
+            ex = d5.executor(network, fw, device=args.device)
+            outputs = ex.inference(feeds)
+            err = max(e["max_abs"] for e in output_errors(outputs, reference).values())
+            s = _time(ex, feeds, args.max_time).summary
+            rows.append([fw, str(ex.devname), f"{err:.3g}", format_ci(s.median, s.ci_low, s.ci_high), s.n])
+        except Exception as exc:  # noqa: BLE001 - one framework failing must not lose the others' rows
+            failed = True
+            rows.append([fw, args.device, "error", " ".join(str(exc).split())[:120], 0])
+    print(format_table(["framework", "device", "max |err| vs reference", "median latency [95% CI]", "runs"], rows))
+    return 1 if failed else 0

@@ -1,0 +1,81 @@
+"""Tensor descriptors: the dtype and shape of an operator's input or output."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import numpy as np
+
+__all__ = ["TensorDescriptor", "tensordesc"]
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorDescriptor:
+    """The dtype and shape of a tensor.
+
+    A dimension may be ``None`` when it is known only at run time; a descriptor made with
+    :meth:`tensordesc.runtime_shape` has ``shape=None`` (any rank, any size).
+
+    Attributes:
+        dtype: a numpy dtype.
+        shape: a tuple of ints (``None`` for a run-time dimension), or ``None``.
+    """
+
+    dtype: np.dtype
+    shape: tuple | None
+
+    def __post_init__(self):
+        try:
+            dtype = np.dtype(self.dtype)
+        except TypeError as exc:
+            raise TypeError(f"TensorDescriptor dtype must be a numpy dtype. Received: {self.dtype!r}") from exc
+        object.__setattr__(self, "dtype", dtype)
+        if self.shape is not None:
+            shape = tuple(self.shape)
+            for d in shape:
+                if d is not None and (not isinstance(d, (int, np.integer)) or d < 0):
+                    raise ValueError(
+                        "TensorDescriptor dimensions must be integers >= 0 or None. "
+                        f"Received: shape={list(self.shape)}"
+                    )
+            object.__setattr__(self, "shape", tuple(None if d is None else int(d) for d in shape))
+
+    @property
+    def is_static(self) -> bool:
+        """Whether every dimension is known before run time."""
+        return self.shape is not None and all(d is not None for d in self.shape)
+
+    @property
+    def rank(self) -> int | None:
+        """Number of dimensions, or None when unknown."""
+        return None if self.shape is None else len(self.shape)
+
+    def matches(self, array: np.ndarray) -> bool:
+        """Whether ``array`` has this descriptor's dtype and a compatible shape."""
+        if array.dtype != self.dtype:
+            return False
+        if self.shape is None:
+            return True
+        return len(array.shape) == len(self.shape) and all(
+            d is None or d == s for d, s in zip(self.shape, array.shape)
+        )
+
+    def __str__(self) -> str:
+        shape = "?" if self.shape is None else "x".join("?" if d is None else str(d) for d in self.shape)
+        return f"{self.dtype.name}[{shape}]"
+
+
+class _TensorDescFactory:
+    """``d5.tensordesc(dtype, shape)`` builds a :class:`TensorDescriptor` (Deep500's spelling)."""
+
+    def __call__(self, dtype, shape: Sequence[int | None]) -> TensorDescriptor:
+        return TensorDescriptor(dtype, tuple(shape))
+
+    @staticmethod
+    def runtime_shape(dtype) -> TensorDescriptor:
+        """A descriptor whose shape is known only at run time."""
+        return TensorDescriptor(dtype, None)
+
+
+tensordesc = _TensorDescFactory()

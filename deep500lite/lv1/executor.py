@@ -1,0 +1,136 @@
+"""Level 1: the graph-executor interface shared by every framework."""
+
+from __future__ import annotations
+
+import abc
+from typing import ClassVar
+
+import numpy as np
+
+from deep500lite.errors import DeviceError, UnsupportedOperatorError
+from deep500lite.lv1.device import Device, as_device
+from deep500lite.lv1.network import Network, iter_nodes, load_model
+
+__all__ = ["GraphExecutor"]
+
+
+class GraphExecutor(abc.ABC):
+    """Runs a :class:`~deep500lite.Network` on one framework and device.
+
+    Subclasses set :attr:`framework` and :attr:`SUPPORTED_OPS` and implement :meth:`inference`
+    and :meth:`inference_and_backprop`. Parameters stay on the executor's device between calls;
+    every array crossing the API is a numpy array.
+
+    Args:
+        network: a Network, a path to an ONNX file or an ``onnx.ModelProto``. A Network already
+            attached to another executor is copied, so each executor owns its own values.
+        device: ``None``/``"cpu"``, ``"gpu:N"`` or a :class:`~deep500lite.Device`.
+
+    Attributes:
+        network: the network this executor runs and whose tensors it holds.
+        devname: the device.
+    """
+
+    framework: ClassVar[str] = ""
+    SUPPORTED_OPS: ClassVar[frozenset] = frozenset()
+
+    def __init__(self, network, device=None):
+        device = as_device(device)
+        if not self.supports_device(device):
+            raise DeviceError(
+                f"The {self.framework} executor cannot run on {device}: "
+                + self.device_unavailable_reason(device)
+            )
+        self.devname: Device = device
+        self.network: Network = load_model(network)._attach(self)
+        self.check_supported(self.network)
+
+    # ----------------------------------------------------------------- contract
+    @abc.abstractmethod
+    def inference(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run the network forward.
+
+        Args:
+            feeds: one numpy array per network input (see ``network.inputs``); dtypes and shapes
+                must match the declared ones.
+
+        Returns:
+            A dict from each network output name to a numpy array.
+
+        Raises:
+            FeedError: the feeds do not match the network's inputs.
+        """
+
+    @abc.abstractmethod
+    def inference_and_backprop(self, feeds: dict[str, np.ndarray], y: str = "loss") -> dict[str, np.ndarray]:
+        """Run forward, then backward from the scalar ``y``.
+
+        Args:
+            feeds: as in :meth:`inference`.
+            y: the name of a scalar tensor (the loss).
+
+        Returns:
+            The outputs, as in :meth:`inference`. Afterwards every parameter gradient listed by
+            ``network.gradient(y)`` can be read with ``network.fetch_tensors``.
+        """
+
+    # ------------------------------------------------------- optional abilities
+    @classmethod
+    def supports_device(cls, device: Device) -> bool:
+        """Whether this executor can run on ``device`` on this machine (default: the CPU only)."""
+        return not device.is_gpu
+
+    @classmethod
+    def device_unavailable_reason(cls, device: Device) -> str:
+        """A sentence saying why ``device`` cannot be used."""
+        return "this executor runs on the CPU only; use device='cpu'."
+
+    def synchronize(self) -> None:
+        """Wait until all work queued on the device has finished (timers call this)."""
+
+    def has_tensor(self, name: str) -> bool:
+        """Whether the executor holds the tensor ``name`` (a parameter or gradient)."""
+        return False
+
+    def fetch_tensor(self, name: str) -> np.ndarray:
+        """The value of a tensor the executor holds, copied to a numpy array."""
+        raise KeyError(name)
+
+    def feed_tensor(self, name: str, value: np.ndarray) -> None:
+        """Set the value of a parameter the executor holds (on its device)."""
+        raise KeyError(name)
+
+    def _network_changed(self) -> None:
+        """Called when operations or outputs are added to the network (rebuild what depends on it)."""
+        self.check_supported(self.network)
+
+    @classmethod
+    def check_supported(cls, network: Network) -> None:
+        """Raise :class:`UnsupportedOperatorError` for the first operator this executor lacks."""
+        if not cls.SUPPORTED_OPS:
+            return
+        for node in iter_nodes(network.graph):
+            if node.domain not in ("", "ai.onnx"):
+                if not cls.supports_custom_domain(node.domain):
+                    raise UnsupportedOperatorError(
+                        f"The {cls.framework} executor does not support operator "
+                        f"'{node.domain}::{node.op_type}' (node '{node.name or node.output[0]}'): "
+                        "custom domains need a registered custom operator."
+                    )
+                continue
+            if node.op_type not in cls.SUPPORTED_OPS:
+                from deep500lite.registry import executors_supporting
+
+                others = executors_supporting(node.op_type)
+                raise UnsupportedOperatorError(
+                    f"The {cls.framework} executor does not support operator '{node.op_type}' "
+                    f"(node '{node.name or node.output[0]}'). Executors that support it: {others}."
+                )
+
+    @classmethod
+    def supports_custom_domain(cls, domain: str) -> bool:
+        """Whether nodes of a custom (non-ONNX) domain can run here (default: no)."""
+        return False
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(device={self.devname}, network={self.network!r})"

@@ -1,0 +1,539 @@
+"""Level 1: the ONNX-backed network and ``load_model``.
+
+A :class:`Network` holds an ONNX graph and the values of its tensors (parameters, gradients).
+It is framework-neutral: an executor built from it (``d5.executor(network, "torch")``) runs the
+graph and keeps the parameters on its device; while an executor is attached, ``feed_tensor`` and
+``fetch_tensors`` go to that executor, so they always see the values the executor trains.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import weakref
+from typing import TYPE_CHECKING, Iterable, Sequence
+
+import numpy as np
+import onnx
+from onnx import external_data_helper, numpy_helper
+from google.protobuf.message import DecodeError
+
+from deep500lite.errors import FeedError, ModelError, format_choices
+from deep500lite.lv0.tensordesc import TensorDescriptor
+
+if TYPE_CHECKING:
+    from deep500lite.lv1.executor import GraphExecutor
+
+__all__ = ["Network", "load_model", "FLOAT_DTYPES"]
+
+FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+
+# Inputs of these operators are state, not trainable parameters: (op_type, input index).
+_NON_TRAINABLE_INPUTS = {("BatchNormalization", 3), ("BatchNormalization", 4)}
+
+
+def _value_info_desc(vi: onnx.ValueInfoProto) -> TensorDescriptor | None:
+    t = vi.type
+    if not t.HasField("tensor_type") or t.tensor_type.elem_type == 0:
+        return None
+    dtype = onnx.helper.tensor_dtype_to_np_dtype(t.tensor_type.elem_type)
+    if not t.tensor_type.HasField("shape"):
+        return TensorDescriptor(dtype, None)
+    dims = tuple(d.dim_value if d.HasField("dim_value") else None for d in t.tensor_type.shape.dim)
+    return TensorDescriptor(dtype, dims)
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+class Network:
+    """An ONNX network and the values of its tensors.
+
+    Use :func:`load_model` to make one from a file or a ``ModelProto``.
+
+    Attributes:
+        source: the file the network was read from, or ``None``.
+    """
+
+    def __init__(self, model: onnx.ModelProto, source: str | None = None):
+        if not isinstance(model, onnx.ModelProto):
+            raise TypeError(f"Network expects an onnx.ModelProto. Received: {type(model).__name__}")
+        self.source = source
+        self._model = model
+        self._values: dict[str, np.ndarray] = {}
+        for init in model.graph.initializer:
+            self._values[init.name] = numpy_helper.to_array(init)
+        # Initializer data lives in _values from now on; the graph keeps the structure only.
+        del self._model.graph.initializer[:]
+        self._initializer_names = list(self._values)
+        self._executor_ref = None
+        self.version = 0
+
+    # ----------------------------------------------------------------- structure
+    @property
+    def graph(self) -> onnx.GraphProto:
+        """The ONNX graph (structure only; initializer values are held by the network)."""
+        return self._model.graph
+
+    @property
+    def opset(self) -> int:
+        """The default-domain opset version the model imports."""
+        for o in self._model.opset_import:
+            if o.domain in ("", "ai.onnx"):
+                return o.version
+        return onnx.defs.onnx_opset_version()
+
+    @property
+    def inputs(self) -> list[str]:
+        """Names of the inputs that must be fed (graph inputs that are not initializers)."""
+        inits = set(self._initializer_names)
+        return [i.name for i in self.graph.input if i.name not in inits]
+
+    @property
+    def outputs(self) -> list[str]:
+        """Names of the graph outputs."""
+        return [o.name for o in self.graph.output]
+
+    @property
+    def initializers(self) -> list[str]:
+        """Names of all initializers (parameters and constants such as shapes)."""
+        return list(self._initializer_names)
+
+    @property
+    def parameters(self) -> list[str]:
+        """Names of the floating-point initializers: the network's parameters."""
+        return [n for n in self._initializer_names if self._values_for(n).dtype in FLOAT_DTYPES]
+
+    def get_params(self) -> list[str]:
+        """Deep500 name for :attr:`parameters`."""
+        return self.parameters
+
+    def get_input_nodes(self) -> list[str]:
+        """Deep500 name for :attr:`inputs`."""
+        return self.inputs
+
+    def get_output_nodes(self) -> list[str]:
+        """Deep500 name for :attr:`outputs`."""
+        return self.outputs
+
+    def input_descriptors(self) -> dict[str, TensorDescriptor | None]:
+        """The declared dtype and shape of every input (``None`` where the model declares none)."""
+        inputs = set(self.inputs)
+        return {i.name: _value_info_desc(i) for i in self.graph.input if i.name in inputs}
+
+    def output_descriptors(self) -> dict[str, TensorDescriptor | None]:
+        """The declared dtype and shape of every output (``None`` where the model declares none)."""
+        return {o.name: _value_info_desc(o) for o in self.graph.output}
+
+    def operators(self) -> list[str]:
+        """The distinct operator types of the top-level graph, in first-use order."""
+        seen: dict[str, None] = {}
+        for n in self.graph.node:
+            seen.setdefault(n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}::{n.op_type}")
+        return list(seen)
+
+    def add_operation(self, operation, inputs: dict[str, TensorDescriptor] | None = None) -> None:
+        """Append an operation (one ONNX node, a list of nodes, or an object with ``.nodes``).
+
+        Inputs of the operation that no node, initializer or graph input produces become new
+        graph inputs; their descriptors come from ``inputs`` or from the operation's own
+        ``new_inputs``. Outputs of the operation that nothing consumes become graph outputs.
+
+        Args:
+            operation: an ``onnx.NodeProto``, a list of them, or an object with attributes
+                ``nodes`` (list of NodeProto) and optionally ``new_inputs`` (dict of descriptors).
+            inputs: descriptors for inputs the network does not have yet.
+
+        Raises:
+            ModelError: an input is unknown and has no descriptor, or the result is not valid ONNX.
+        """
+        if isinstance(operation, onnx.NodeProto):
+            nodes, new_inputs = [operation], {}
+        elif isinstance(operation, (list, tuple)) and all(isinstance(n, onnx.NodeProto) for n in operation):
+            nodes, new_inputs = list(operation), {}
+        elif hasattr(operation, "nodes"):
+            nodes, new_inputs = list(operation.nodes), dict(getattr(operation, "new_inputs", {}) or {})
+        else:
+            raise TypeError(
+                "add_operation expects an onnx.NodeProto, a list of them, or an operation with "
+                f"'.nodes'. Received: {type(operation).__name__}"
+            )
+        new_inputs.update(inputs or {})
+        known = set(self._initializer_names) | {i.name for i in self.graph.input}
+        for n in self.graph.node:
+            known.update(n.output)
+        added_inputs = []
+        for node in nodes:
+            for name in node.input:
+                if name and name not in known:
+                    if name not in new_inputs:
+                        raise ModelError(
+                            f"Operation {node.op_type} reads '{name}', which the network does not "
+                            f"have. Known tensors include the inputs {self.inputs}; pass "
+                            f"inputs={{'{name}': d5.tensordesc(dtype, shape)}} to add it as an input."
+                        )
+                    d = new_inputs[name]
+                    added_inputs.append(onnx.helper.make_tensor_value_info(
+                        name, onnx.helper.np_dtype_to_tensor_dtype(d.dtype),
+                        None if d.shape is None else [x if x is not None else "?" for x in d.shape]))
+                    known.add(name)
+            known.update(node.output)
+        consumed = {i for n in list(self.graph.node) + nodes for i in n.input}
+        self.graph.input.extend(added_inputs)
+        self.graph.node.extend(nodes)
+        for node in nodes:
+            for out in node.output:
+                if out and out not in consumed and out not in self.outputs:
+                    self._append_output(out)
+        self._changed()
+
+    def add_output(self, name: str) -> None:
+        """Make an intermediate tensor a graph output so that executors return it."""
+        if name in self.outputs:
+            return
+        produced = {o for n in self.graph.node for o in n.output} | set(self.inputs)
+        if name not in produced:
+            raise ModelError(
+                f"Cannot add output '{name}': no node produces it. Node outputs include "
+                f"{sorted(produced)[:20]}"
+            )
+        self._append_output(name)
+        self._changed()
+
+    def _append_output(self, name: str) -> None:
+        inferred = self._infer_value_info(name)
+        self.graph.output.append(inferred or onnx.helper.ValueInfoProto(name=name))
+
+    def _infer_value_info(self, name: str) -> onnx.ValueInfoProto | None:
+        try:
+            inferred = onnx.shape_inference.infer_shapes(self.to_onnx())
+        except Exception:  # shape inference is a best effort; the executor still runs the graph
+            return None
+        for vi in list(inferred.graph.value_info) + list(inferred.graph.output) + list(inferred.graph.input):
+            if vi.name == name:
+                return vi
+        return None
+
+    def _changed(self) -> None:
+        self.version += 1
+        ex = self.executor
+        if ex is not None:
+            ex._network_changed()
+
+    # -------------------------------------------------------------------- values
+    @property
+    def executor(self) -> "GraphExecutor | None":
+        """The executor this network is attached to, if any."""
+        return None if self._executor_ref is None else self._executor_ref()
+
+    def _attach(self, executor: "GraphExecutor") -> "Network":
+        """Attach to ``executor``; a network attached elsewhere is copied (current values) instead."""
+        if self.executor is not None and self.executor is not executor:
+            clone = self.copy()
+            clone._executor_ref = weakref.ref(executor)
+            return clone
+        self._executor_ref = weakref.ref(executor)
+        return self
+
+    def _values_for(self, name: str) -> np.ndarray:
+        return self._values[name]
+
+    def host_values(self) -> dict[str, np.ndarray]:
+        """The values the network holds on the host (initial parameters unless detached/fed)."""
+        return self._values
+
+    def feed_tensor(self, name: str, value, is_param: bool = False) -> None:
+        """Set the value of a tensor (a parameter, or a new tensor with ``is_param=True``).
+
+        Args:
+            name: the tensor's name.
+            value: an array-like; it must keep the parameter's shape and dtype.
+            is_param: allow adding a new parameter that the graph does not hold yet.
+
+        Raises:
+            FeedError: the name is unknown, or the shape or dtype does not match.
+        """
+        value = np.asarray(value)
+        if name in self._values:
+            old = self._values[name]
+            if old.shape != value.shape or old.dtype != value.dtype:
+                raise FeedError(
+                    f"feed_tensor('{name}'): expected {old.dtype.name}{list(old.shape)}. "
+                    f"Received: {value.dtype.name}{list(value.shape)}"
+                )
+        elif not is_param:
+            raise FeedError(
+                f"feed_tensor: unknown tensor '{name}'. Known parameters: {self.parameters[:20]}; "
+                "pass is_param=True to add a new one."
+            )
+        ex = self.executor
+        if ex is not None and name in self._initializer_names:
+            ex.feed_tensor(name, value)
+        else:
+            self._values[name] = value
+            if name not in self._initializer_names:
+                self._initializer_names.append(name)
+
+    def fetch_tensors(self, names: Sequence[str]) -> list[np.ndarray]:
+        """The current values of the named tensors (parameters, or gradients after backprop).
+
+        Raises:
+            KeyError: a name the network and its executor do not hold.
+        """
+        if isinstance(names, str):
+            raise TypeError(f"fetch_tensors expects a list of names. Received the string {names!r}")
+        ex = self.executor
+        out = []
+        for name in names:
+            if ex is not None and ex.has_tensor(name):
+                out.append(ex.fetch_tensor(name))
+            elif name in self._values:
+                out.append(self._values[name])
+            else:
+                raise KeyError(
+                    f"fetch_tensors: no tensor '{name}'. Parameters: {self.parameters[:20]}"
+                    + ("" if ex is None else "; gradients are available after inference_and_backprop")
+                )
+        return out
+
+    def fetch_tensor(self, name: str) -> np.ndarray:
+        """The current value of one tensor."""
+        return self.fetch_tensors([name])[0]
+
+    def gradient(self, y: str = "loss") -> list[tuple[str, str]]:
+        """The ``(parameter name, gradient name)`` pairs of every trainable parameter ``y`` depends on.
+
+        Gradient values can be fetched with :meth:`fetch_tensors` after
+        ``executor.inference_and_backprop(feeds, y)``.
+        """
+        producers = {o: n for n in self.graph.node for o in n.output}
+        if y not in producers and y not in self.inputs:
+            raise ModelError(f"gradient: '{y}' is not a tensor of the network. Outputs: {self.outputs}")
+        params = set(self.parameters)
+        found: dict[str, None] = {}
+        stack, seen = [y], set()
+        while stack:
+            t = stack.pop()
+            if t in seen:
+                continue
+            seen.add(t)
+            node = producers.get(t)
+            if node is None:
+                continue
+            for idx, name in enumerate(node.input):
+                if not name:
+                    continue
+                if name in params and (node.op_type, idx) not in _NON_TRAINABLE_INPUTS:
+                    found.setdefault(name)
+                stack.append(name)
+        ordered = [p for p in self.parameters if p in found]
+        return [(p, gradient_name(p)) for p in ordered]
+
+    # --------------------------------------------------------------------- feeds
+    def check_feeds(self, feeds) -> dict[str, np.ndarray]:
+        """Check feeds against the declared inputs and return them as numpy arrays.
+
+        Raises:
+            FeedError: a feed is missing, unknown, or has the wrong dtype or shape.
+        """
+        if not isinstance(feeds, dict):
+            raise FeedError(f"Feeds must be a dict of input name to array. Received: {type(feeds).__name__}")
+        declared = self.input_descriptors()
+        unknown = [k for k in feeds if k not in declared]
+        if unknown:
+            raise FeedError(
+                f"Unknown input(s) {unknown}. The network's inputs are {list(declared)}."
+            )
+        missing = [k for k in declared if k not in feeds]
+        if missing:
+            raise FeedError(f"Missing input(s) {missing}. The network's inputs are {list(declared)}.")
+        out = {}
+        for name, desc in declared.items():
+            value = feeds[name]
+            arr = value if isinstance(value, np.ndarray) else np.asarray(value)
+            if desc is not None:
+                if arr.dtype != desc.dtype:
+                    raise FeedError(
+                        f"Input '{name}' must have dtype {desc.dtype.name}. Received: {arr.dtype.name} "
+                        f"(convert it with .astype(np.{desc.dtype.name}))"
+                    )
+                if desc.shape is not None and not desc.matches(arr):
+                    raise FeedError(
+                        f"Input '{name}' must have shape {_shape_str(desc.shape)}. "
+                        f"Received: {list(arr.shape)}"
+                    )
+            out[name] = arr
+        return out
+
+    def random_feeds(self, batch_size: int = 1, seed: int = 0) -> dict[str, np.ndarray]:
+        """Random feeds for every input: normal floats, zero integers, False booleans.
+
+        Dimensions the model leaves open take ``batch_size`` for the first axis and 1 elsewhere.
+
+        Raises:
+            FeedError: an input declares no type, so no feed can be made for it.
+        """
+        rng = np.random.default_rng(seed)
+        feeds = {}
+        for name, desc in self.input_descriptors().items():
+            if desc is None or desc.shape is None:
+                raise FeedError(f"Input '{name}' declares no {'type' if desc is None else 'shape'}; "
+                                "random inputs cannot be made for it. Pass inputs explicitly.")
+            shape = [d if d is not None else (batch_size if i == 0 else 1) for i, d in enumerate(desc.shape)]
+            if desc.dtype.kind == "f":
+                feeds[name] = rng.standard_normal(shape).astype(desc.dtype)
+            else:
+                feeds[name] = np.zeros(shape, desc.dtype)
+        return feeds
+
+    # ------------------------------------------------------------------- export
+    def to_onnx(self) -> onnx.ModelProto:
+        """A ModelProto of the network with the current parameter values as initializers."""
+        model = copy.deepcopy(self._model)
+        values = self.fetch_tensors(self._initializer_names)
+        model.graph.initializer.extend(
+            numpy_helper.from_array(np.asarray(v), k) for k, v in zip(self._initializer_names, values))
+        return model
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the network, with current values, to an ONNX file (atomically)."""
+        from deep500lite.utils import atomic_write_bytes
+
+        atomic_write_bytes(path, self.to_onnx().SerializeToString())
+
+    def copy(self) -> "Network":
+        """A detached copy holding the current values."""
+        return Network(self.to_onnx(), source=self.source)
+
+    def __repr__(self) -> str:
+        return (f"Network(source={self.source!r}, inputs={self.inputs}, outputs={self.outputs}, "
+                f"parameters={len(self.parameters)}, nodes={len(self.graph.node)})")
+
+
+def gradient_name(param: str) -> str:
+    """The name under which the gradient of ``param`` is stored."""
+    return f"{param}_grad"
+
+
+def _shape_str(shape) -> str:
+    return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
+
+
+def _check_external_data(model: onnx.ModelProto, base_dir: str | None, where: str) -> None:
+    tensors = list(external_data_helper._get_all_tensors(model))
+    external = [t for t in tensors if t.HasField("data_location") and t.data_location == onnx.TensorProto.EXTERNAL]
+    if not external:
+        return
+    if base_dir is None:
+        raise ModelError(
+            f"{where} stores tensor '{external[0].name}' in an external file; load it from its file "
+            "path (so deep500lite knows the folder) or pass base_dir=."
+        )
+    root = os.path.realpath(base_dir)
+    for t in external:
+        info = {e.key: e.value for e in t.external_data}
+        loc = info.get("location", "")
+        if not loc or os.path.isabs(loc):
+            raise ModelError(
+                f"{where}: tensor '{t.name}' has external data at {loc!r}; only paths relative to "
+                f"the model's folder are allowed."
+            )
+        target = os.path.realpath(os.path.join(root, loc))
+        if os.path.commonpath([root, target]) != root:
+            raise ModelError(
+                f"{where}: tensor '{t.name}' has external data at {loc!r}, which points outside the "
+                f"model's folder {root!r}; refusing to read it."
+            )
+        if not os.path.isfile(target):
+            raise ModelError(f"{where}: external data file {loc!r} for tensor '{t.name}' is missing "
+                             f"(looked in {root!r}).")
+    try:
+        external_data_helper.load_external_data_for_model(model, root)
+    except Exception as exc:
+        raise ModelError(f"{where}: cannot read external data: {_short(exc)}") from exc
+
+
+def load_model(model, base_dir: str | None = None, check: bool = True) -> Network:
+    """Load an ONNX model into a :class:`Network`.
+
+    Args:
+        model: a file path, the serialized bytes of a model, an ``onnx.ModelProto`` or a Network
+            (returned as is).
+        base_dir: the folder external-data paths are relative to (defaults to the file's folder).
+        check: run ``onnx.checker`` on the model.
+
+    Returns:
+        The network.
+
+    Raises:
+        ModelError: the file is missing, not ONNX, truncated or invalid, or its external data
+            points outside the model's folder.
+        TypeError: ``model`` is of another type.
+
+    >>> import deep500lite as d5
+    >>> net = d5.load_model("model.onnx")  # doctest: +SKIP
+    """
+    if isinstance(model, Network):
+        return model
+    source = None
+    if isinstance(model, (str, os.PathLike)):
+        source = os.fspath(model)
+        where = f"ONNX model {source!r}"
+        if not os.path.exists(source):
+            raise ModelError(f"{where} does not exist.")
+        if os.path.isdir(source):
+            raise ModelError(f"{where} is a folder; expected an .onnx file.")
+        with open(source, "rb") as f:
+            data = f.read()
+        base_dir = base_dir if base_dir is not None else os.path.dirname(os.path.abspath(source))
+        proto = _parse(data, where)
+    elif isinstance(model, (bytes, bytearray, memoryview)):
+        where = "ONNX model (bytes)"
+        proto = _parse(bytes(model), where)
+    elif isinstance(model, onnx.ModelProto):
+        where = "ONNX model (ModelProto)"
+        proto = copy.deepcopy(model)
+    else:
+        raise TypeError(
+            "load_model expects a file path, bytes, an onnx.ModelProto or a d5.Network. "
+            f"Received: {type(model).__name__}"
+        )
+    if not proto.HasField("graph") or (len(proto.graph.node) == 0 and len(proto.graph.output) == 0):
+        raise ModelError(f"{where} holds no ONNX graph (no nodes and no outputs); is it an ONNX file?")
+    if proto.ir_version == 0:
+        raise ModelError(f"{where} has no IR version; the file is not an ONNX model or is damaged.")
+    _check_external_data(proto, base_dir, where)
+    if check:
+        try:
+            onnx.checker.check_model(proto)
+        except onnx.checker.ValidationError as exc:
+            raise ModelError(f"{where} is not a valid ONNX model: {_short(exc)}") from exc
+    return Network(proto, source=source)
+
+
+def _parse(data: bytes, where: str) -> onnx.ModelProto:
+    if not data:
+        raise ModelError(f"{where} is empty (0 bytes).")
+    proto = onnx.ModelProto()
+    try:
+        proto.ParseFromString(data)
+    except (DecodeError, RuntimeError, ValueError) as exc:
+        raise ModelError(
+            f"{where} cannot be decoded as an ONNX protobuf ({_short(exc)}); the file is truncated, "
+            "damaged or not an ONNX model."
+        ) from exc
+    return proto
+
+
+def iter_nodes(graph: onnx.GraphProto) -> Iterable[onnx.NodeProto]:
+    """Every node of ``graph`` and of its subgraphs (If/Loop/Scan bodies)."""
+    for node in graph.node:
+        yield node
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                yield from iter_nodes(attr.g)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for g in attr.graphs:
+                    yield from iter_nodes(g)

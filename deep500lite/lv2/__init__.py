@@ -1,0 +1,8 @@
+"""Level 2: training: datasets, samplers, optimizers."""
+
+from deep500lite.lv2.dataset import Dataset, NumpyDataset
+from deep500lite.lv2.optimizer import Optimizer, ThreeStepOptimizer, UpdateRuleOptimizer
+from deep500lite.lv2.sampler import OrderedSampler, Sampler, ShuffleSampler
+
+__all__ = ["Dataset", "NumpyDataset", "Sampler", "OrderedSampler", "ShuffleSampler",
+           "Optimizer", "ThreeStepOptimizer", "UpdateRuleOptimizer"]

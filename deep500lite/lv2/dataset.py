@@ -1,0 +1,72 @@
+"""Level 2: datasets (Deep500's ``Dataset`` and ``NumpyDataset``)."""
+
+from __future__ import annotations
+
+import abc
+
+import numpy as np
+
+__all__ = ["Dataset", "NumpyDataset"]
+
+
+class Dataset(abc.ABC):
+    """A finite, indexable collection of samples.
+
+    Args:
+        input_node: the network input the samples feed.
+        label_node: the network input the labels feed (None for unlabelled data).
+    """
+
+    def __init__(self, input_node: str, label_node: str | None = None):
+        self.input_node = input_node
+        self.label_node = label_node
+
+    @abc.abstractmethod
+    def __getitem__(self, index) -> dict[str, np.ndarray]:
+        """Return a batch as a dict of feeds.
+
+        Args:
+            index: an integer array (or slice) of sample indices.
+
+        Returns:
+            ``{input_node: samples, label_node: labels}``, each with the indexed samples stacked
+            along a new first axis.
+        """
+
+    @abc.abstractmethod
+    def __len__(self) -> int:
+        """Return the number of samples."""
+
+
+class NumpyDataset(Dataset):
+    """A dataset held in numpy arrays.
+
+    Args:
+        data: samples, first axis indexing them.
+        input_node: the network input the samples feed.
+        labels: one label per sample, or None.
+        label_node: the network input the labels feed.
+    """
+
+    def __init__(self, data: np.ndarray, input_node: str, labels: np.ndarray | None = None,
+                 label_node: str | None = None):
+        super().__init__(input_node, label_node)
+        data = np.asarray(data)
+        if labels is not None:
+            labels = np.asarray(labels)
+            if len(labels) != len(data):
+                raise ValueError(
+                    f"NumpyDataset needs one label per sample: {len(data)} samples, {len(labels)} labels."
+                )
+            if label_node is None:
+                raise ValueError("NumpyDataset was given labels but no label_node to feed them to.")
+        self.data, self.labels = data, labels
+
+    def __getitem__(self, index):
+        batch = {self.input_node: self.data[index]}
+        if self.labels is not None:
+            batch[self.label_node] = self.labels[index]
+        return batch
+
+    def __len__(self):
+        return len(self.data)

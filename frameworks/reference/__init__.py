@@ -1,0 +1,11 @@
+"""The reference executor: numpy, through ``onnx.reference.ReferenceEvaluator``.
+
+It needs no framework, runs every operator ONNX's reference implementation covers, and is the
+yardstick the other executors are compared with. It is slow by design (pure Python and numpy);
+use it for correctness, not for speed. Device: CPU only.
+"""
+
+from deep500lite.frameworks.reference.executor import ReferenceExecutor, from_model
+from deep500lite.frameworks.reference.operators import SUPPORTED_OPS
+
+__all__ = ["ReferenceExecutor", "from_model", "SUPPORTED_OPS"]

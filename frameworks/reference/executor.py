@@ -1,0 +1,83 @@
+"""The numpy reference executor."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import onnx
+from onnx.reference import ReferenceEvaluator
+
+from deep500lite.lv1.executor import GraphExecutor
+from deep500lite.frameworks.reference.operators import SUPPORTED_OPS
+
+__all__ = ["ReferenceExecutor", "from_model"]
+
+
+class ReferenceExecutor(GraphExecutor):
+    """Runs a network with ``onnx.reference.ReferenceEvaluator`` on numpy arrays.
+
+    The network's parameters are held as numpy arrays and fed to the evaluator as graph inputs,
+    so ``feed_tensor`` takes effect without rebuilding anything.
+    """
+
+    framework = "reference"
+    SUPPORTED_OPS = SUPPORTED_OPS
+
+    def __init__(self, network, device=None):
+        super().__init__(network, device)
+        values = self.network.host_values()
+        self._tensors: dict[str, np.ndarray] = {k: np.array(v, copy=True) for k, v in values.items()}
+        self._evaluator = None
+        self._built_version = -1
+
+    def _evaluator_for_network(self) -> ReferenceEvaluator:
+        if self._evaluator is None or self._built_version != self.network.version:
+            model = copy.deepcopy(self.network._model)
+            graph = model.graph
+            declared = {i.name for i in graph.input}
+            for name in self.network.initializers:
+                if name not in declared:
+                    v = self._tensors[name]
+                    graph.input.append(onnx.helper.make_tensor_value_info(
+                        name, onnx.helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape)))
+            self._evaluator = ReferenceEvaluator(model)
+            self._built_version = self.network.version
+        return self._evaluator
+
+    def inference(self, feeds):
+        """Run the network forward (see :meth:`GraphExecutor.inference`)."""
+        feeds = self.network.check_feeds(feeds)
+        evaluator = self._evaluator_for_network()
+        outputs = self.network.outputs
+        inits = {k: self._tensors[k] for k in self.network.initializers}
+        results = evaluator.run(outputs, {**inits, **feeds})
+        return {name: np.asarray(r) for name, r in zip(outputs, results)}
+
+    def inference_and_backprop(self, feeds, y="loss"):
+        """Training arrives with deep500lite's ONNX autodiff (the training issue)."""
+        raise NotImplementedError(
+            "inference_and_backprop is not supported by the reference executor in this version: "
+            "it needs deep500lite's ONNX autodiff, which is not built yet."
+        )
+
+    def has_tensor(self, name):
+        return name in self._tensors
+
+    def fetch_tensor(self, name):
+        return self._tensors[name]
+
+    def feed_tensor(self, name, value):
+        old = self._tensors.get(name)
+        value = np.asarray(value)
+        if old is not None and (old.shape != value.shape or old.dtype != value.dtype):
+            raise ValueError(
+                f"feed_tensor('{name}'): expected {old.dtype.name}{list(old.shape)}. "
+                f"Received: {value.dtype.name}{list(value.shape)}"
+            )
+        self._tensors[name] = np.array(value, copy=True)
+
+
+def from_model(network, device=None) -> ReferenceExecutor:
+    """Build a :class:`ReferenceExecutor` (CPU only) for a Network, ONNX file or ModelProto."""
+    return ReferenceExecutor(network, device)

@@ -1,0 +1,15 @@
+"""Metrics: timing with raw samples and confidence intervals, accuracy, statistics.
+
+Imported as ``deep500lite.metrics``; the main names are re-exported on ``deep500lite``.
+"""
+
+from deep500lite.metrics.accuracy import L1Error, L2Error, MaxError, RelativeL2Error, output_errors
+from deep500lite.metrics.base import TestMetric
+from deep500lite.metrics.statistics import Summary, median_ci, median_ci_ranks, summarize
+from deep500lite.metrics.timing import Measurement, WallclockTime, time_function
+
+__all__ = [
+    "TestMetric", "WallclockTime", "Measurement", "time_function",
+    "L1Error", "L2Error", "MaxError", "RelativeL2Error", "output_errors",
+    "Summary", "summarize", "median_ci", "median_ci_ranks",
+]

@@ -1,0 +1,153 @@
+"""Wall-clock timing that keeps every raw sample.
+
+Method (the same for every framework, so comparisons are fair)::
+
+    run fn `warmup` times, untimed
+    repeat:
+        t0 = timer(); fn(); sync(); t1 = timer()      # sync waits for the device (GPU) to finish
+        keep t1 - t0
+    until at least `min_runs` samples and the 95% CI of the median is within `target_rel_ci`
+          of the median, or `max_time` seconds or `max_runs` samples are spent
+
+The result is a :class:`Measurement` holding every sample; its summary is the median with a
+nonparametric 95% confidence interval (:mod:`deep500lite.metrics.statistics`). A measurement
+whose interval is wider than 10% of the median is flagged as noisy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Callable, Protocol
+
+from deep500lite.metrics.base import TestMetric
+from deep500lite.metrics.statistics import Summary, summarize
+
+__all__ = ["Measurement", "time_function", "WallclockTime", "Timer", "NOISY_CI_THRESHOLD"]
+
+NOISY_CI_THRESHOLD = 0.10
+
+
+class Timer(Protocol):
+    """A clock returning seconds as a float (``time.perf_counter`` by default)."""
+
+    def __call__(self) -> float: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Measurement:
+    """Raw timing samples (seconds) and how they were taken."""
+
+    label: str
+    raw_times: tuple
+    warmup: int = 0
+    stopped_by: str = ""
+
+    @property
+    def summary(self) -> Summary:
+        """Median, its 95% CI, and the other summary statistics."""
+        return summarize(self.raw_times)
+
+    @property
+    def median(self) -> float:
+        """Median time in seconds."""
+        return self.summary.median
+
+    @property
+    def is_noisy(self) -> bool:
+        """Whether the median's CI is wider than :data:`NOISY_CI_THRESHOLD` of the median."""
+        return self.summary.ci_relative_width > NOISY_CI_THRESHOLD
+
+    def warning(self) -> str | None:
+        """A sentence warning about a wide confidence interval, or None."""
+        s = self.summary
+        if s.n < 6:
+            return f"{self.label}: only {s.n} samples; the 95% CI of the median needs at least 6."
+        if self.is_noisy:
+            return (f"{self.label}: the 95% CI of the median is {100 * s.ci_relative_width:.0f}% of "
+                    "the median; the machine may be busy or the work too short to time reliably.")
+        return None
+
+    def to_dict(self) -> dict:
+        """JSON-ready form: raw samples, summary and method."""
+        return {"label": self.label, "unit": "s", "raw": list(self.raw_times), "warmup": self.warmup,
+                "stopped_by": self.stopped_by, "summary": self.summary.to_dict()}
+
+
+def time_function(fn: Callable[[], object], *, label: str = "", sync: Callable[[], None] | None = None,
+                  warmup: int = 3, min_runs: int = 10, max_runs: int = 10_000,
+                  target_rel_ci: float = 0.05, max_time: float = 5.0,
+                  timer: Timer = time.perf_counter) -> Measurement:
+    """Time ``fn`` with warm-up, device synchronization and adaptive repetition (see module doc).
+
+    Args:
+        fn: the work to time (called with no arguments).
+        label: a name for the measurement.
+        sync: called after each run, inside the timed region (e.g. ``executor.synchronize``).
+        warmup: untimed runs first.
+        min_runs: fewest timed runs.
+        max_runs: most timed runs.
+        target_rel_ci: stop once the median's 95% CI is within this fraction of the median.
+        max_time: stop after this many seconds of timed runs (at least ``min_runs`` are made).
+        timer: the clock; tests inject a fake one.
+
+    Returns:
+        A :class:`Measurement` with every sample.
+    """
+    if min_runs < 1 or max_runs < min_runs:
+        raise ValueError(f"Need 1 <= min_runs <= max_runs. Received: min_runs={min_runs}, max_runs={max_runs}")
+    for _ in range(warmup):
+        fn()
+        if sync is not None:
+            sync()
+    samples: list[float] = []
+    spent = 0.0
+    stopped_by = "max_runs"
+    while len(samples) < max_runs:
+        t0 = timer()
+        fn()
+        if sync is not None:
+            sync()
+        dt = timer() - t0
+        samples.append(dt)
+        spent += dt
+        n = len(samples)
+        if n >= min_runs:
+            # The CI is re-checked as the sample grows by ~10%, keeping the loop O(n log n).
+            if n >= 6 and n % max(1, n // 10) == 0 and summarize(samples).ci_relative_width <= target_rel_ci:
+                stopped_by = "ci"
+                break
+            if spent >= max_time:
+                stopped_by = "max_time"
+                break
+    return Measurement(label=label, raw_times=tuple(samples), warmup=warmup, stopped_by=stopped_by)
+
+
+class WallclockTime(TestMetric):
+    """Wall-clock time of each rerun, in seconds (lower is better); keeps every sample."""
+
+    higher_is_better = False
+    name = "WallclockTime"
+
+    def __init__(self, reruns: int = 1, sync: Callable[[], None] | None = None,
+                 timer: Timer = time.perf_counter):
+        super().__init__(reruns)
+        self._sync, self._timer = sync, timer
+        self._t0 = None
+        self.samples: list[float] = []
+
+    def begin(self, inputs):
+        self._t0 = self._timer()
+        return inputs
+
+    def end(self, outputs):
+        if self._sync is not None:
+            self._sync()
+        self.samples.append(self._timer() - self._t0)
+        return outputs
+
+    def measure(self, inputs, outputs, reference_outputs):
+        return self.samples[-1]
+
+    def measure_summary(self, inputs, outputs, reference_outputs):
+        return summarize(self.samples)

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Set up .venv once: every framework's CPU build, MPI, and deep500lite itself (editable).
+# Re-running is cheap: when .venv matches pyproject.toml and this script, nothing is installed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+VENV=.venv
+STAMP="$VENV/.deep500lite-setup"
+want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
+
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] && [ -x "$VENV/bin/deep500lite" ]; then
+    echo "setup: $VENV is up to date (delete it to reinstall)"
+    exit 0
+fi
+
+"$PYTHON" - <<'PY'
+import sys
+if sys.version_info < (3, 10):
+    sys.exit(f"setup: deep500lite needs Python >= 3.10; {sys.executable} is {sys.version.split()[0]}")
+PY
+
+echo "setup: creating $VENV and installing deep500lite with torch, tensorflow-cpu, onnxruntime, mpi4py+mpich"
+[ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+"$VENV/bin/python" -m pip install --quiet --upgrade pip
+# torch first, pinned: on PyPI this version resolves to the CPU build, and installing it before
+# the rest keeps any later requirement from pulling a CUDA build.
+"$VENV/bin/python" -m pip install --quiet "torch==2.13.0"
+"$VENV/bin/python" -m pip install --quiet -e ".[all,test]"
+echo "$want" > "$STAMP"
+echo "setup: done ($("$VENV/bin/python" --version))"
