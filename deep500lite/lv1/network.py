@@ -352,18 +352,19 @@ class Network:
         out = {}
         for name, desc in declared.items():
             value = feeds[name]
+            if desc is None:  # a sequence, optional or untyped input: passed on as given
+                out[name] = value
+                continue
             arr = value if isinstance(value, np.ndarray) else np.asarray(value)
-            if desc is not None:
-                if arr.dtype != desc.dtype:
-                    raise FeedError(
-                        f"Input '{name}' must have dtype {desc.dtype.name}. Received: {arr.dtype.name} "
-                        f"(convert it with .astype(np.{desc.dtype.name}))"
-                    )
-                if desc.shape is not None and not desc.matches(arr):
-                    raise FeedError(
-                        f"Input '{name}' must have shape {_shape_str(desc.shape)}. "
-                        f"Received: {list(arr.shape)}"
-                    )
+            if arr.dtype != desc.dtype:
+                raise FeedError(
+                    f"Input '{name}' must have dtype {desc.dtype.name}. Received: {arr.dtype.name} "
+                    f"(convert it with .astype(np.{desc.dtype.name}))"
+                )
+            if desc.shape is not None and not desc.matches(arr):
+                raise FeedError(
+                    f"Input '{name}' must have shape {_shape_str(desc.shape)}. Received: {list(arr.shape)}"
+                )
             out[name] = arr
         return out
 

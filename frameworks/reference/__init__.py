@@ -8,4 +8,6 @@ use it for correctness, not for speed. Device: CPU only.
 from deep500lite.frameworks.reference.executor import ReferenceExecutor, from_model
 from deep500lite.frameworks.reference.operators import SUPPORTED_OPS
 
-__all__ = ["ReferenceExecutor", "from_model", "SUPPORTED_OPS"]
+executor_class = ReferenceExecutor
+
+__all__ = ["ReferenceExecutor", "from_model", "SUPPORTED_OPS", "executor_class"]

@@ -52,7 +52,8 @@ class ReferenceExecutor(GraphExecutor):
         outputs = self.network.outputs
         inits = {k: self._tensors[k] for k in self.network.initializers}
         results = evaluator.run(outputs, {**inits, **feeds})
-        return {name: np.asarray(r) for name, r in zip(outputs, results)}
+        # Sequences and optionals (lists, None) are returned as the evaluator gives them.
+        return {name: r if r is None or isinstance(r, list) else np.asarray(r) for name, r in zip(outputs, results)}
 
     def inference_and_backprop(self, feeds, y="loss"):
         """Training arrives with deep500lite's ONNX autodiff (the training issue)."""
