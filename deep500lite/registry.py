@@ -117,10 +117,10 @@ def executors_supporting(op_type: str) -> str:
             continue
         try:
             mod = import_framework(key)
-        except ImportError:
+        except Exception:  # noqa: BLE001 - a broken framework install must not hide the real error
             missing.append(key)
             continue
         if op_type in getattr(mod, "SUPPORTED_OPS", ()):
             supported.append(key)
     text = ", ".join(supported) or "none of the installed ones"
-    return text + (f" (not installed, not checked: {', '.join(missing)})" if missing else "")
+    return text + (f" (not checked, as they do not import: {', '.join(missing)})" if missing else "")

@@ -13,7 +13,7 @@ import onnx
 from onnx.backend.base import Backend, BackendRep
 
 from deep500lite.lv1.device import as_device
-from deep500lite.lv1.network import iter_nodes, load_model
+from deep500lite.lv1.network import load_model
 
 __all__ = ["Deep500Backend", "Deep500BackendRep", "backend_for"]
 
@@ -50,15 +50,22 @@ class Deep500Backend(Backend):
 
     @classmethod
     def is_compatible(cls, model: onnx.ModelProto, device: str = "CPU", **kwargs) -> bool:
-        """Whether every operator of the model is declared supported by the executor."""
-        ops = cls._module().SUPPORTED_OPS
-        return all(n.domain not in ("", "ai.onnx") or n.op_type in ops for n in iter_nodes(model.graph))
+        """Whether the executor declares support for every operator of the model."""
+        from deep500lite.errors import UnsupportedOperatorError
+
+        try:
+            cls._module().executor_class.check_supported(load_model(model, check=False))
+        except UnsupportedOperatorError:
+            return False
+        return True
 
     @classmethod
     def prepare(cls, model, device: str = "CPU", **kwargs) -> Deep500BackendRep:
         """Build the executor for ``model`` on ``device`` (``"CPU"`` or ``"CUDA[:N]"``)."""
         from deep500lite.registry import executor
 
+        # ONNX's test runner passes its per-test tolerances here; they are not executor options.
+        kwargs = {k: v for k, v in kwargs.items() if k not in ("rtol", "atol")}
         return Deep500BackendRep(executor(load_model(model), cls.framework, device=_device(device), **kwargs))
 
     @classmethod

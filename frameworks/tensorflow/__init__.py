@@ -1,7 +1,40 @@
-"""TensorFlow executor (arrives with the executors issue)."""
+"""TensorFlow executors: ONNX graphs converted to TensorFlow ops, and Keras models as they are.
+
+``from_model(network, device)`` converts the ONNX graph once into one Python function of
+TensorFlow ops wrapped in ``tf.function``; it is traced once per family of input shapes
+(``None`` where the model leaves a dimension open), not per call. TensorFlow's CPU kernels
+for convolution and pooling are channels-last only, so the converter propagates layouts while
+tracing: a chain such as Conv-BatchNorm-Relu-MaxPool runs NHWC with one transpose at each end
+(see :mod:`.layout`).
+
+Note on device placement: ``device="cpu"`` places every op and parameter on ``/CPU:0``;
+``device="gpu:N"`` on ``/GPU:N``, and is refused with a :class:`~deep500lite.DeviceError` when
+``tf.config.list_physical_devices('GPU')`` has no GPU N (always with ``tensorflow-cpu``).
+Floating-point initializers are ``tf.Variable`` objects created once on the device and kept
+there between calls; ``feed_tensor`` assigns to them in place.
+
+Note on synchronization and copies: feeds are numpy arrays, copied to the device by the call;
+outputs are copied back to numpy arrays before ``inference`` returns, which waits for the
+device, so ``synchronize()`` has nothing left to wait for.
+
+TensorFlow prints C++ start-up messages (oneDNN, CPU features) on import; setting
+``TF_CPP_MIN_LOG_LEVEL=2`` in the shell silences them (setting it from Python after start-up
+does not, with TensorFlow 2.21, so this package does not try).
+
+Keras models that have no ONNX form run through :class:`KerasExecutor` (``native.py``).
+"""
+
 try:
     import tensorflow  # noqa: F401
 except ImportError as exc:
     from deep500lite.errors import FrameworkNotAvailableError
     raise FrameworkNotAvailableError(
         "Framework 'tensorflow' needs TensorFlow: pip install 'deep500lite[tensorflow]'") from exc
+
+from deep500lite.frameworks.tensorflow.executor import TensorFlowExecutor, from_model  # noqa: E402
+from deep500lite.frameworks.tensorflow.native import KerasExecutor  # noqa: E402
+from deep500lite.frameworks.tensorflow.operators import SUPPORTED_OPS  # noqa: E402
+
+executor_class = TensorFlowExecutor
+
+__all__ = ["TensorFlowExecutor", "KerasExecutor", "from_model", "SUPPORTED_OPS", "executor_class"]

@@ -1,6 +1,36 @@
-"""PyTorch executor (arrives with the executors issue)."""
+"""The PyTorch executor: ONNX graphs run with torch operators, and native torch modules.
+
+Device placement: ``device="cpu"`` or ``"gpu:N"`` (CUDA device N). Asking for a GPU when
+``torch.cuda.is_available()`` is False (or N is out of range) raises ``DeviceError``. Every
+initializer is converted once, when the executor is built, to a tensor on that device and stays
+there between calls; ``network.feed_tensor`` updates it in place.
+
+Synchronization: CUDA work is asynchronous. ``inference`` returns numpy arrays, so it waits for
+its own results; ``executor.synchronize()`` (``torch.cuda.synchronize``) is what timers call.
+
+Copies at the boundary: on the CPU, feeds are wrapped with ``torch.from_numpy`` without a copy
+(read-only, non-native-endian or negatively strided arrays are copied first); on a GPU they are
+copied to the device. Outputs are numpy arrays that never share memory with the executor's
+parameters, constants or the caller's feeds: results the graph computes are handed over as they
+are, and an output that could alias held memory (an Identity of a parameter, a reshaped feed) is
+copied.
+
+``TorchNativeExecutor`` (see :mod:`deep500lite.frameworks.torch.native`) wraps a
+``torch.nn.Module`` that exists only in PyTorch, with an optional loss, behind the same
+``inference``/``inference_and_backprop`` interface.
+"""
+
 try:
     import torch  # noqa: F401
 except ImportError as exc:
     from deep500lite.errors import FrameworkNotAvailableError
     raise FrameworkNotAvailableError("Framework 'torch' needs PyTorch: pip install 'deep500lite[torch]'") from exc
+
+from deep500lite.frameworks.torch.executor import TorchExecutor, from_model, torch_device
+from deep500lite.frameworks.torch.native import NativeNetwork, TorchNativeExecutor
+from deep500lite.frameworks.torch.operators import SUPPORTED_OPS
+
+executor_class = TorchExecutor
+
+__all__ = ["TorchExecutor", "TorchNativeExecutor", "NativeNetwork", "from_model", "torch_device",
+           "SUPPORTED_OPS", "executor_class"]

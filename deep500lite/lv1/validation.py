@@ -1,0 +1,87 @@
+"""Level 1 validation: one executor's outputs against another's (or against given outputs)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from deep500lite.metrics.accuracy import L2Error, MaxError, RelativeL2Error
+
+__all__ = ["ExecutorComparison", "test_executor_inference"]
+
+
+@dataclasses.dataclass
+class ExecutorComparison:
+    """The verdict of :func:`test_executor_inference`.
+
+    Attributes:
+        passed: whether every output is within ``atol + rtol * |reference|`` element-wise.
+        metrics: output name -> metric name -> value.
+        rtol: relative tolerance used.
+        atol: absolute tolerance used.
+        worst: output name -> largest ``|out - ref| - rtol * |ref|`` (positive where it fails).
+    """
+
+    passed: bool
+    metrics: dict
+    rtol: float
+    atol: float
+    worst: dict
+
+    def summary(self) -> str:
+        """One line per output with the metric values, and the verdict."""
+        lines = []
+        for name, values in self.metrics.items():
+            vals = ", ".join(f"{k}={v:.3g}" for k, v in values.items())
+            ok = self.worst[name] <= self.atol
+            lines.append(f"{'ok  ' if ok else 'FAIL'} {name}: {vals}")
+        lines.append(f"{'PASSED' if self.passed else 'FAILED'} (rtol={self.rtol:g}, atol={self.atol:g})")
+        return "\n".join(lines)
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+
+def test_executor_inference(executor, inputs: dict, reference, metrics=None, rtol: float = 1e-4,
+                            atol: float = 1e-4, verbose: bool = False) -> ExecutorComparison:
+    """Run ``executor`` and compare its outputs with a reference.
+
+    Args:
+        executor: the :class:`~deep500lite.GraphExecutor` under test.
+        inputs: feeds for both.
+        reference: another executor (run on the same inputs) or a dict of expected outputs.
+        metrics: accuracy metrics (``TestMetric`` instances); default max, L2 and relative L2 error.
+        rtol: relative tolerance of the verdict.
+        atol: absolute tolerance of the verdict.
+        verbose: print the summary.
+
+    Returns:
+        An :class:`ExecutorComparison` with ``passed`` and every metric's value per output.
+    """
+    outputs = executor.inference(inputs)
+    expected = reference.inference(inputs) if hasattr(reference, "inference") else dict(reference)
+    missing = [k for k in expected if k not in outputs]
+    if missing:
+        raise KeyError(f"The executor did not return the reference outputs {missing}; it returned {list(outputs)}.")
+    metrics = list(metrics) if metrics is not None else [MaxError(), L2Error(), RelativeL2Error()]
+    values, worst = {}, {}
+    for name, ref in expected.items():
+        out, ref = np.asarray(outputs[name]), np.asarray(ref)
+        if out.shape != ref.shape:
+            raise ValueError(f"Output '{name}' has shape {list(out.shape)}; the reference has {list(ref.shape)}.")
+        values[name] = {(m.name or type(m).__name__): m.measure(inputs, out, ref) for m in metrics}
+        o64, r64 = out.astype(np.float64), ref.astype(np.float64)
+        excess = np.abs(o64 - r64) - rtol * np.abs(r64)
+        worst[name] = float(excess.max()) if excess.size else 0.0
+        if np.isnan(o64).any() or np.isnan(r64).any():
+            same_nan = np.array_equal(np.isnan(o64), np.isnan(r64))
+            worst[name] = worst[name] if same_nan else np.inf
+    passed = all(w <= atol for w in worst.values())
+    result = ExecutorComparison(passed=passed, metrics=values, rtol=rtol, atol=atol, worst=worst)
+    if verbose:
+        print(result.summary())
+    return result
+
+
+test_executor_inference.__test__ = False  # a library function, not a pytest test

@@ -1,0 +1,182 @@
+"""The ONNX Runtime executor."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import onnx
+import onnx.numpy_helper
+import onnxruntime as ort
+
+from deep500lite.errors import UnsupportedOperatorError
+from deep500lite.frameworks.onnxruntime.operators import SUPPORTED_OPS, unsupported_reason
+from deep500lite.lv1.device import Device
+from deep500lite.lv1.executor import GraphExecutor
+from deep500lite.lv1.network import iter_nodes
+
+__all__ = ["OnnxRuntimeExecutor", "from_model"]
+
+
+class OnnxRuntimeExecutor(GraphExecutor):
+    """Runs a network in an ``onnxruntime.InferenceSession``.
+
+    Args:
+        network: a Network, ONNX file path or ModelProto.
+        device: ``"cpu"`` or ``"gpu:N"`` (needs onnxruntime with the CUDA execution provider).
+        session_options: an ``onnxruntime.SessionOptions`` (default: all graph optimizations).
+    """
+
+    framework = "onnxruntime"
+    SUPPORTED_OPS = SUPPORTED_OPS
+
+    def __init__(self, network, device=None, session_options: ort.SessionOptions | None = None):
+        super().__init__(network, device)
+        self._options = session_options or ort.SessionOptions()
+        self._tensors = {k: np.array(v, copy=True) for k, v in self.network.host_values().items()}
+        self._session = None
+
+    @classmethod
+    def supports_device(cls, device: Device) -> bool:
+        if not device.is_gpu:
+            return True
+        return "CUDAExecutionProvider" in ort.get_available_providers()
+
+    @classmethod
+    def device_unavailable_reason(cls, device: Device) -> str:
+        return ("this onnxruntime has no CUDAExecutionProvider (available: "
+                f"{', '.join(ort.get_available_providers())}); install onnxruntime-gpu on a CUDA machine.")
+
+    @classmethod
+    def check_supported(cls, network) -> None:
+        """Also check each operator's version against this onnxruntime's kernels and opsets."""
+        super().check_supported(network)
+        for vi in list(network.graph.input) + list(network.graph.output):
+            if not vi.type.HasField("tensor_type"):
+                raise UnsupportedOperatorError(
+                    f"The onnxruntime executor takes and returns tensors only; '{vi.name}' is a "
+                    f"{vi.type.WhichOneof('value') or 'untyped value'}.")
+        opset = network.opset
+        types = _value_types(network)
+        for node in iter_nodes(network.graph):
+            if node.domain in ("", "ai.onnx"):
+                reason = unsupported_reason(node, opset, types)
+                if reason:
+                    raise UnsupportedOperatorError(
+                        f"The onnxruntime executor cannot run operator '{node.op_type}' "
+                        f"(node '{node.name or node.output[0]}'): {reason}.")
+
+    def _providers(self):
+        if self.devname.is_gpu:
+            return [("CUDAExecutionProvider", {"device_id": self.devname.index}), "CPUExecutionProvider"]
+        return ["CPUExecutionProvider"]
+
+    @property
+    def session(self) -> ort.InferenceSession:
+        """The session, (re)built when parameters or the network changed."""
+        if self._session is None:
+            model = self.network.to_onnx()
+            for _ in range(3):
+                try:
+                    self._session = self._new_session(model)
+                    break
+                except Exception as exc:  # noqa: BLE001 - adapted and retried, or re-raised
+                    if not _adapt_to_runtime(model, str(exc)):
+                        raise
+            self._output_names = [o.name for o in self._session.get_outputs()]
+        return self._session
+
+    def _new_session(self, model):
+        return ort.InferenceSession(model.SerializeToString(), sess_options=self._options,
+                                    providers=self._providers())
+
+    def inference(self, feeds):
+        """Run the network forward (see :meth:`GraphExecutor.inference`)."""
+        feeds = self.network.check_feeds(feeds)
+        session = self.session
+        return dict(zip(self._output_names, session.run(self._output_names, feeds)))
+
+    def inference_and_backprop(self, feeds, y="loss"):
+        """Training arrives with deep500lite's ONNX autodiff (the training issue)."""
+        raise NotImplementedError(
+            "inference_and_backprop is not supported by the onnxruntime executor in this version: it needs "
+            "deep500lite's ONNX autodiff, which is not built yet.")
+
+    def has_tensor(self, name):
+        return name in self._tensors
+
+    def fetch_tensor(self, name):
+        return self._tensors[name]
+
+    def feed_tensor(self, name, value):
+        old = self._tensors.get(name)
+        value = np.asarray(value)
+        if old is not None and (old.shape != value.shape or old.dtype != value.dtype):
+            raise ValueError(f"feed_tensor('{name}'): expected {old.dtype.name}{list(old.shape)}. "
+                             f"Received: {value.dtype.name}{list(value.shape)}")
+        self._tensors[name] = np.array(value, copy=True)
+        self._session = None
+
+    def _network_changed(self):
+        super()._network_changed()
+        self._session = None
+
+
+def _value_types(network) -> dict[str, str]:
+    """Tensor name -> ``tensor(float)``-style type, from the graph and ONNX shape inference."""
+    model = onnx.ModelProto()
+    model.CopyFrom(network._model)
+    # The host values have the dtypes and shapes of the executor's (they are not read otherwise).
+    model.graph.initializer.extend(onnx.numpy_helper.from_array(v, k) for k, v in network.host_values().items())
+    try:
+        model = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # noqa: BLE001 - types are a refinement; the declared ones still count
+        pass
+    types = {}
+    for vi in list(model.graph.input) + list(model.graph.value_info) + list(model.graph.output):
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
+            types[vi.name] = f"tensor({_TYPE_NAMES[vi.type.tensor_type.elem_type]})"
+    for init in model.graph.initializer:
+        types[init.name] = f"tensor({_TYPE_NAMES[init.data_type]})"
+    return types
+
+
+_TYPE_NAMES = {v: k.lower() for k, v in onnx.TensorProto.DataType.items()}
+_TYPE_NAMES[onnx.TensorProto.STRING] = "string"
+_TYPE_NAMES[onnx.TensorProto.BOOL] = "bool"
+
+
+def _adapt_to_runtime(model, message: str) -> bool:
+    """Restamp a model that onnx wrote newer than this onnxruntime reads, when that is exact.
+
+    The IR version is lowered to the newest one onnxruntime accepts, and the default opset to
+    its newest one when no operator of the model changed between the two opsets (so the
+    semantics are the same). Returns whether anything was changed.
+    """
+    ir = re.search(r"max supported IR version: (\d+)", message)
+    if ir and model.ir_version > int(ir.group(1)):
+        model.ir_version = int(ir.group(1))
+        return True
+    opset = re.search(r"domain ai\.onnx is till opset (\d+)", message)
+    if opset:
+        target = int(opset.group(1))
+        entry = next((o for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+        if entry is None or entry.version <= target:
+            return False
+        for node in iter_nodes(model.graph):
+            if node.domain not in ("", "ai.onnx"):
+                continue
+            try:
+                old = onnx.defs.get_schema(node.op_type, target).since_version
+            except onnx.defs.SchemaError:
+                return False
+            if old != onnx.defs.get_schema(node.op_type, entry.version).since_version:
+                return False
+        entry.version = target
+        return True
+    return False
+
+
+def from_model(network, device=None, **kwargs) -> OnnxRuntimeExecutor:
+    """Build an :class:`OnnxRuntimeExecutor` for a Network, ONNX file or ModelProto."""
+    return OnnxRuntimeExecutor(network, device, **kwargs)

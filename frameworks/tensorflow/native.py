@@ -1,0 +1,261 @@
+"""A native executor for models that exist only in Keras.
+
+:class:`KerasExecutor` wraps a ``keras.Model`` (and optionally a loss) behind the
+:class:`~deep500lite.GraphExecutor` interface, so the benchmarks, metrics and optimizers of
+deep500lite run on it as on an ONNX network:
+
+>>> ex = KerasExecutor(model, input_names=["x"], loss=keras.losses.SparseCategoricalCrossentropy(),
+...                    label_name="label")  # doctest: +SKIP
+>>> out = ex.inference({"x": x, "label": y})   # {"output": ..., "loss": ...}  # doctest: +SKIP
+>>> ex.inference_and_backprop({"x": x, "label": y})  # doctest: +SKIP
+>>> ex.network.fetch_tensors(["dense/kernel_grad"])  # doctest: +SKIP
+
+Semantics:
+
+- Feeds are keyed by the input names given to the constructor (default: the Keras inputs'
+  names), plus the label under ``label_name`` when a loss is given. Outputs are keyed by
+  ``output_names`` (default: ``"output"`` for one output, else ``"output_0"``, ...), plus
+  ``"loss"`` when a loss and the label are fed. Arrays are numpy at the boundary.
+- The forward pass runs ``model(inputs, training=False)`` under ``tf.function`` (traced once
+  per input-shape family), on the device given (``"cpu"`` or ``"gpu:N"``).
+- There is no ONNX graph: ``executor.network`` is a small stand-in with ``inputs``,
+  ``outputs``, ``parameters`` (the paths of ``model.trainable_variables``, such as
+  ``"dense/kernel"``), ``fetch_tensors``/``feed_tensor`` for them and, after
+  :meth:`KerasExecutor.inference_and_backprop`, for their gradients ``"<param>_grad"``.
+- :meth:`KerasExecutor.inference_and_backprop` differentiates the loss with
+  ``tf.GradientTape`` (training semantics for layers such as dropout: ``training=True``).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from deep500lite.errors import DeviceError, FeedError
+from deep500lite.lv1.device import as_device
+from deep500lite.lv1.executor import GraphExecutor
+from deep500lite.lv1.network import gradient_name
+from deep500lite.frameworks.tensorflow.executor import TensorFlowExecutor, tf_device_name
+
+__all__ = ["KerasExecutor", "KerasNetwork"]
+
+
+class KerasNetwork:
+    """The ``network`` of a :class:`KerasExecutor`: names and values of a Keras model's tensors.
+
+    Attributes:
+        inputs: the feed names of the model's inputs.
+        outputs: the names of the model's outputs (and ``"loss"`` when a loss is set).
+        parameters: the paths of the model's trainable variables.
+    """
+
+    def __init__(self, executor: "KerasExecutor"):
+        self._executor = executor
+        self.inputs = list(executor.input_names)
+        self.outputs = list(executor.output_names) + (["loss"] if executor.loss is not None else [])
+        self._vars = {v.path: v for v in executor.model.trainable_variables}
+        self.parameters = list(self._vars)
+
+    def get_params(self) -> list[str]:
+        """Deep500 name for :attr:`parameters`."""
+        return self.parameters
+
+    def gradient(self, y: str = "loss") -> list[tuple[str, str]]:
+        """The ``(parameter, gradient name)`` pairs that :meth:`KerasExecutor.inference_and_backprop` fills."""
+        return [(p, gradient_name(p)) for p in self.parameters]
+
+    def fetch_tensors(self, names: Sequence[str]) -> list[np.ndarray]:
+        """Current values of parameters, or of gradients after ``inference_and_backprop``.
+
+        Raises:
+            KeyError: a name that is neither a parameter nor a computed gradient.
+        """
+        if isinstance(names, str):
+            raise TypeError(f"fetch_tensors expects a list of names. Received the string {names!r}")
+        grads = self._executor._grads
+        out = []
+        for name in names:
+            if name in self._vars:
+                out.append(self._vars[name].numpy())
+            elif name in grads:
+                out.append(grads[name].numpy())
+            else:
+                raise KeyError(
+                    f"fetch_tensors: no tensor '{name}'. Parameters: {self.parameters[:20]}; gradients "
+                    "('<param>_grad') are available after inference_and_backprop"
+                )
+        return out
+
+    def fetch_tensor(self, name: str) -> np.ndarray:
+        """The current value of one parameter or gradient."""
+        return self.fetch_tensors([name])[0]
+
+    def feed_tensor(self, name: str, value, is_param: bool = False) -> None:
+        """Assign a new value to a parameter (same shape and dtype).
+
+        Raises:
+            FeedError: unknown name, or a different shape or dtype.
+        """
+        var = self._vars.get(name)
+        if var is None:
+            raise FeedError(f"feed_tensor: unknown parameter '{name}'. Parameters: {self.parameters[:20]}")
+        value = np.asarray(value)
+        dtype = np.dtype(var.dtype)
+        if value.dtype != dtype or tuple(value.shape) != tuple(var.shape):
+            raise FeedError(
+                f"feed_tensor('{name}'): expected {dtype.name}{list(var.shape)}. "
+                f"Received: {value.dtype.name}{list(value.shape)}"
+            )
+        var.assign(value)
+
+    def __repr__(self) -> str:
+        return f"KerasNetwork(inputs={self.inputs}, outputs={self.outputs}, parameters={len(self.parameters)})"
+
+
+class KerasExecutor(GraphExecutor):
+    """Runs a ``keras.Model`` as a deep500lite executor (see the module docstring).
+
+    Args:
+        model: the Keras model.
+        input_names: feed names for the model's inputs, in the order the model takes them
+            (default: the names of ``model.inputs``, or ``"input"`` for one input).
+        output_names: names for the model's outputs (default: ``"output"`` or ``"output_<i>"``).
+        loss: ``loss(y_true, y_pred) -> scalar`` (a Keras loss object or any callable on tensors),
+            applied to the first output; ``None`` for none.
+        label_name: the feed name of the label that the loss compares with.
+        device: ``"cpu"`` or ``"gpu:N"``.
+
+    Raises:
+        DeviceError: the device is not present.
+        TypeError: ``model`` is not a Keras model.
+    """
+
+    framework = "tensorflow"
+
+    def __init__(self, model, input_names: Sequence[str] | None = None, output_names: Sequence[str] | None = None,
+                 loss: Callable | None = None, label_name: str = "label", device=None):
+        import keras
+
+        if not isinstance(model, keras.Model):
+            raise TypeError(f"KerasExecutor expects a keras.Model. Received: {type(model).__name__}")
+        device = as_device(device)
+        if not TensorFlowExecutor.supports_device(device):
+            raise DeviceError(f"The {self.framework} executor cannot run on {device}: "
+                              + TensorFlowExecutor.device_unavailable_reason(device))
+        self.devname = device
+        self._tfdev = tf_device_name(device)
+        self.model = model
+        n_in = len(getattr(model, "inputs", None) or []) or 1
+        if input_names is None:
+            names = [getattr(t, "name", None) for t in (getattr(model, "inputs", None) or [])]
+            input_names = names if names and all(names) else (["input"] if n_in == 1 else
+                                                              [f"input_{i}" for i in range(n_in)])
+        self.input_names = list(input_names)
+        n_out = len(getattr(model, "outputs", None) or []) or 1
+        if output_names is None:
+            output_names = ["output"] if n_out == 1 else [f"output_{i}" for i in range(n_out)]
+        self.output_names = list(output_names)
+        self.loss = loss
+        self.label_name = label_name
+        self._grads: dict[str, tf.Tensor] = {}
+        self.network = KerasNetwork(self)
+        self._forward = tf.function(self._forward_impl, reduce_retracing=True)
+        self._backward = tf.function(self._backward_impl, reduce_retracing=True)
+
+    # ------------------------------------------------------------------ internals
+    def _call_model(self, xs, training):
+        out = self.model(xs[0] if len(xs) == 1 else list(xs), training=training)
+        return list(out) if isinstance(out, (list, tuple)) else [out]
+
+    def _forward_impl(self, xs, label):
+        with tf.device(self._tfdev):
+            outs = self._call_model(xs, False)
+            loss = None if label is None else self.loss(label, outs[0])
+            return outs, loss
+
+    def _backward_impl(self, xs, label, y_index):
+        with tf.device(self._tfdev):
+            variables = self.model.trainable_variables
+            with tf.GradientTape() as tape:
+                outs = self._call_model(xs, True)
+                loss = self.loss(label, outs[0]) if label is not None else None
+                target = loss if y_index < 0 else outs[y_index]
+            grads = tape.gradient(target, variables)
+            return outs, loss, grads
+
+    def _split_feeds(self, feeds):
+        if not isinstance(feeds, dict):
+            raise FeedError(f"Feeds must be a dict of input name to array. Received: {type(feeds).__name__}")
+        allowed = self.input_names + ([self.label_name] if self.loss is not None else [])
+        unknown = [k for k in feeds if k not in allowed]
+        if unknown:
+            raise FeedError(f"Unknown input(s) {unknown}. The model's inputs are {allowed}.")
+        missing = [k for k in self.input_names if k not in feeds]
+        if missing:
+            raise FeedError(f"Missing input(s) {missing}. The model's inputs are {self.input_names}.")
+        xs = tuple(np.asarray(feeds[k]) for k in self.input_names)
+        label = feeds.get(self.label_name) if self.loss is not None else None
+        return xs, None if label is None else np.asarray(label)
+
+    def _result(self, outs, loss):
+        result = {name: o.numpy() for name, o in zip(self.output_names, outs)}
+        if loss is not None:
+            result["loss"] = loss.numpy()
+        return result
+
+    # ------------------------------------------------------------------ contract
+    def inference(self, feeds):
+        """Run the model (``training=False``); returns the named outputs, and ``"loss"`` with a label."""
+        xs, label = self._split_feeds(feeds)
+        outs, loss = self._forward(xs, label)
+        return self._result(outs, loss)
+
+    def inference_and_backprop(self, feeds, y="loss"):
+        """Run forward (``training=True``) and differentiate ``y`` with ``tf.GradientTape``.
+
+        Args:
+            feeds: the inputs and, for ``y="loss"``, the label.
+            y: ``"loss"`` or the name of a scalar output.
+
+        Returns:
+            The outputs (and ``"loss"``). Gradients are then readable as ``"<param>_grad"``
+            through ``network.fetch_tensors``.
+
+        Raises:
+            FeedError: ``y`` is not the loss or an output, or the label for the loss is missing.
+        """
+        xs, label = self._split_feeds(feeds)
+        if y == "loss":
+            if self.loss is None or label is None:
+                raise FeedError(
+                    f"inference_and_backprop(y='loss') needs a loss and the label feed '{self.label_name}'. "
+                    f"Received: loss={'set' if self.loss is not None else None}, feeds {sorted(feeds)}"
+                )
+            y_index = -1
+        elif y in self.output_names:
+            y_index = self.output_names.index(y)
+        else:
+            raise FeedError(f"inference_and_backprop: y must be 'loss' or one of {self.output_names}. Received: {y!r}")
+        outs, loss, grads = self._backward(xs, label, y_index)
+        if y_index >= 0 and outs[y_index].shape.num_elements() != 1:
+            raise FeedError(f"inference_and_backprop: y='{y}' must be a scalar. Received shape "
+                            f"{outs[y_index].shape.as_list()}")
+        self._grads = {gradient_name(p): g for p, g in zip(self.network.parameters, grads) if g is not None}
+        return self._result(outs, loss)
+
+    def has_tensor(self, name):
+        return name in self.network._vars or name in self._grads
+
+    def fetch_tensor(self, name):
+        return self.network.fetch_tensor(name)
+
+    def feed_tensor(self, name, value):
+        self.network.feed_tensor(name, value)
+
+    def synchronize(self):
+        """Nothing to wait for: outputs are numpy arrays when ``inference`` returns."""
+
+    def __repr__(self):
+        return f"KerasExecutor(device={self.devname}, model={self.model.name!r}, network={self.network!r})"

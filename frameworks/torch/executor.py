@@ -1,0 +1,253 @@
+"""The PyTorch graph executor: an ONNX graph compiled into one generated Python function."""
+
+from __future__ import annotations
+
+import itertools
+import linecache
+import sys
+
+import numpy as np
+import torch
+
+from deep500lite.errors import FeedError
+from deep500lite.lv1.device import Device
+from deep500lite.lv1.executor import GraphExecutor
+from deep500lite.lv1.network import FLOAT_DTYPES
+from deep500lite.frameworks.torch.operators import (
+    SUPPORTED_OPS, NodeSpec, build_node, to_numpy, to_torch)
+
+__all__ = ["TorchExecutor", "from_model", "torch_device"]
+
+# Ops whose output may share memory with an input (a view or the input itself).
+_MAY_ALIAS = frozenset({
+    "Identity", "Dropout", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Slice",
+    "Expand", "Split", "Cast", "CastLike", "Gather", "Clip", "Sum", "Max", "Min", "Where",
+    "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+    "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", "Pad", "Concat", "Tile", "Einsum",
+    "DepthToSpace", "SpaceToDepth",
+})
+
+_compiled_graphs = itertools.count()
+
+
+def torch_device(device: Device) -> torch.device:
+    """The torch device for a deep500lite :class:`~deep500lite.Device`."""
+    return torch.device("cuda", device.index) if device.is_gpu else torch.device("cpu")
+
+
+class TorchExecutor(GraphExecutor):
+    """Runs a network with PyTorch operators on the CPU or a CUDA GPU.
+
+    At construction (and whenever the network changes) the ONNX graph is compiled into a single
+    generated Python function with one call per node; attributes are parsed and nodes whose
+    inputs are all known at build time (``Constant`` nodes, integer initializers such as shapes,
+    ``Shape`` of initializers and everything computed from these) are folded into constants.
+    ``inference`` then converts the feeds, calls that function under ``torch.inference_mode()``
+    and converts the outputs back to numpy.
+
+    Every initializer is converted once to a tensor on the executor's device. Floating-point
+    initializers (the parameters) are leaf tensors updated in place by :meth:`feed_tensor`, so
+    the compiled function keeps seeing their current values; feeding another initializer
+    recompiles the graph, since it may have been folded.
+    """
+
+    framework = "torch"
+    SUPPORTED_OPS = SUPPORTED_OPS
+
+    def __init__(self, network, device=None):
+        super().__init__(network, device)
+        self._device = torch_device(self.devname)
+        self._tensors: dict[str, torch.Tensor] = {}
+        self._build()
+
+    # -------------------------------------------------------------- devices
+    @classmethod
+    def supports_device(cls, device: Device) -> bool:
+        """The CPU always; ``gpu:N`` when CUDA is available and has a device N."""
+        if not device.is_gpu:
+            return True
+        return torch.cuda.is_available() and device.index < torch.cuda.device_count()
+
+    @classmethod
+    def device_unavailable_reason(cls, device: Device) -> str:
+        """Why ``device`` cannot be used on this machine."""
+        if not torch.cuda.is_available():
+            return (f"torch.cuda.is_available() is False on this machine (torch {torch.__version__}); "
+                    "use device='cpu'.")
+        return (f"this machine has {torch.cuda.device_count()} CUDA device(s); use gpu:0 to "
+                f"gpu:{torch.cuda.device_count() - 1} or cpu.")
+
+    def synchronize(self) -> None:
+        """Wait for the GPU's queued work (no-op on the CPU)."""
+        if self._device.type == "cuda":
+            torch.cuda.synchronize(self._device)
+
+    # -------------------------------------------------------------- building
+    def _build(self) -> None:
+        net = self.network
+        host = net.host_values()
+        for name in net.initializers:
+            if name not in self._tensors:
+                self._tensors[name] = to_torch(np.array(host[name], copy=True), self._device)
+        params = {n for n in net.initializers if self._tensors[n].is_floating_point()
+                  and host[n].dtype in FLOAT_DTYPES}
+        self._params = params
+        static: dict[str, torch.Tensor] = {n: t for n, t in self._tensors.items() if n not in params}
+        host_static: dict[str, np.ndarray] = {}
+
+        def const_of(name):
+            if not name or name not in static:
+                return None
+            if name not in host_static:
+                host_static[name] = to_numpy(static[name])
+            return host_static[name]
+
+        env: dict[str, str] = {}           # tensor name -> expression in the generated code
+        namespace: dict[str, object] = {}  # globals of the generated code
+        internal: set[str] = set(net.inputs) | set(net.initializers)  # may alias held memory
+        lines = []                         # (code line, node or None)
+        for i, name in enumerate(net.inputs):
+            env[name] = f"x{i}"
+        for name in net.initializers:
+            namespace[f"p{len(namespace)}"] = self._tensors[name]
+            env[name] = f"p{len(namespace) - 1}"
+
+        opset = net.opset
+        with torch.no_grad():
+            for k, node in enumerate(net.graph.node):
+                spec = NodeSpec(node, opset, [const_of(n) for n in node.input], self._device)
+                fn = build_node(spec)
+                foldable = all(not n or n in static for n in node.input) or (
+                    node.op_type == "Shape" and node.input[0] in self._tensors)
+                if foldable and node.op_type != "Dropout":
+                    args = [static.get(n, self._tensors.get(n)) if n else None for n in node.input]
+                    result = fn(*args)
+                    results = result if isinstance(result, (tuple, list)) else (result,)
+                    for out, value in zip(node.output, results):
+                        if out and value is not None:
+                            static[out] = value
+                            namespace[f"c{len(namespace)}"] = value
+                            env[out] = f"c{len(namespace) - 1}"
+                            internal.add(out)
+                    continue
+                namespace[f"f{k}"] = fn
+                args = [env[n] if n else "None" for n in node.input]
+                while args and args[-1] == "None":
+                    args.pop()
+                outs = []
+                for j, out in enumerate(node.output):
+                    var = f"v{k}_{j}"
+                    outs.append(var)
+                    if out:
+                        env[out] = var
+                if node.op_type in _MAY_ALIAS and any(n in internal for n in node.input if n):
+                    internal.update(o for o in node.output if o)
+                target = outs[0] if len(outs) == 1 else ", ".join(outs) + ","
+                lines.append((f"    {target} = f{k}({', '.join(args)})", node))
+
+        missing = [o for o in net.outputs if o not in env]
+        if missing:
+            raise FeedError(f"The network's output(s) {missing} are produced by no node and are no input.")
+        code = self._source(lines, [f"x{i}" for i in range(len(net.inputs))],
+                            [env[o] for o in net.outputs])
+        self._code_name = f"<deep500lite-torch-graph-{next(_compiled_graphs)}>"
+        compiled = compile(code, self._code_name, "exec")
+        # Lets tracebacks show the generated line of a failing node.
+        linecache.cache[self._code_name] = (len(code), None, code.splitlines(True), self._code_name)
+        exec(compiled, namespace)
+        self._run = namespace["_run"]
+        self._line_nodes = {i + 2: node for i, (_, node) in enumerate(lines)}
+        self._copy_out = [o in internal for o in net.outputs]
+        self._built_version = net.version
+
+    @staticmethod
+    def _source(lines, inputs, outputs) -> str:
+        # Free each intermediate after its last use, as an eager program would.
+        body = [text for text, _ in lines]
+        last_use: dict[str, int] = {}
+        for i, text in enumerate(body):
+            for tok in text.replace("=", " ").replace("(", " ").replace(")", " ").replace(",", " ").split():
+                if tok[0] == "v":
+                    last_use[tok] = i  # a definition never used later counts as its own last use
+        returned = set(outputs)
+        out = [f"def _run({', '.join(inputs)}):"]
+        for i, text in enumerate(body):
+            out.append(text)
+            dead = [v for v, j in last_use.items() if j == i and v not in returned]
+            if dead:
+                out[-1] += "; del " + ", ".join(sorted(dead))
+        out.append(f"    return ({', '.join(outputs)}{',' if outputs else ''})")
+        return "\n".join(out) + "\n"
+
+    def _network_changed(self) -> None:
+        super()._network_changed()
+        self._build()
+
+    # ------------------------------------------------------------- running
+    def inference(self, feeds):
+        """Run the network forward (see :meth:`GraphExecutor.inference`).
+
+        Outputs are fresh numpy arrays: one that would share memory with a parameter, a constant
+        or a feed is copied.
+        """
+        feeds = self.network.check_feeds(feeds)
+        device = self._device
+        try:
+            args = [to_torch(feeds[name], device) for name in self.network.inputs]
+        except TypeError as exc:
+            raise FeedError(f"The torch executor cannot take these feeds: {exc}") from exc
+        try:
+            with torch.inference_mode():
+                results = self._run(*args)
+        except Exception as exc:
+            raise self._node_error(exc) from exc
+        return {name: to_numpy(r, copy) for name, r, copy in
+                zip(self.network.outputs, results, self._copy_out)}
+
+    def _node_error(self, exc: Exception) -> Exception:
+        tb = sys.exc_info()[2]
+        node = None
+        while tb is not None:
+            if tb.tb_frame.f_code.co_filename == self._code_name:
+                node = self._line_nodes.get(tb.tb_lineno)
+            tb = tb.tb_next
+        if node is None:
+            return exc
+        return RuntimeError(
+            f"The torch executor failed in node '{node.name or node.output[0]}' ({node.op_type}): "
+            f"{type(exc).__name__}: {exc}")
+
+    def inference_and_backprop(self, feeds, y="loss"):
+        """Training arrives with the training issue."""
+        raise NotImplementedError(
+            "inference_and_backprop is not supported by the torch executor yet: gradients through "
+            "the converted graph arrive with the training issue.")
+
+    # --------------------------------------------------------------- tensors
+    def has_tensor(self, name):
+        return name in self._tensors
+
+    def fetch_tensor(self, name):
+        return to_numpy(self._tensors[name], copy=True)
+
+    def feed_tensor(self, name, value):
+        value = np.asarray(value)
+        old = self._tensors.get(name)
+        if old is None:
+            raise KeyError(f"feed_tensor: the torch executor holds no tensor '{name}'. "
+                           f"Parameters: {sorted(self._params)[:20]}")
+        new = to_torch(value, torch.device("cpu"))
+        if tuple(new.shape) != tuple(old.shape) or new.dtype != old.dtype:
+            raise FeedError(f"feed_tensor('{name}'): expected {old.dtype}{list(old.shape)}. "
+                            f"Received: {value.dtype.name}{list(value.shape)}")
+        if name in self._params:
+            with torch.no_grad():
+                old.copy_(new)
+        else:
+            self._tensors[name] = new.clone().to(self._device)
+            self._build()
+
+
+def from_model(network, device=None) -> TorchExecutor:
+    """Build a :class:`TorchExecutor` for a Network, ONNX file or ModelProto on ``device``."""
+    return TorchExecutor(network, device)

@@ -1,0 +1,273 @@
+"""Native PyTorch models: a ``torch.nn.Module`` behind the GraphExecutor interface.
+
+Use it for models that exist only in PyTorch (no ONNX file), so they can be timed and trained
+like any converted network::
+
+    ex = TorchNativeExecutor(model, input_names=["x"], output_names=["logits"],
+                             loss_fn=torch.nn.functional.cross_entropy, label_name="label")
+    out = ex.inference({"x": x})                                # {"logits": ...}
+    out = ex.inference_and_backprop({"x": x, "label": y})       # {"logits": ..., "loss": ...}
+    w_grad, = ex.network.fetch_tensors(["fc.weight_grad"])
+
+API:
+
+- ``TorchNativeExecutor(module, input_names=("input",), output_names=("output",), loss_fn=None,
+  label_name="label", device=None)``. The module is moved to ``device`` once. Its inputs are
+  the feeds named ``input_names``, passed positionally in that order. Its result (a tensor, a
+  tuple/list, or a dict) is named by ``output_names`` (for a dict: the keys to return).
+- With ``loss_fn(first_output, label) -> scalar``, the feed ``label_name`` is an extra network
+  input and the outputs include ``"loss"``. ``inference`` computes the loss only when the label
+  is fed; ``inference_and_backprop`` needs it.
+- ``inference(feeds)`` runs under ``torch.inference_mode()``; ``inference_and_backprop(feeds,
+  y="loss")`` runs with autograd, backpropagates from output ``y`` and stores the gradient of
+  every parameter that requires one under ``"<param>_grad"`` (see ``network.gradient(y)``).
+- ``executor.network`` is a :class:`NativeNetwork`: ``inputs``, ``outputs``, ``parameters``
+  (the names of ``module.named_parameters()``), ``fetch_tensors``/``feed_tensor`` for parameters
+  and gradients, ``gradient(y)``.
+- The executor never calls ``module.train()``/``module.eval()``: set the mode you want to time.
+- Feeds and outputs are numpy arrays; outputs are copies the module does not hold.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+from deep500lite.errors import DeviceError, FeedError
+from deep500lite.lv1.device import as_device
+from deep500lite.lv1.executor import GraphExecutor
+from deep500lite.lv1.network import gradient_name
+from deep500lite.frameworks.torch.executor import TorchExecutor, torch_device
+from deep500lite.frameworks.torch.operators import to_numpy, to_torch
+
+__all__ = ["TorchNativeExecutor", "NativeNetwork"]
+
+
+def _names(value, what: str) -> list[str]:
+    names = [value] if isinstance(value, str) else list(value)
+    if not names or not all(isinstance(n, str) and n for n in names):
+        raise TypeError(f"{what} must be a name or a non-empty list of names. Received: {value!r}")
+    return names
+
+
+class NativeNetwork:
+    """The Network-like view of a :class:`TorchNativeExecutor`'s module.
+
+    Attributes:
+        inputs: names of the feeds (the module's inputs, then the label if there is a loss).
+        outputs: names of the outputs (the module's, then ``"loss"`` if there is a loss).
+        parameters: names of the module's parameters (``module.named_parameters()``).
+        version: always 0 (the structure never changes).
+    """
+
+    version = 0
+
+    def __init__(self, executor: "TorchNativeExecutor"):
+        self._executor = executor
+
+    @property
+    def executor(self) -> "TorchNativeExecutor":
+        """The executor this view belongs to."""
+        return self._executor
+
+    @property
+    def inputs(self) -> list[str]:
+        ex = self._executor
+        return ex.input_names + ([ex.label_name] if ex.loss_fn is not None else [])
+
+    @property
+    def outputs(self) -> list[str]:
+        ex = self._executor
+        return ex.output_names + (["loss"] if ex.loss_fn is not None else [])
+
+    @property
+    def parameters(self) -> list[str]:
+        return list(self._executor._params)
+
+    def get_params(self) -> list[str]:
+        """Deep500 name for :attr:`parameters`."""
+        return self.parameters
+
+    def get_input_nodes(self) -> list[str]:
+        """Deep500 name for :attr:`inputs`."""
+        return self.inputs
+
+    def get_output_nodes(self) -> list[str]:
+        """Deep500 name for :attr:`outputs`."""
+        return self.outputs
+
+    def gradient(self, y: str = "loss") -> list[tuple[str, str]]:
+        """``(parameter, gradient name)`` pairs of every parameter that requires a gradient."""
+        if y not in self.outputs:
+            raise ValueError(f"gradient: '{y}' is not an output. Outputs: {self.outputs}")
+        return [(n, gradient_name(n)) for n, p in self._executor._params.items() if p.requires_grad]
+
+    def fetch_tensors(self, names: Sequence[str]) -> list[np.ndarray]:
+        """Copies of the named parameters or gradients.
+
+        Raises:
+            KeyError: a name that is neither a parameter nor a computed gradient.
+        """
+        if isinstance(names, str):
+            raise TypeError(f"fetch_tensors expects a list of names. Received the string {names!r}")
+        return [self._executor.fetch_tensor(n) for n in names]
+
+    def fetch_tensor(self, name: str) -> np.ndarray:
+        """A copy of one parameter or gradient."""
+        return self._executor.fetch_tensor(name)
+
+    def feed_tensor(self, name: str, value, is_param: bool = False) -> None:
+        """Overwrite a parameter in place (same shape and dtype)."""
+        self._executor.feed_tensor(name, value)
+
+    def __repr__(self) -> str:
+        return (f"NativeNetwork(module={type(self._executor.module).__name__}, inputs={self.inputs}, "
+                f"outputs={self.outputs}, parameters={len(self.parameters)})")
+
+
+class TorchNativeExecutor(GraphExecutor):
+    """Runs a ``torch.nn.Module`` directly (see the module docstring for the API).
+
+    Args:
+        module: the model.
+        input_names: names of the module's positional inputs.
+        output_names: names of its outputs (or the keys to take from a returned dict).
+        loss_fn: ``loss_fn(first_output, label) -> scalar tensor``, or ``None``.
+        label_name: the feed holding the label when there is a loss.
+        device: ``None``/``"cpu"``, ``"gpu:N"`` or a Device.
+
+    Raises:
+        DeviceError: the device is not available.
+        TypeError: ``module`` is not an ``nn.Module`` or a name list is malformed.
+    """
+
+    framework = "torch"
+
+    def __init__(self, module: torch.nn.Module, input_names=("input",), output_names=("output",),
+                 loss_fn: Callable | None = None, label_name: str = "label", device=None):
+        # No ONNX Network here, so GraphExecutor.__init__ (load_model) is not called.
+        if not isinstance(module, torch.nn.Module):
+            raise TypeError(f"TorchNativeExecutor wraps a torch.nn.Module. Received: {type(module).__name__}")
+        dev = as_device(device)
+        if not TorchExecutor.supports_device(dev):
+            raise DeviceError(f"The torch executor cannot run on {dev}: "
+                              + TorchExecutor.device_unavailable_reason(dev))
+        self.devname = dev
+        self._device = torch_device(dev)
+        self.module = module.to(self._device)
+        self.input_names = _names(input_names, "input_names")
+        self.output_names = _names(output_names, "output_names")
+        self.loss_fn = loss_fn
+        self.label_name = label_name
+        if loss_fn is not None and (label_name in self.input_names or "loss" in self.output_names):
+            raise ValueError(f"label_name {label_name!r} and the output 'loss' must not clash with "
+                             f"input_names {self.input_names} or output_names {self.output_names}.")
+        self._params = dict(self.module.named_parameters())
+        self._grads: dict[str, torch.Tensor] = {}
+        self.network = NativeNetwork(self)
+
+    @classmethod
+    def supports_device(cls, device) -> bool:
+        """As :meth:`TorchExecutor.supports_device`."""
+        return TorchExecutor.supports_device(device)
+
+    @classmethod
+    def device_unavailable_reason(cls, device) -> str:
+        """As :meth:`TorchExecutor.device_unavailable_reason`."""
+        return TorchExecutor.device_unavailable_reason(device)
+
+    def synchronize(self) -> None:
+        """Wait for the GPU's queued work (no-op on the CPU)."""
+        if self._device.type == "cuda":
+            torch.cuda.synchronize(self._device)
+
+    def _network_changed(self) -> None:
+        """A native module has no ONNX structure to rebuild."""
+
+    # ------------------------------------------------------------- running
+    def _tensors_from(self, feeds, need_label: bool):
+        if not isinstance(feeds, dict):
+            raise FeedError(f"Feeds must be a dict of input name to array. Received: {type(feeds).__name__}")
+        allowed = self.network.inputs
+        unknown = [k for k in feeds if k not in allowed]
+        missing = [k for k in self.input_names if k not in feeds]
+        if need_label and self.label_name not in feeds:
+            missing.append(self.label_name)
+        if unknown:
+            raise FeedError(f"Unknown input(s) {unknown}. The module's inputs are {allowed}.")
+        if missing:
+            raise FeedError(f"Missing input(s) {missing}. The module's inputs are {allowed}.")
+        xs = [to_torch(np.asarray(feeds[n]), self._device) for n in self.input_names]
+        label = feeds.get(self.label_name) if self.loss_fn is not None else None
+        return xs, None if label is None else to_torch(np.asarray(label), self._device)
+
+    def _forward(self, xs, label) -> dict[str, torch.Tensor]:
+        result = self.module(*xs)
+        if isinstance(result, torch.Tensor):
+            values = [result]
+        elif isinstance(result, dict):
+            values = [result[k] for k in self.output_names]
+        else:
+            values = list(result)
+        if len(values) < len(self.output_names):
+            raise ValueError(f"The module returned {len(values)} output(s); output_names names "
+                             f"{len(self.output_names)}: {self.output_names}")
+        outs = dict(zip(self.output_names, values))
+        if label is not None:
+            outs["loss"] = self.loss_fn(values[0], label)
+        return outs
+
+    def inference(self, feeds):
+        """Call the module on the feeds (see :meth:`GraphExecutor.inference`)."""
+        xs, label = self._tensors_from(feeds, need_label=False)
+        with torch.inference_mode():
+            outs = self._forward(xs, label)
+        return {k: to_numpy(v, copy=True) for k, v in outs.items()}
+
+    def inference_and_backprop(self, feeds, y="loss"):
+        """Forward with autograd, then backward from the scalar output ``y``.
+
+        Afterwards ``network.fetch_tensors(["<param>_grad"])`` returns the gradients.
+        """
+        xs, label = self._tensors_from(feeds, need_label=(y == "loss"))
+        for p in self._params.values():
+            p.grad = None
+        outs = self._forward(xs, label)
+        if y not in outs:
+            raise ValueError(f"inference_and_backprop: '{y}' is not an output. Outputs: {list(outs)}")
+        target = outs[y]
+        if target.numel() != 1:
+            raise ValueError(f"inference_and_backprop: '{y}' must be a scalar. "
+                             f"Received shape {list(target.shape)}")
+        target.reshape(()).backward()
+        self._grads = {gradient_name(n): p.grad for n, p in self._params.items() if p.grad is not None}
+        return {k: to_numpy(v, copy=True) for k, v in outs.items()}
+
+    # --------------------------------------------------------------- tensors
+    def has_tensor(self, name):
+        return name in self._params or name in self._grads
+
+    def fetch_tensor(self, name):
+        if name in self._params:
+            return to_numpy(self._params[name], copy=True)
+        if name in self._grads:
+            return to_numpy(self._grads[name], copy=True)
+        raise KeyError(f"No tensor '{name}'. Parameters: {list(self._params)[:20]}; gradients "
+                       "('<param>_grad') exist after inference_and_backprop.")
+
+    def feed_tensor(self, name, value):
+        if name not in self._params:
+            raise KeyError(f"feed_tensor: no parameter '{name}'. Parameters: {list(self._params)[:20]}")
+        p = self._params[name]
+        value = np.asarray(value)
+        new = to_torch(value, torch.device("cpu"))
+        if tuple(new.shape) != tuple(p.shape) or new.dtype != p.dtype:
+            raise FeedError(f"feed_tensor('{name}'): expected {p.dtype}{list(p.shape)}. "
+                            f"Received: {value.dtype.name}{list(value.shape)}")
+        with torch.no_grad():
+            p.copy_(new)
+
+    def __repr__(self) -> str:
+        return f"TorchNativeExecutor(device={self.devname}, network={self.network!r})"

@@ -1,0 +1,25 @@
+"""ONNX backend node tests on the TensorFlow executor.
+
+Node tests on types TensorFlow has no dtype for (float8, float4, int4, int2, e8m0) and on
+sequence or optional values are not declared: the executor refuses them up front with
+UnsupportedOperatorError, so they are not run here.
+"""
+
+import pytest
+
+pytest.importorskip("tensorflow", reason="needs tensorflow: pip install 'deep500lite[tensorflow]'")
+
+from conformance import node_test_cases  # noqa: E402
+
+# test name -> why it fails on this executor
+EXPECTED_FAILURES: dict[str, str] = {
+    **{name: "Dropout in training mode draws random numbers; ONNX's expected values come from numpy's generator"
+       for name in ["test_training_dropout", "test_training_dropout_default", "test_training_dropout_default_mask",
+                    "test_training_dropout_mask"]},
+    **{name: "float16 rounding: TensorFlow's half-precision softmax and matmul round once where the "
+             "step-by-step ONNX expansion rounds per op (1-2 ulp off, above the test's rtol=1e-3)"
+       for name in ["test_attention_4d_causal_fp16_expanded",
+                    "test_attention_4d_gqa_with_past_and_present_fp16_expanded"]},
+}
+
+globals().update(node_test_cases("tensorflow", EXPECTED_FAILURES, __name__))

@@ -1,0 +1,86 @@
+"""One ONNX network, four frameworks, the same answers."""
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+import deep500lite as d5
+import exporters
+from conftest import FRAMEWORKS, require_tensorflow, require_tf2onnx, require_torch, run_cli
+from deep500lite import networks
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+@pytest.mark.parametrize("model,shape", [("mlp", (20,)), ("lenet", (1, 8, 8)), ("lenet", (1, 28, 28)),
+                                         ("simple_cnn", (3, 16, 16))])
+def test_zoo_models_match_reference(framework, model, shape):
+    net, i, o = networks.create_model(model, 8, classes=10, shape=shape, seed=3)
+    feeds = net.random_feeds(seed=5)
+    result = d5.test_executor_inference(d5.executor(net, framework), feeds, d5.executor(net, "reference"))
+    assert result.passed, result.summary()
+    assert result.metrics[o]["MaxError"] < 1e-4
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("exported")
+    made = {}
+    if d5.is_framework_available("torch"):
+        made["torch"] = exporters.torch_cnn(folder)
+        made["torch_dynamo"] = exporters.torch_cnn(folder, dynamo=True)
+    if d5.is_framework_available("tensorflow"):
+        from deep500lite.utils import is_package_available
+
+        if is_package_available("tf2onnx"):
+            made["keras"] = exporters.keras_cnn(folder)
+    return made
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+@pytest.mark.parametrize("producer", [pytest.param("torch", marks=require_torch),
+                                      pytest.param("torch_dynamo", marks=require_torch),
+                                      pytest.param("keras", marks=[require_tensorflow, require_tf2onnx])])
+def test_exported_models_match_their_producer(exported, framework, producer):
+    path, feeds, expected = exported[producer]
+    result = d5.test_executor_inference(d5.executor(d5.load_model(path), framework), feeds, expected,
+                                        rtol=1e-4, atol=1e-4)
+    assert result.passed, result.summary()
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_comparison_detects_a_difference(framework):
+    net, i, o = networks.create_model("mlp", 4, shape=(6,))
+    ex = d5.executor(net, framework)
+    reference = d5.executor(net, "reference")
+    w = ex.network.fetch_tensor("fc1.weight")
+    ex.network.feed_tensor("fc1.weight", w + np.float32(0.5))
+    result = d5.test_executor_inference(ex, net.random_feeds(), reference)
+    assert not result.passed and result.metrics[o]["MaxError"] > 1e-3
+    assert "FAILED" in result.summary()
+
+
+def test_unsupported_operator_names_who_supports_it():
+    pytest.importorskip("torch", reason="needs torch")
+    node = helper.make_node("StringNormalizer", ["x"], ["y"], case_change_action="LOWER", name="norm")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.STRING, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.STRING, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(d5.UnsupportedOperatorError,
+                       match=r"torch executor does not support operator 'StringNormalizer' \(node 'norm'\). "
+                             r"Executors that support it: reference.*onnxruntime"):
+        d5.executor(d5.load_model(model), "torch")
+
+
+def test_cli_infer_table_over_frameworks(lenet_file):
+    names = [n for n in ("torch", "tensorflow", "onnxruntime") if d5.is_framework_available(n)] + ["reference"]
+    proc = run_cli("infer", lenet_file, "--frameworks", ",".join(names), "--batch-size", "4", "--max-time", "0.3")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("framework"))
+    assert "max |err| vs reference" in lines[header] and "median latency [95% CI]" in lines[header]
+    rows = {line.split()[0]: line for line in lines[header + 2:]}
+    assert set(rows) == set(names)
+    for name, row in rows.items():
+        err = float(row.split()[2])
+        assert err < 1e-4, row
+        assert "[" in row and "]" in row
