@@ -6,10 +6,10 @@ Imported as ``deep500lite.metrics``; the main names are re-exported on ``deep500
 from deep500lite.metrics.accuracy import L1Error, L2Error, MaxError, RelativeL2Error, output_errors
 from deep500lite.metrics.base import TestMetric
 from deep500lite.metrics.statistics import Summary, median_ci, median_ci_ranks, summarize
-from deep500lite.metrics.timing import Measurement, WallclockTime, time_function
+from deep500lite.metrics.timing import Measurement, PairedMeasurement, WallclockTime, time_function, time_paired
 
 __all__ = [
-    "TestMetric", "WallclockTime", "Measurement", "time_function",
+    "TestMetric", "WallclockTime", "Measurement", "PairedMeasurement", "time_function", "time_paired",
     "L1Error", "L2Error", "MaxError", "RelativeL2Error", "output_errors",
     "Summary", "summarize", "median_ci", "median_ci_ranks",
 ]

@@ -23,7 +23,8 @@ from typing import Callable, Protocol
 from deep500lite.metrics.base import TestMetric
 from deep500lite.metrics.statistics import Summary, summarize
 
-__all__ = ["Measurement", "time_function", "WallclockTime", "Timer", "NOISY_CI_THRESHOLD"]
+__all__ = ["Measurement", "PairedMeasurement", "time_function", "time_paired", "WallclockTime", "Timer",
+           "NOISY_CI_THRESHOLD"]
 
 NOISY_CI_THRESHOLD = 0.10
 
@@ -151,3 +152,75 @@ class WallclockTime(TestMetric):
 
     def measure_summary(self, inputs, outputs, reference_outputs):
         return summarize(self.samples)
+
+
+@dataclasses.dataclass(frozen=True)
+class PairedMeasurement:
+    """Two pieces of work timed in alternation; ``ratios[i] = a[i] / b[i]`` for each pair."""
+
+    a: Measurement
+    b: Measurement
+
+    @property
+    def ratios(self) -> tuple:
+        """Per-pair time ratios a/b."""
+        return tuple(x / y for x, y in zip(self.a.raw_times, self.b.raw_times))
+
+    @property
+    def ratio(self) -> Summary:
+        """Median ratio a/b with its nonparametric 95% CI."""
+        return summarize(self.ratios)
+
+    def to_dict(self) -> dict:
+        """JSON-ready form with both measurements and the ratios."""
+        return {"a": self.a.to_dict(), "b": self.b.to_dict(), "ratios": list(self.ratios),
+                "ratio_summary": self.ratio.to_dict()}
+
+
+def time_paired(fn_a: Callable[[], object], fn_b: Callable[[], object], *, label_a: str = "a",
+                label_b: str = "b", sync: Callable[[], None] | None = None, warmup: int = 5,
+                min_pairs: int = 20, max_pairs: int = 100_000, target_rel_ci: float = 0.01,
+                max_time: float = 20.0, timer: Timer = time.perf_counter) -> PairedMeasurement:
+    """Time two functions in alternation and summarize the ratio of their times.
+
+    Each pair runs ``fn_a`` and ``fn_b`` back to back, in an order that alternates from pair to
+    pair, so slow drifts of the machine (frequency, other load) affect both alike. The ratio of
+    each pair is kept; the result's :attr:`PairedMeasurement.ratio` is their median with a 95% CI.
+    Stops when that CI is within ``target_rel_ci`` of the median (after ``min_pairs``) or after
+    ``max_time`` seconds of timed work.
+    """
+    for _ in range(warmup):
+        fn_a(), fn_b()
+        if sync is not None:
+            sync()
+
+    def one(fn):
+        t0 = timer()
+        fn()
+        if sync is not None:
+            sync()
+        return timer() - t0
+
+    ta: list[float] = []
+    tb: list[float] = []
+    spent, stopped_by = 0.0, "max_pairs"
+    while len(ta) < max_pairs:
+        if len(ta) % 2 == 0:
+            a = one(fn_a)
+            b = one(fn_b)
+        else:
+            b = one(fn_b)
+            a = one(fn_a)
+        ta.append(a)
+        tb.append(b)
+        spent += a + b
+        n = len(ta)
+        if n >= min_pairs and n % max(1, n // 10) == 0:
+            if summarize([x / y for x, y in zip(ta, tb)]).ci_relative_width <= target_rel_ci:
+                stopped_by = "ci"
+                break
+        if n >= min_pairs and spent >= max_time:
+            stopped_by = "max_time"
+            break
+    return PairedMeasurement(Measurement(label_a, tuple(ta), warmup, stopped_by),
+                             Measurement(label_b, tuple(tb), warmup, stopped_by))

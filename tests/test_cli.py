@@ -112,10 +112,19 @@ def test_cli_reference_documents_every_command_and_option():
 
     with open(os.path.join(REPO, "docs", "cli.md"), encoding="utf-8") as f:
         doc = f.read()
-    parser = build_parser()
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    for name, p in sub.choices.items():
-        assert f"## `deep500lite {name}`" in doc, name
+
+    def commands(parser, prefix):
+        sub = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not sub:
+            yield prefix, parser
+        for action in sub:
+            for name, p in action.choices.items():
+                yield from commands(p, f"{prefix} {name}")
+
+    found = list(commands(build_parser(), "deep500lite"))
+    assert len(found) >= 4
+    for name, p in found:
+        assert f"## `{name}`" in doc, name
         for action in p._actions:
             for opt in action.option_strings:
                 if opt not in ("-h", "--help"):

@@ -84,3 +84,29 @@ def test_cli_infer_table_over_frameworks(lenet_file):
         err = float(row.split()[2])
         assert err < 1e-4, row
         assert "[" in row and "]" in row
+
+
+REQUIRED_OPS = """Conv ConvTranspose Gemm MatMul Add Sub Mul Div Pow Sqrt Exp Log Erf Neg Abs Relu LeakyRelu Sigmoid
+Tanh Clip Softmax LogSoftmax MaxPool AveragePool GlobalAveragePool GlobalMaxPool BatchNormalization LRN Dropout
+Flatten Reshape Transpose Concat Split Slice Squeeze Unsqueeze Gather Shape Constant ConstantOfShape Identity Cast
+Pad ReduceMean ReduceSum ReduceMax Sum Where Equal Expand Range LSTM GRU SoftmaxCrossEntropyLoss
+NegativeLogLikelihoodLoss""".split()
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_every_executor_declares_the_required_operators(framework):
+    from deep500lite.registry import import_framework
+
+    module = import_framework(framework)
+    assert module.executor_class.SUPPORTED_OPS == module.SUPPORTED_OPS
+    assert [op for op in REQUIRED_OPS if op not in module.SUPPORTED_OPS] == []
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_gpu_request_without_gpu_is_a_clear_error(framework, lenet_file):
+    from deep500lite.registry import import_framework
+
+    if import_framework(framework).executor_class.supports_device(d5.GPUDevice(0)):
+        pytest.skip("this machine has a GPU for this framework")
+    with pytest.raises(d5.DeviceError, match=rf"The {framework} executor cannot run on gpu:0: .+"):
+        d5.executor(d5.load_model(lenet_file), framework, device="gpu:0")

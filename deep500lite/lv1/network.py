@@ -69,6 +69,7 @@ class Network:
         del self._model.graph.initializer[:]
         self._initializer_names = list(self._values)
         self._executor_ref = None
+        self._input_cache = None  # (structure key, input descriptors): feeds are checked every call
         self.version = 0
 
     # ----------------------------------------------------------------- structure
@@ -120,8 +121,12 @@ class Network:
 
     def input_descriptors(self) -> dict[str, TensorDescriptor | None]:
         """The declared dtype and shape of every input (``None`` where the model declares none)."""
-        inputs = set(self.inputs)
-        return {i.name: _value_info_desc(i) for i in self.graph.input if i.name in inputs}
+        key = (self.version, len(self._initializer_names))
+        if self._input_cache is None or self._input_cache[0] != key:
+            inputs = set(self.inputs)
+            descs = {i.name: _value_info_desc(i) for i in self.graph.input if i.name in inputs}
+            self._input_cache = (key, descs)
+        return self._input_cache[1]
 
     def output_descriptors(self) -> dict[str, TensorDescriptor | None]:
         """The declared dtype and shape of every output (``None`` where the model declares none)."""
@@ -341,13 +346,11 @@ class Network:
         if not isinstance(feeds, dict):
             raise FeedError(f"Feeds must be a dict of input name to array. Received: {type(feeds).__name__}")
         declared = self.input_descriptors()
-        unknown = [k for k in feeds if k not in declared]
-        if unknown:
-            raise FeedError(
-                f"Unknown input(s) {unknown}. The network's inputs are {list(declared)}."
-            )
-        missing = [k for k in declared if k not in feeds]
-        if missing:
+        if len(feeds) != len(declared) or any(k not in declared for k in feeds):
+            unknown = [k for k in feeds if k not in declared]
+            if unknown:
+                raise FeedError(f"Unknown input(s) {unknown}. The network's inputs are {list(declared)}.")
+            missing = [k for k in declared if k not in feeds]
             raise FeedError(f"Missing input(s) {missing}. The network's inputs are {list(declared)}.")
         out = {}
         for name, desc in declared.items():

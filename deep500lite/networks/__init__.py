@@ -112,3 +112,68 @@ def _simple_cnn(batch_size, classes, shape, seed, width=32):
     x = b.flatten(b.op("GlobalAveragePool", [x]))
     x = b.dense(x, 2 * width, classes, prefix="fc", gain=1.0)
     return b.build({"input": (_batch(batch_size), *shape)}, x, doc="simple CNN")
+
+
+_CIFAR_DEPTHS = (20, 32, 44, 56, 110)
+_IMAGENET_LAYERS = {18: (2, 2, 2, 2), 34: (3, 4, 6, 3), 50: (3, 4, 6, 3)}
+
+
+def _basic_block(b, x, cin, cout, stride, prefix):
+    out = b.relu(b.batchnorm(b.conv(x, cin, cout, 3, stride, 1, bias=False, prefix=f"{prefix}.conv1"), cout, f"{prefix}.bn1"))
+    out = b.batchnorm(b.conv(out, cout, cout, 3, 1, 1, bias=False, prefix=f"{prefix}.conv2"), cout, f"{prefix}.bn2")
+    if stride != 1 or cin != cout:
+        x = b.batchnorm(b.conv(x, cin, cout, 1, stride, 0, bias=False, prefix=f"{prefix}.shortcut"), cout,
+                        f"{prefix}.shortcut_bn")
+    return b.relu(b.op("Add", [out, x]))
+
+
+def _bottleneck(b, x, cin, width, stride, prefix):
+    cout = 4 * width
+    out = b.relu(b.batchnorm(b.conv(x, cin, width, 1, 1, 0, bias=False, prefix=f"{prefix}.conv1"), width, f"{prefix}.bn1"))
+    out = b.relu(b.batchnorm(b.conv(out, width, width, 3, stride, 1, bias=False, prefix=f"{prefix}.conv2"), width,
+                             f"{prefix}.bn2"))
+    out = b.batchnorm(b.conv(out, width, cout, 1, 1, 0, bias=False, prefix=f"{prefix}.conv3"), cout, f"{prefix}.bn3")
+    if stride != 1 or cin != cout:
+        x = b.batchnorm(b.conv(x, cin, cout, 1, stride, 0, bias=False, prefix=f"{prefix}.shortcut"), cout,
+                        f"{prefix}.shortcut_bn")
+    return b.relu(b.op("Add", [out, x]))
+
+
+@register_model("resnet")
+def _resnet(batch_size, classes, shape, seed, depth=20):
+    """ResNet: CIFAR style (depth 6n+2: 20, 32, 44, 56, 110) or ImageNet style (18, 34, 50).
+
+    CIFAR ResNets have three stages of 16/32/64 channels (He et al. 2016, section 4.2) with
+    projection shortcuts; ImageNet ResNets start with a 7x7 convolution and max pooling.
+    """
+    if len(shape) != 3:
+        raise UserError(f"resnet takes samples shaped (C, H, W). Received: shape={shape}")
+    b = GraphBuilder(f"resnet{depth}", seed)
+    if depth in _CIFAR_DEPTHS:
+        n = (depth - 2) // 6
+        x = b.relu(b.batchnorm(b.conv("input", shape[0], 16, 3, 1, 1, bias=False, prefix="conv1"), 16, "bn1"))
+        cin = 16
+        for stage, width in enumerate((16, 32, 64)):
+            for i in range(n):
+                stride = 2 if stage > 0 and i == 0 else 1
+                x = _basic_block(b, x, cin, width, stride, f"layer{stage + 1}.{i}")
+                cin = width
+    elif depth in _IMAGENET_LAYERS:
+        x = b.relu(b.batchnorm(b.conv("input", shape[0], 64, 7, 2, 3, bias=False, prefix="conv1"), 64, "bn1"))
+        x = b.maxpool(x, 3, 2, 1)
+        cin = 64
+        for stage, (blocks, width) in enumerate(zip(_IMAGENET_LAYERS[depth], (64, 128, 256, 512))):
+            for i in range(blocks):
+                stride = 2 if stage > 0 and i == 0 else 1
+                if depth >= 50:
+                    x = _bottleneck(b, x, cin, width, stride, f"layer{stage + 1}.{i}")
+                    cin = 4 * width
+                else:
+                    x = _basic_block(b, x, cin, width, stride, f"layer{stage + 1}.{i}")
+                    cin = width
+    else:
+        raise UserError(f"resnet depth must be one of {list(_CIFAR_DEPTHS) + list(_IMAGENET_LAYERS)}. "
+                        f"Received: depth={depth}")
+    x = b.flatten(b.op("GlobalAveragePool", [x]))
+    x = b.dense(x, cin, classes, prefix="fc", gain=1.0)
+    return b.build({"input": (_batch(batch_size), *shape)}, x, doc=f"ResNet-{depth}")

@@ -109,7 +109,8 @@ class GraphBuilder:
             initializer=self.initializers,
         )
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
-                                  producer_name="deep500lite", doc_string=doc)
+                                  producer_name="deep500lite", doc_string=doc,
+                                  ir_version=8)  # the IR of opset 17, readable by older runtimes
         model = onnx.shape_inference.infer_shapes(model)
         onnx.checker.check_model(model)
         return Network(model, source=f"deep500lite.networks:{self.name}")

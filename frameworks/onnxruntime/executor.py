@@ -91,10 +91,21 @@ class OnnxRuntimeExecutor(GraphExecutor):
                                     providers=self._providers())
 
     def inference(self, feeds):
-        """Run the network forward (see :meth:`GraphExecutor.inference`)."""
-        feeds = self.network.check_feeds(feeds)
+        """Run the network forward (see :meth:`GraphExecutor.inference`).
+
+        ONNX Runtime checks the feeds itself; only when it refuses them are they checked by
+        :meth:`Network.check_feeds`, which raises the :class:`FeedError` that says what is wrong
+        (or converts scalars and lists to arrays, and the run is retried). The usual path thus
+        costs nothing beyond ``InferenceSession.run``.
+        """
         session = self.session
-        return dict(zip(self._output_names, session.run(self._output_names, feeds)))
+        try:
+            return dict(zip(self._output_names, session.run(self._output_names, feeds)))
+        except Exception:
+            checked = self.network.check_feeds(feeds)
+            if any(checked[k] is not feeds[k] for k in checked):
+                return dict(zip(self._output_names, session.run(self._output_names, checked)))
+            raise
 
     def inference_and_backprop(self, feeds, y="loss"):
         """Training arrives with deep500lite's ONNX autodiff (the training issue)."""

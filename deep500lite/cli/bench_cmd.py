@@ -1,0 +1,59 @@
+"""``deep500lite bench ...``: benchmarks with statistics (speed targets are checked here)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+BENCHMARKS = ("overhead",)
+
+
+def add_parser(subparsers):
+    p = subparsers.add_parser("bench", help="run a benchmark (overhead)",
+                              description="Run a benchmark and print its table; --json keeps every raw sample.")
+    sub = p.add_subparsers(dest="benchmark", metavar="BENCHMARK", parser_class=type(p))
+    o = sub.add_parser("overhead", help="deep500lite executor vs the framework's own call",
+                       description=("Time LeNet and ResNet-20 through the deep500lite executor and through the "
+                                    "framework's native call, in alternation, and print the ratio "
+                                    "deep500lite/native with its 95%% CI (target <= 1.05)."))
+    o.add_argument("--framework", "-f", required=True, help="torch, tensorflow or onnxruntime")
+    o.add_argument("--models", default="lenet,resnet20", help="comma-separated: lenet, resnet20 (default both)")
+    o.add_argument("--batch-size", type=int, default=64, help="samples per call (default 64)")
+    o.add_argument("--max-time", type=float, default=20.0, help="seconds of timed work per model (default 20)")
+    o.add_argument("--json", default=None, metavar="FILE", help="write results, raw samples and environment here")
+    o.set_defaults(func=run_overhead)
+    p.set_defaults(func=lambda args: _no_benchmark(p))
+    return p
+
+
+def _no_benchmark(parser) -> int:
+    parser.print_help(sys.stderr)
+    return 2
+
+
+def run_overhead(args) -> int:
+    from deep500lite.bench.overhead import TARGET_RATIO, run_overhead
+    from deep500lite.environment import collect_environment
+    from deep500lite.errors import UserError
+    from deep500lite.metrics.tables import format_ci, format_table
+    from deep500lite.utils import atomic_write_text
+
+    if args.batch_size < 1:
+        raise UserError(f"--batch-size must be a positive integer. Received: {args.batch_size}")
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    results = run_overhead(args.framework, models, args.batch_size, args.max_time,
+                           progress=lambda msg: print(f"... {msg}", file=sys.stderr, flush=True))
+    rows = []
+    for r in results:
+        a, b, q = r.paired.a.summary, r.paired.b.summary, r.paired.ratio
+        rows.append([r.framework, r.model, r.batch_size, format_ci(b.median, b.ci_low, b.ci_high),
+                     format_ci(a.median, a.ci_low, a.ci_high), f"{q.median:.3f} [{q.ci_low:.3f}, {q.ci_high:.3f}]",
+                     q.n, f"{r.max_abs_error:.2g}", r.verdict])
+    print(format_table(["framework", "model", "batch", "native [95% CI]", "deep500lite [95% CI]",
+                        "ratio [95% CI]", "pairs", "max |err|", f"target <= {TARGET_RATIO}"], rows))
+    if args.json:
+        payload = {"benchmark": "overhead", "environment": collect_environment(),
+                   "results": [r.to_dict() for r in results]}
+        atomic_write_text(args.json, json.dumps(payload, indent=1))
+        print(f"results: {args.json}")
+    return 0

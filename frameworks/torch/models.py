@@ -1,0 +1,78 @@
+"""Plain PyTorch versions of benchmark models (LeNet-5, CIFAR ResNet-20), for native baselines.
+
+``deep500lite bench overhead`` times these modules called directly against the same modules
+exported to ONNX and run by the deep500lite torch executor.
+"""
+
+from __future__ import annotations
+
+import io
+
+import onnx
+import torch
+from torch import nn
+
+__all__ = ["LeNet", "ResNet20", "export_onnx"]
+
+
+class LeNet(nn.Module):
+    """LeNet-5 for 1x28x28 inputs."""
+
+    def __init__(self, classes: int = 10, channels: int = 1):
+        super().__init__()
+        self.conv1 = nn.Conv2d(channels, 6, 5, padding=2)
+        self.conv2 = nn.Conv2d(6, 16, 5)
+        self.fc1 = nn.Linear(16 * 5 * 5, 120)
+        self.fc2 = nn.Linear(120, 84)
+        self.fc3 = nn.Linear(84, classes)
+
+    def forward(self, x):
+        x = torch.max_pool2d(torch.relu(self.conv1(x)), 2)
+        x = torch.max_pool2d(torch.relu(self.conv2(x)), 2)
+        x = torch.flatten(x, 1)
+        return self.fc3(torch.relu(self.fc2(torch.relu(self.fc1(x)))))
+
+
+class _Block(nn.Module):
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.shortcut = nn.Sequential()
+        if stride != 1 or cin != cout:
+            self.shortcut = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        out = torch.relu(self.bn1(self.conv1(x)))
+        return torch.relu(self.bn2(self.conv2(out)) + self.shortcut(x))
+
+
+class ResNet20(nn.Module):
+    """CIFAR ResNet-20 (three stages of three basic blocks, 16/32/64 channels)."""
+
+    def __init__(self, classes: int = 10):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 16, 3, 1, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(16)
+        layers, cin = [], 16
+        for stage, width in enumerate((16, 32, 64)):
+            for i in range(3):
+                layers.append(_Block(cin, width, 2 if stage > 0 and i == 0 else 1))
+                cin = width
+        self.layers = nn.Sequential(*layers)
+        self.fc = nn.Linear(64, classes)
+
+    def forward(self, x):
+        x = self.layers(torch.relu(self.bn1(self.conv1(x))))
+        return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
+
+
+def export_onnx(module: nn.Module, example: torch.Tensor) -> onnx.ModelProto:
+    """Export ``module`` (in eval mode) with ``torch.onnx.export`` (TorchScript exporter, opset 17)."""
+    module.eval()
+    buf = io.BytesIO()
+    torch.onnx.export(module, (example,), buf, dynamo=False, opset_version=17, input_names=["input"],
+                      output_names=["output"])
+    return onnx.load_from_string(buf.getvalue())
