@@ -51,12 +51,13 @@ class Optimizer(abc.ABC):
 
 
 class ThreeStepOptimizer(Optimizer, abc.ABC):
-    """An optimizer written as three hooks, run by :meth:`step` on numpy arrays::
+    """An optimizer written as three hooks, run by :meth:`step` on numpy arrays (as in Deep500)::
 
         new_input()
+        for each trainable param of network.gradient(loss):
+            prepare_param(param)            # may move the parameter before the gradient is taken
         outputs = executor.inference_and_backprop(inputs, loss)
         for each (param, grad) of network.gradient(loss):
-            prepare_param(param)
             param <- update_rule(gradient_modifier(grad), param, param_name)
     """
 
@@ -66,7 +67,8 @@ class ThreeStepOptimizer(Optimizer, abc.ABC):
 
     @abc.abstractmethod
     def prepare_param(self, param_name: str) -> None:
-        """Called for each parameter before its update (e.g. to create its state on first use)."""
+        """Called for each parameter before the forward pass (create its state on first use; an
+        optimizer such as AcceleGrad may also move the parameter with ``network.feed_tensor``)."""
 
     @abc.abstractmethod
     def update_rule(self, grad: np.ndarray, old_param: np.ndarray, param_name: str) -> np.ndarray:
@@ -80,14 +82,15 @@ class ThreeStepOptimizer(Optimizer, abc.ABC):
 
     def step(self, inputs):
         self.new_input()
-        outputs = self.executor.inference_and_backprop(inputs, self.loss)
         pairs = self.network.gradient(self.loss)
+        for pname, _ in pairs:
+            self.prepare_param(pname)
+        outputs = self.executor.inference_and_backprop(inputs, self.loss)
         values = self.network.fetch_tensors([n for pair in pairs for n in pair])
         for i, (pname, _) in enumerate(pairs):
             param, grad = values[2 * i], values[2 * i + 1]
             if self.gradient_modifier is not None:
                 grad = self.gradient_modifier(pname, grad, param)
-            self.prepare_param(pname)
             self.network.feed_tensor(pname, np.asarray(self.update_rule(grad, param, pname), dtype=param.dtype))
         return outputs
 

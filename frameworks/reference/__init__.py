@@ -7,7 +7,12 @@ use it for correctness, not for speed. Device: CPU only.
 
 from deep500lite.frameworks.reference.executor import ReferenceExecutor, from_model
 from deep500lite.frameworks.reference.operators import SUPPORTED_OPS
+from deep500lite.frameworks.reference.optimizers import (AcceleGradOptimizer, AdaGradOptimizer, AdamOptimizer,
+                                                         GradientDescent, MomentumOptimizer, NesterovOptimizer,
+                                                         RMSPropOptimizer)
 
 executor_class = ReferenceExecutor
 
-__all__ = ["ReferenceExecutor", "from_model", "SUPPORTED_OPS", "executor_class"]
+__all__ = ["ReferenceExecutor", "from_model", "SUPPORTED_OPS", "executor_class", "GradientDescent",
+           "MomentumOptimizer", "NesterovOptimizer", "AdaGradOptimizer", "RMSPropOptimizer", "AdamOptimizer",
+           "AcceleGradOptimizer"]
