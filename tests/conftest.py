@@ -82,3 +82,20 @@ def lenet_file(tmp_path_factory):
     path = tmp_path_factory.mktemp("models") / "lenet.onnx"
     net.save(path)
     return path
+
+
+@pytest.fixture(scope="session")
+def exported(tmp_path_factory):
+    """Models written by real exporters (see ``exporters.py``), for the frameworks installed."""
+    import deep500lite as d5
+    import exporters
+    from deep500lite.utils import is_package_available
+
+    folder = tmp_path_factory.mktemp("exported")
+    made = {}
+    if d5.is_framework_available("torch"):
+        made["torch"] = exporters.torch_cnn(folder)
+        made["torch_dynamo"] = exporters.torch_cnn(folder, dynamo=True)
+    if d5.is_framework_available("tensorflow") and is_package_available("tf2onnx"):
+        made["keras"] = exporters.keras_cnn(folder)
+    return made

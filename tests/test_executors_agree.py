@@ -5,7 +5,6 @@ import pytest
 from onnx import TensorProto, helper
 
 import deep500lite as d5
-import exporters
 from conftest import FRAMEWORKS, require_tensorflow, require_tf2onnx, require_torch, run_cli
 from deep500lite import networks
 
@@ -19,21 +18,6 @@ def test_zoo_models_match_reference(framework, model, shape):
     result = d5.test_executor_inference(d5.executor(net, framework), feeds, d5.executor(net, "reference"))
     assert result.passed, result.summary()
     assert result.metrics[o]["MaxError"] < 1e-4
-
-
-@pytest.fixture(scope="module")
-def exported(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("exported")
-    made = {}
-    if d5.is_framework_available("torch"):
-        made["torch"] = exporters.torch_cnn(folder)
-        made["torch_dynamo"] = exporters.torch_cnn(folder, dynamo=True)
-    if d5.is_framework_available("tensorflow"):
-        from deep500lite.utils import is_package_available
-
-        if is_package_available("tf2onnx"):
-            made["keras"] = exporters.keras_cnn(folder)
-    return made
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)

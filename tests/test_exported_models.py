@@ -4,23 +4,7 @@ import numpy as np
 import pytest
 
 import deep500lite as d5
-import exporters
 from conftest import require_tensorflow, require_tf2onnx, require_torch, run_cli
-
-
-@pytest.fixture(scope="module")
-def exported(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("exported")
-    made = {}
-    if d5.is_framework_available("torch"):
-        made["torch"] = exporters.torch_cnn(folder)
-        made["torch_dynamo"] = exporters.torch_cnn(folder, dynamo=True)
-    if d5.is_framework_available("tensorflow"):
-        from deep500lite.utils import is_package_available
-
-        if is_package_available("tf2onnx"):
-            made["keras"] = exporters.keras_cnn(folder)
-    return made
 
 
 @pytest.mark.parametrize("name", [
