@@ -87,8 +87,10 @@ def run(args) -> int:
     network = d5.load_model(args.model)
     feeds = load_feeds(args.inputs) if args.inputs else network.random_feeds(args.batch_size, args.seed)
     network.check_feeds(feeds)
-    source = args.inputs or f"random (seed {args.seed}, batch {args.batch_size})"
-    print(f"model: {args.model} ({len(network.graph.node)} nodes, opset {network.opset}); inputs: {source}")
+    source = args.inputs or f"random, seed {args.seed}"
+    shapes = ", ".join(f"{k} {np.asarray(v).dtype.name}{list(np.shape(v))}" for k, v in feeds.items())
+    print(f"model: {args.model} ({len(network.graph.node)} nodes, opset {network.opset})")
+    print(f"inputs ({source}): {shapes}")
 
     if len(frameworks) == 1:
         ex = d5.executor(network, frameworks[0], device=args.device)
