@@ -56,6 +56,10 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("deep500lite: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader (e.g. `| head`) went away: stop quietly, as other command-line tools do.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_FAILED
     except Exception as exc:  # noqa: BLE001 - one line for the user, traceback on request
         if args.traceback or os.environ.get("DEEP500LITE_TRACEBACK"):
             raise
