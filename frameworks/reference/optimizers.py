@@ -15,7 +15,8 @@ Deep500 tutorial):
 - AdamOptimizer (Kingma & Ba 2015): ``m <- b1 * m + (1 - b1) * g``; ``v <- b2 * v + (1 - b2) * g^2``;
   ``w <- w - lr * m_hat / sqrt(v_hat + eps)`` with ``m_hat = m / (1 - b1^t)``,
   ``v_hat = v / (1 - b2^t)`` (epsilon inside the root, as in the seeds; Kingma & Ba and
-  ``torch.optim.Adam`` add it outside — the difference is below 1e-7 relative for gradients above 1e-4)
+  ``torch.optim.Adam`` add it outside: with ``eps=1e-8`` the two steps differ by about 5e-5
+  relative for gradients near 1e-2, 0.5% near 1e-3, and a factor of about 1.4 near 1e-4)
 - AcceleGradOptimizer (Levy, Yurtsever & Cevher 2018): weights ``alpha_t = 1`` for ``t <= 2``, else
   ``(t + 1) / 4``; ``tau = 1 / alpha_t``; before the gradient is taken the parameter is moved to
   ``x = tau * z + (1 - tau) * y``; then ``S <- S + alpha_t^2 * ||g||^2``,

@@ -15,6 +15,15 @@ parameters, constants or the caller's feeds: results the graph computes are hand
 are, and an output that could alias held memory (an Identity of a parameter, a reshaped feed) is
 copied.
 
+Training: ``inference_and_backprop`` runs the graph in training mode (BatchNormalization with
+batch statistics, running statistics updated in place with ONNX's rule; Dropout active, masks
+from a generator seeded per executor) and backpropagates with torch autograd; gradients stay on
+the device as the parameters' ``.grad`` until fetched as ``"<param>_grad"``. The native
+optimizers (``GradientDescent``, ``MomentumOptimizer``, ``NesterovOptimizer``,
+``AdaGradOptimizer``, ``RMSPropOptimizer``, ``AdamOptimizer``; see
+:mod:`deep500lite.frameworks.torch.optimizers` for their exact formulas) update the parameters in
+place on the device with ``torch.optim``.
+
 ``TorchNativeExecutor`` (see :mod:`deep500lite.frameworks.torch.native`) wraps a
 ``torch.nn.Module`` that exists only in PyTorch, with an optional loss, behind the same
 ``inference``/``inference_and_backprop`` interface.
@@ -29,8 +38,12 @@ except ImportError as exc:
 from deep500lite.frameworks.torch.executor import TorchExecutor, from_model, torch_device
 from deep500lite.frameworks.torch.native import NativeNetwork, TorchNativeExecutor
 from deep500lite.frameworks.torch.operators import SUPPORTED_OPS
+from deep500lite.frameworks.torch.optimizers import (
+    AdaGradOptimizer, AdamOptimizer, GradientDescent, MomentumOptimizer, NesterovOptimizer,
+    RMSPropOptimizer)
 
 executor_class = TorchExecutor
 
 __all__ = ["TorchExecutor", "TorchNativeExecutor", "NativeNetwork", "from_model", "torch_device",
-           "SUPPORTED_OPS", "executor_class"]
+           "SUPPORTED_OPS", "executor_class", "GradientDescent", "MomentumOptimizer",
+           "NesterovOptimizer", "AdamOptimizer", "AdaGradOptimizer", "RMSPropOptimizer"]

@@ -49,15 +49,31 @@ class TorchExecutor(GraphExecutor):
     initializers (the parameters) are leaf tensors updated in place by :meth:`feed_tensor`, so
     the compiled function keeps seeing their current values; feeding another initializer
     recompiles the graph, since it may have been folded.
+
+    Training (:meth:`inference_and_backprop`) runs a second generated function, compiled on first
+    use, in which ``BatchNormalization`` uses batch statistics and updates the running statistics
+    in place and ``Dropout`` is active; gradients stay on the device as the parameters' ``.grad``.
+
+    Args:
+        network: a Network, an ONNX file or an ``onnx.ModelProto``.
+        device: ``None``/``"cpu"`` or ``"gpu:N"``.
+        seed: seed of the generator training-mode ``Dropout`` draws its masks from.
     """
 
     framework = "torch"
     SUPPORTED_OPS = SUPPORTED_OPS
 
-    def __init__(self, network, device=None):
+    def __init__(self, network, device=None, seed: int = 0):
         super().__init__(network, device)
         self._device = torch_device(self.devname)
         self._tensors: dict[str, torch.Tensor] = {}
+        self._line_nodes: dict[str, dict] = {}  # generated code name -> {line: node}
+        self._generator = torch.Generator(device=self._device)
+        self._generator.manual_seed(seed)
+        self._grads: dict[str, torch.Tensor] = {}    # gradient name -> parameter (holds .grad)
+        self._grad_params: list[torch.Tensor] = []
+        self._have_grads = False
+        self._grad_state: tuple | None = None        # (network version, y) requires_grad is set for
         self._build()
 
     # -------------------------------------------------------------- devices
@@ -92,6 +108,19 @@ class TorchExecutor(GraphExecutor):
         params = {n for n in net.initializers if self._tensors[n].is_floating_point()
                   and host[n].dtype in FLOAT_DTYPES}
         self._params = params
+        self._line_nodes.clear()
+        self._run, self._copy_out = self._generate(training=False)
+        self._train_fns: dict[str, tuple] = {}  # y -> (function, copy flags), built on first use
+        self._built_version = net.version
+
+    def _generate(self, training: bool, y: str | None = None):
+        """Compile the graph into one Python function of the network inputs.
+
+        Returns ``(function, copy_out)``: the function returns the graph outputs (then ``y``
+        when given); ``copy_out[i]`` says whether output ``i`` may alias held memory.
+        """
+        net = self.network
+        params = self._params
         static: dict[str, torch.Tensor] = {n: t for n, t in self._tensors.items() if n not in params}
         host_static: dict[str, np.ndarray] = {}
 
@@ -113,13 +142,17 @@ class TorchExecutor(GraphExecutor):
             env[name] = f"p{len(namespace) - 1}"
 
         opset = net.opset
+        generator = self._generator if training else None
+        # Training-mode BatchNormalization updates state: it runs on every call.
+        unfoldable = ("Dropout", "BatchNormalization") if training else ("Dropout",)
         with torch.no_grad():
             for k, node in enumerate(net.graph.node):
-                spec = NodeSpec(node, opset, [const_of(n) for n in node.input], self._device)
+                spec = NodeSpec(node, opset, [const_of(n) for n in node.input], self._device,
+                                training=training, generator=generator)
                 fn = build_node(spec)
                 foldable = all(not n or n in static for n in node.input) or (
                     node.op_type == "Shape" and node.input[0] in self._tensors)
-                if foldable and node.op_type != "Dropout":
+                if foldable and node.op_type not in unfoldable:
                     args = [static.get(n, self._tensors.get(n)) if n else None for n in node.input]
                     result = fn(*args)
                     results = result if isinstance(result, (tuple, list)) else (result,)
@@ -148,17 +181,15 @@ class TorchExecutor(GraphExecutor):
         missing = [o for o in net.outputs if o not in env]
         if missing:
             raise FeedError(f"The network's output(s) {missing} are produced by no node and are no input.")
-        code = self._source(lines, [f"x{i}" for i in range(len(net.inputs))],
-                            [env[o] for o in net.outputs])
-        self._code_name = f"<deep500lite-torch-graph-{next(_compiled_graphs)}>"
-        compiled = compile(code, self._code_name, "exec")
+        returned = list(net.outputs) + ([y] if y is not None else [])
+        code = self._source(lines, [f"x{i}" for i in range(len(net.inputs))], [env[o] for o in returned])
+        code_name = f"<deep500lite-torch-{'train' if training else 'graph'}-{next(_compiled_graphs)}>"
+        compiled = compile(code, code_name, "exec")
         # Lets tracebacks show the generated line of a failing node.
-        linecache.cache[self._code_name] = (len(code), None, code.splitlines(True), self._code_name)
+        linecache.cache[code_name] = (len(code), None, code.splitlines(True), code_name)
         exec(compiled, namespace)
-        self._run = namespace["_run"]
-        self._line_nodes = {i + 2: node for i, (_, node) in enumerate(lines)}
-        self._copy_out = [o in internal for o in net.outputs]
-        self._built_version = net.version
+        self._line_nodes[code_name] = {i + 2: node for i, (_, node) in enumerate(lines)}
+        return namespace["_run"], [o in internal for o in net.outputs]
 
     @staticmethod
     def _source(lines, inputs, outputs) -> str:
@@ -208,8 +239,9 @@ class TorchExecutor(GraphExecutor):
         tb = sys.exc_info()[2]
         node = None
         while tb is not None:
-            if tb.tb_frame.f_code.co_filename == self._code_name:
-                node = self._line_nodes.get(tb.tb_lineno)
+            lines = self._line_nodes.get(tb.tb_frame.f_code.co_filename)
+            if lines is not None:
+                node = lines.get(tb.tb_lineno)
             tb = tb.tb_next
         if node is None:
             return exc
@@ -218,17 +250,106 @@ class TorchExecutor(GraphExecutor):
             f"{type(exc).__name__}: {exc}")
 
     def inference_and_backprop(self, feeds, y="loss"):
-        """Training arrives with the training issue."""
-        raise NotImplementedError(
-            "inference_and_backprop is not supported by the torch executor yet: gradients through "
-            "the converted graph arrive with the training issue.")
+        """Run forward in training mode, then backward from the scalar ``y`` with torch autograd.
+
+        Training mode: ``BatchNormalization`` normalizes with the batch statistics (biased
+        variance) and updates the running statistics in place with ONNX's rule
+        ``running = running * momentum + batch_stat * (1 - momentum)``; ``Dropout`` draws its mask
+        from this executor's generator (seeded with ``seed``) unless the graph feeds
+        ``training_mode=False``. This runs a second generated function, compiled on the first
+        call for each ``y``; :meth:`inference` is not affected.
+
+        The gradients stay on the device as the parameters' ``.grad`` tensors (the parameters
+        are leaf tensors; only those listed by ``network.gradient(y)`` require grad). They are
+        converted to numpy only when fetched as ``"<param>_grad"``; :meth:`torch_tensor` returns
+        them as tensors. A listed parameter through which no gradient flows (for example one
+        read only by ``Shape``) has a zero gradient.
+
+        Args:
+            feeds: one numpy array per network input.
+            y: the scalar tensor to differentiate (a graph tensor, output or not).
+
+        Returns:
+            The graph outputs computed in training mode, as numpy arrays.
+
+        Raises:
+            ModelError: ``y`` is not a tensor of the network.
+            ValueError: ``y`` has more than one element.
+            FeedError: the feeds do not match the network's inputs.
+        """
+        net = self.network
+        feeds = net.check_feeds(feeds)
+        device = self._device
+        try:
+            args = [to_torch(feeds[name], device) for name in net.inputs]
+        except TypeError as exc:
+            raise FeedError(f"The torch executor cannot take these feeds: {exc}") from exc
+        if self._grad_state != (net.version, y):
+            self._prepare_gradients(y)
+        entry = self._train_fns.get(y)
+        if entry is None:
+            entry = self._train_fns[y] = self._generate(training=True, y=y)
+        run, copy_out = entry
+        for t in self._grad_params:
+            t.grad = None
+        self._have_grads = False
+        try:
+            with torch.enable_grad():
+                results = run(*args)
+        except Exception as exc:
+            raise self._node_error(exc) from exc
+        target = results[-1]
+        if not isinstance(target, torch.Tensor) or target.numel() != 1:
+            shape = list(target.shape) if isinstance(target, torch.Tensor) else type(target).__name__
+            raise ValueError(f"inference_and_backprop: y='{y}' must be a scalar (one element). "
+                             f"Received shape {shape}")
+        if target.requires_grad:
+            with torch.enable_grad():
+                (target if target.dim() == 0 else target.reshape(())).backward()
+        self._have_grads = True
+        return {name: to_numpy(r, copy) for name, r, copy in zip(net.outputs, results, copy_out)}
+
+    def _prepare_gradients(self, y: str) -> None:
+        """Make exactly the parameters ``y`` depends on require grad."""
+        pairs = self.network.gradient(y)
+        wanted = {p for p, _ in pairs}
+        for name in self._params:
+            t = self._tensors[name]
+            t.grad = None
+            if t.requires_grad != (name in wanted):
+                t.requires_grad_(name in wanted)
+        self._grads = {g: self._tensors[p] for p, g in pairs}
+        self._grad_params = list(self._grads.values())
+        self._have_grads = False
+        self._grad_state = (self.network.version, y)
 
     # --------------------------------------------------------------- tensors
+    def torch_tensor(self, name: str) -> torch.Tensor:
+        """The live tensor on the device, without a copy.
+
+        ``name`` is a parameter or constant initializer (parameters are leaf tensors, updated in
+        place by :meth:`feed_tensor` and the native optimizers), or, after
+        :meth:`inference_and_backprop`, a gradient ``"<param>_grad"`` (the parameter's ``.grad``,
+        replaced by the next backward pass).
+
+        Raises:
+            KeyError: no such tensor.
+        """
+        t = self._tensors.get(name)
+        if t is not None:
+            return t
+        if self._have_grads and name in self._grads:
+            p = self._grads[name]
+            return torch.zeros_like(p) if p.grad is None else p.grad
+        raise KeyError(f"The torch executor holds no tensor '{name}'. Parameters: "
+                       f"{sorted(self._params)[:20]}; gradients ('<param>_grad') exist after "
+                       "inference_and_backprop for the parameters network.gradient(y) lists.")
+
     def has_tensor(self, name):
-        return name in self._tensors
+        return name in self._tensors or (self._have_grads and name in self._grads)
 
     def fetch_tensor(self, name):
-        return to_numpy(self._tensors[name], copy=True)
+        return to_numpy(self.torch_tensor(name), copy=True)
 
     def feed_tensor(self, name, value):
         value = np.asarray(value)
@@ -248,6 +369,6 @@ class TorchExecutor(GraphExecutor):
             self._build()
 
 
-def from_model(network, device=None) -> TorchExecutor:
+def from_model(network, device=None, seed: int = 0) -> TorchExecutor:
     """Build a :class:`TorchExecutor` for a Network, ONNX file or ModelProto on ``device``."""
-    return TorchExecutor(network, device)
+    return TorchExecutor(network, device, seed=seed)

@@ -134,9 +134,16 @@ class NodeSpec:
         present: per input, whether the input is given (optional inputs may be empty).
         n_outputs: number of declared outputs.
         device: the torch device the function runs on.
+        training: build the training-mode function (``BatchNormalization`` with batch statistics
+            and running statistics updated in place, ``Dropout`` active); see
+            ``TorchExecutor.inference_and_backprop``.
+        generator: the ``torch.Generator`` training-mode ``Dropout`` draws its masks from.
     """
 
-    def __init__(self, node: onnx.NodeProto, opset: int, consts: list, device: torch.device):
+    def __init__(self, node: onnx.NodeProto, opset: int, consts: list, device: torch.device,
+                 training: bool = False, generator: torch.Generator | None = None):
+        self.training = training
+        self.generator = generator
         self.op = node.op_type
         self.name = node.name or (node.output[0] if node.output else node.op_type)
         self.attrs = parse_attributes(node)
@@ -674,6 +681,8 @@ def _batch_norm(spec):
     momentum = spec.attr("momentum", 0.9)
     training = spec.attr("training_mode", 0) and spec.opset >= 14
 
+    if spec.training:
+        return _batch_norm_train(spec, eps, momentum)
     if not training:
         def infer(x, scale, b, mean, var):
             y = F.batch_norm(x, mean, var, scale, b, False, 0.0, eps)
@@ -687,6 +696,37 @@ def _batch_norm(spec):
         v = x.var(dim=dims, unbiased=False)
         y = (x - m.reshape(shape)) / torch.sqrt(v.reshape(shape) + eps) * scale.reshape(shape) + b.reshape(shape)
         return y, mean * momentum + m * (1 - momentum), var * momentum + v * (1 - momentum)
+    return train
+
+
+def _batch_norm_train(spec, eps, momentum):
+    """Training mode: batch statistics, running statistics updated in place with ONNX's rule.
+
+    ONNX: ``running = running * momentum + stat * (1 - momentum)`` with the biased batch variance.
+    ``F.batch_norm`` (one fused kernel, as ``nn.BatchNorm2d`` runs) applies
+    ``running = running * (1 - m) + stat * m`` with the *unbiased* variance ``v * n / (n - 1)``;
+    it updates a copy of the running variance scaled by ``n / (n - 1)``, which is scaled back by
+    ``(n - 1) / n`` into the running variance: ONNX's rule (up to two roundings).
+    """
+    torch_momentum = 1.0 - momentum
+    n_out = spec.n_outputs
+
+    def train(x, scale, b, mean, var):
+        if mean.requires_grad or var.requires_grad:  # computed statistics: never update in place
+            mean, var = mean.detach().clone(), var.detach().clone()
+        n = x.numel() // x.shape[1] if x.dim() > 1 else x.shape[0]
+        if n > 1:
+            # A scaled copy: autograd saves the running-variance argument, so it must not change.
+            with torch.no_grad():
+                scaled = var * (n / (n - 1))
+            y = F.batch_norm(x, mean, scaled, scale, b, True, torch_momentum, eps)
+            with torch.no_grad():
+                torch.mul(scaled, (n - 1) / n, out=var)
+        else:
+            y = F.batch_norm(x, mean, var, scale, b, True, torch_momentum, eps)
+        if n_out == 1:
+            return y
+        return ((y, mean.clone(), var.clone()) + (None,) * n_out)[:n_out]
     return train
 
 
@@ -736,12 +776,19 @@ def _lrn(spec):
 @_op("Dropout")
 def _dropout(spec):
     ratio_attr = spec.attr("ratio", 0.5)
+    # The training pass (spec.training) drops unless the graph feeds training_mode=False; it
+    # draws masks from the executor's seeded generator (the node's seed attribute is not used).
+    default_training = spec.training
+    generator = spec.generator
 
     def run(x, ratio=None, training_mode=None):
-        training = training_mode is not None and bool(training_mode.item())
+        training = default_training if training_mode is None else bool(training_mode.item())
         p = float(_scalar(ratio)) if ratio is not None else ratio_attr
         if training and p > 0:
-            mask = torch.rand_like(x, dtype=torch.float32) >= p
+            if generator is not None:
+                mask = torch.rand(x.shape, generator=generator, device=x.device) >= p
+            else:
+                mask = torch.rand_like(x, dtype=torch.float32) >= p
             y = x * mask / (1 - p)
         else:
             y, mask = x, None
