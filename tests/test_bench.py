@@ -33,3 +33,15 @@ def test_bench_overhead_bad_input():
     assert proc.returncode == 2 and "Unknown model(s) ['vgg']" in proc.stderr
     proc = run_cli("bench")
     assert proc.returncode == 2 and "overhead" in proc.stderr
+
+
+@pytest.mark.skipif(not d5.is_framework_available("torch"), reason="needs torch")
+def test_bench_overhead_training_torch(tmp_path):
+    out = tmp_path / "train.json"
+    proc = run_cli("bench", "overhead", "--training", "--framework", "torch", "--models", "lenet", "--batch-size", "8",
+                   "--max-time", "0.5", "--json", out)
+    assert proc.returncode == 0, proc.stderr
+    assert "training step time, deep500lite vs native" in proc.stdout
+    (result,) = json.loads(out.read_text())["results"]
+    assert result["training"] is True and result["max_abs_error"] < 1e-5  # same weights, same first loss
+    assert len(result["ratios"]) >= 20

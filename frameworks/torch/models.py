@@ -7,6 +7,7 @@ exported to ONNX and run by the deep500lite torch executor.
 from __future__ import annotations
 
 import io
+import warnings
 
 import onnx
 import torch
@@ -69,10 +70,29 @@ class ResNet20(nn.Module):
         return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
 
 
-def export_onnx(module: nn.Module, example: torch.Tensor) -> onnx.ModelProto:
-    """Export ``module`` (in eval mode) with ``torch.onnx.export`` (TorchScript exporter, opset 17)."""
-    module.eval()
+def export_onnx(module: nn.Module, example: torch.Tensor, training: bool = False) -> onnx.ModelProto:
+    """Export ``module`` with ``torch.onnx.export`` (TorchScript exporter, opset 17).
+
+    Args:
+        module: the module (its mode is set to eval, or to train with ``training=True``).
+        example: an input batch.
+        training: export for training: in eval mode the exporter folds each BatchNormalization
+            into the preceding convolution, leaving nothing to train; in training mode the
+            BatchNormalization nodes stay.
+    """
     buf = io.BytesIO()
-    torch.onnx.export(module, (example,), buf, dynamo=False, opset_version=17, input_names=["input"],
-                      output_names=["output"])
+    with warnings.catch_warnings():
+        # The exporter warns, per BatchNormalization, that it drops the num_batches_tracked counter.
+        warnings.filterwarnings("ignore", message=".*num_batches_tracked.*")
+        _export(module, example, buf, training)
     return onnx.load_from_string(buf.getvalue())
+
+
+def _export(module, example, buf, training):
+    if training:
+        torch.onnx.export(module.train(), (example,), buf, dynamo=False, opset_version=17, input_names=["input"],
+                          output_names=["output"], training=torch.onnx.TrainingMode.TRAINING,
+                          do_constant_folding=False)
+    else:
+        torch.onnx.export(module.eval(), (example,), buf, dynamo=False, opset_version=17, input_names=["input"],
+                          output_names=["output"])
