@@ -1,9 +1,11 @@
 """Level 1: networks and graph executors."""
 
+from deep500lite.lv1.autodiff import build_training_model, save_backward_graph
 from deep500lite.lv1.device import CPUDevice, Device, GPUDevice, as_device
 from deep500lite.lv1.executor import GraphExecutor
 from deep500lite.lv1.network import Network, load_model
 from deep500lite.lv1.validation import ExecutorComparison, test_executor_inference
 
 __all__ = ["Network", "load_model", "GraphExecutor", "Device", "CPUDevice", "GPUDevice", "as_device",
-           "test_executor_inference", "ExecutorComparison"]
+           "test_executor_inference", "ExecutorComparison",
+           "build_training_model", "save_backward_graph"]

@@ -108,16 +108,63 @@ class OnnxRuntimeExecutor(GraphExecutor):
             raise
 
     def inference_and_backprop(self, feeds, y="loss"):
-        """Training arrives with deep500lite's ONNX autodiff (the training issue)."""
-        raise NotImplementedError(
-            "inference_and_backprop is not supported by the onnxruntime executor in this version: it needs "
-            "deep500lite's ONNX autodiff, which is not built yet.")
+        """Run forward in training mode, then backward from ``y`` (see :meth:`GraphExecutor.inference_and_backprop`).
+
+        Runs the training graph of :func:`deep500lite.lv1.autodiff.training_graph` in its own
+        session, built once per network version and ``y``; its parameters are graph inputs fed
+        from this executor's arrays, so parameter updates need no rebuild. Gradients are kept for
+        :meth:`fetch_tensor`; the updated BatchNormalization running statistics replace the
+        executor's values (and mark the inference session for rebuild).
+        """
+        tg, session = self._training_session(y)
+        names = tg.output_names
+        inputs = {k: self._tensors[k] for k in tg.param_inputs}
+        if tg.dropout_masks:  # drawn from this executor's own seeded generator
+            rng = self.__dict__.setdefault("_dropout_rng", np.random.default_rng(0))
+            inputs.update(tg.draw_masks(rng))
+        try:
+            results = session.run(names, {**inputs, **feeds})
+        except Exception:
+            checked = self.network.check_feeds(feeds)
+            results = session.run(names, {**inputs, **checked})
+        results = dict(zip(names, results))
+        grads = self.__dict__.setdefault("_grads", {})
+        grads.clear()
+        for param, out in tg.gradients.items():
+            ref = self._tensors[param]
+            grads[out] = np.asarray(results[out], dtype=ref.dtype).reshape(ref.shape)
+        for stat, out in tg.running_stats.items():
+            ref = self._tensors[stat]
+            self._tensors[stat] = np.asarray(results[out], dtype=ref.dtype).reshape(ref.shape)
+        if tg.running_stats:
+            self._session = None
+        return {name: results[name] for name in tg.outputs}
+
+    def _training_session(self, y):
+        from deep500lite.lv1.autodiff import training_graph
+
+        key = (self.network.version, y)
+        cache = self.__dict__.get("_training_cache")
+        if cache is None or cache[0] != key:
+            tg = training_graph(self.network, y)
+            model = tg.model
+            for _ in range(3):
+                try:
+                    session = self._new_session(model)
+                    break
+                except Exception as exc:  # noqa: BLE001 - adapted and retried, or re-raised
+                    if not _adapt_to_runtime(model, str(exc)):
+                        raise
+            self._training_cache = cache = (key, tg, session)
+        return cache[1], cache[2]
 
     def has_tensor(self, name):
-        return name in self._tensors
+        return name in self._tensors or name in self.__dict__.get("_grads", {})
 
     def fetch_tensor(self, name):
-        return self._tensors[name]
+        if name in self._tensors:
+            return self._tensors[name]
+        return self._grads[name]
 
     def feed_tensor(self, name, value):
         old = self._tensors.get(name)

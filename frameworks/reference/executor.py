@@ -56,17 +56,53 @@ class ReferenceExecutor(GraphExecutor):
         return {name: r if r is None or isinstance(r, list) else np.asarray(r) for name, r in zip(outputs, results)}
 
     def inference_and_backprop(self, feeds, y="loss"):
-        """Training arrives with deep500lite's ONNX autodiff (the training issue)."""
-        raise NotImplementedError(
-            "inference_and_backprop is not supported by the reference executor in this version: "
-            "it needs deep500lite's ONNX autodiff, which is not built yet."
-        )
+        """Run forward in training mode, then backward from ``y`` (see :meth:`GraphExecutor.inference_and_backprop`).
+
+        The training graph of :func:`deep500lite.lv1.autodiff.training_graph` is built once per
+        network version and ``y``; parameters are fed from this executor's arrays. Gradients are
+        kept for :meth:`fetch_tensor`; the updated BatchNormalization running statistics replace
+        the executor's values.
+        """
+        feeds = self.network.check_feeds(feeds)
+        tg, evaluator = self._training_program(y)
+        names = tg.output_names
+        inits = {k: self._tensors[k] for k in tg.param_inputs}
+        if tg.dropout_masks:  # drawn from this executor's own seeded generator
+            rng = self.__dict__.setdefault("_dropout_rng", np.random.default_rng(0))
+            inits.update(tg.draw_masks(rng))
+        results = dict(zip(names, evaluator.run(names, {**inits, **feeds})))
+        self._store_training_results(tg, results)
+        return {name: np.asarray(results[name]) for name in tg.outputs}
+
+    def _training_program(self, y):
+        from deep500lite.lv1.autodiff import training_graph
+
+        key = (self.network.version, y)
+        cache = getattr(self, "_training_cache", None)
+        if cache is None or cache[0] != key:
+            tg = training_graph(self.network, y)
+            self._training_cache = (key, tg, ReferenceEvaluator(tg.model))
+        return self._training_cache[1], self._training_cache[2]
+
+    def _store_training_results(self, tg, results):
+        grads = getattr(self, "_grads", None)
+        if grads is None:
+            grads = self._grads = {}
+        grads.clear()
+        for param, out in tg.gradients.items():
+            ref = self._tensors[param]
+            grads[out] = np.asarray(results[out], dtype=ref.dtype).reshape(ref.shape)
+        for stat, out in tg.running_stats.items():
+            ref = self._tensors[stat]
+            self._tensors[stat] = np.asarray(results[out], dtype=ref.dtype).reshape(ref.shape)
 
     def has_tensor(self, name):
-        return name in self._tensors
+        return name in self._tensors or name in getattr(self, "_grads", {})
 
     def fetch_tensor(self, name):
-        return self._tensors[name]
+        if name in self._tensors:
+            return self._tensors[name]
+        return self._grads[name]
 
     def feed_tensor(self, name, value):
         old = self._tensors.get(name)
