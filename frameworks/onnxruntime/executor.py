@@ -12,29 +12,29 @@ import onnxruntime as ort
 from deep500lite.errors import UnsupportedOperatorError
 from deep500lite.frameworks.onnxruntime.operators import SUPPORTED_OPS, unsupported_reason
 from deep500lite.lv1.device import Device
-from deep500lite.lv1.executor import GraphExecutor
+from deep500lite.lv1.host import HostGraphExecutor
 from deep500lite.lv1.network import iter_nodes
 
 __all__ = ["OnnxRuntimeExecutor", "from_model"]
 
 
-class OnnxRuntimeExecutor(GraphExecutor):
+class OnnxRuntimeExecutor(HostGraphExecutor):
     """Runs a network in an ``onnxruntime.InferenceSession``.
 
     Args:
         network: a Network, ONNX file path or ModelProto.
         device: ``"cpu"`` or ``"gpu:N"`` (needs onnxruntime with the CUDA execution provider).
         session_options: an ``onnxruntime.SessionOptions`` (default: all graph optimizations).
+        seed: seed of the dropout masks drawn in training.
     """
 
     framework = "onnxruntime"
     SUPPORTED_OPS = SUPPORTED_OPS
 
-    def __init__(self, network, device=None, session_options: ort.SessionOptions | None = None):
-        super().__init__(network, device)
+    def __init__(self, network, device=None, session_options: ort.SessionOptions | None = None, seed: int = 0):
         self._options = session_options or ort.SessionOptions()
-        self._tensors = {k: np.array(v, copy=True) for k, v in self.network.host_values().items()}
         self._session = None
+        super().__init__(network, device, seed)
 
     @classmethod
     def supports_device(cls, device: Device) -> bool:
@@ -75,20 +75,19 @@ class OnnxRuntimeExecutor(GraphExecutor):
     def session(self) -> ort.InferenceSession:
         """The session, (re)built when parameters or the network changed."""
         if self._session is None:
-            model = self.network.to_onnx()
-            for _ in range(3):
-                try:
-                    self._session = self._new_session(model)
-                    break
-                except Exception as exc:  # noqa: BLE001 - adapted and retried, or re-raised
-                    if not _adapt_to_runtime(model, str(exc)):
-                        raise
+            self._session = self._session_for(self.network.to_onnx())
             self._output_names = [o.name for o in self._session.get_outputs()]
         return self._session
 
-    def _new_session(self, model):
-        return ort.InferenceSession(model.SerializeToString(), sess_options=self._options,
-                                    providers=self._providers())
+    def _session_for(self, model) -> ort.InferenceSession:
+        """A session for ``model``, restamped first if this onnxruntime reads only older IR/opsets."""
+        while True:  # each adaptation lowers a version, so this ends
+            try:
+                return ort.InferenceSession(model.SerializeToString(), sess_options=self._options,
+                                            providers=self._providers())
+            except Exception as exc:  # noqa: BLE001 - adapted and retried, or re-raised
+                if not _adapt_to_runtime(model, str(exc)):
+                    raise
 
     def inference(self, feeds):
         """Run the network forward (see :meth:`GraphExecutor.inference`).
@@ -107,72 +106,17 @@ class OnnxRuntimeExecutor(GraphExecutor):
                 return dict(zip(self._output_names, session.run(self._output_names, checked)))
             raise
 
-    def inference_and_backprop(self, feeds, y="loss"):
-        """Run forward in training mode, then backward from ``y`` (see :meth:`GraphExecutor.inference_and_backprop`).
+    def _compile(self, model):
+        return self._session_for(model).run
 
-        Runs the training graph of :func:`deep500lite.lv1.autodiff.training_graph` in its own
-        session, built once per network version and ``y``; its parameters are graph inputs fed
-        from this executor's arrays, so parameter updates need no rebuild. Gradients are kept for
-        :meth:`fetch_tensor`; the updated BatchNormalization running statistics replace the
-        executor's values (and mark the inference session for rebuild).
-        """
-        tg, session = self._training_session(y)
-        names = tg.output_names
-        inputs = {k: self._tensors[k] for k in tg.param_inputs}
-        if tg.dropout_masks:  # drawn from this executor's own seeded generator
-            rng = self.__dict__.setdefault("_dropout_rng", np.random.default_rng(0))
-            inputs.update(tg.draw_masks(rng))
+    def _run_checked(self, runner, names, fixed, feeds):
+        # As in inference: onnxruntime checks the feeds; check_feeds explains a refusal.
         try:
-            results = session.run(names, {**inputs, **feeds})
+            return runner(names, {**fixed, **feeds})
         except Exception:
-            checked = self.network.check_feeds(feeds)
-            results = session.run(names, {**inputs, **checked})
-        results = dict(zip(names, results))
-        grads = self.__dict__.setdefault("_grads", {})
-        grads.clear()
-        for param, out in tg.gradients.items():
-            ref = self._tensors[param]
-            grads[out] = np.asarray(results[out], dtype=ref.dtype).reshape(ref.shape)
-        for stat, out in tg.running_stats.items():
-            ref = self._tensors[stat]
-            self._tensors[stat] = np.asarray(results[out], dtype=ref.dtype).reshape(ref.shape)
-        if tg.running_stats:
-            self._session = None
-        return {name: results[name] for name in tg.outputs}
+            return runner(names, {**fixed, **self.network.check_feeds(feeds)})
 
-    def _training_session(self, y):
-        from deep500lite.lv1.autodiff import training_graph
-
-        key = (self.network.version, y)
-        cache = self.__dict__.get("_training_cache")
-        if cache is None or cache[0] != key:
-            tg = training_graph(self.network, y)
-            model = tg.model
-            for _ in range(3):
-                try:
-                    session = self._new_session(model)
-                    break
-                except Exception as exc:  # noqa: BLE001 - adapted and retried, or re-raised
-                    if not _adapt_to_runtime(model, str(exc)):
-                        raise
-            self._training_cache = cache = (key, tg, session)
-        return cache[1], cache[2]
-
-    def has_tensor(self, name):
-        return name in self._tensors or name in self.__dict__.get("_grads", {})
-
-    def fetch_tensor(self, name):
-        if name in self._tensors:
-            return self._tensors[name]
-        return self._grads[name]
-
-    def feed_tensor(self, name, value):
-        old = self._tensors.get(name)
-        value = np.asarray(value)
-        if old is not None and (old.shape != value.shape or old.dtype != value.dtype):
-            raise ValueError(f"feed_tensor('{name}'): expected {old.dtype.name}{list(old.shape)}. "
-                             f"Received: {value.dtype.name}{list(value.shape)}")
-        self._tensors[name] = np.array(value, copy=True)
+    def _parameters_changed(self):
         self._session = None
 
     def _network_changed(self):

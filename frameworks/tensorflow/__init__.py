@@ -21,6 +21,13 @@ TensorFlow prints C++ start-up messages (oneDNN, CPU features) on import; settin
 ``TF_CPP_MIN_LOG_LEVEL=2`` in the shell silences them (setting it from Python after start-up
 does not, with TensorFlow 2.21, so this package does not try).
 
+Training: ``inference_and_backprop`` runs the graph in training mode (BatchNormalization with
+batch statistics, updating its running statistics; Dropout active, seeded per executor) under
+``tf.GradientTape`` in one ``tf.function``; gradients stay on the device until fetched. The
+native optimizers (:mod:`.optimizers`: ``GradientDescent``, ``MomentumOptimizer``,
+``NesterovOptimizer``, ``AdamOptimizer``, ``AdaGradOptimizer``, ``RMSPropOptimizer``) run forward, backward and a Keras
+optimizer's update as one ``tf.function``.
+
 Keras models that have no ONNX form run through :class:`KerasExecutor` (``native.py``).
 """
 
@@ -34,7 +41,12 @@ except ImportError as exc:
 from deep500lite.frameworks.tensorflow.executor import TensorFlowExecutor, from_model  # noqa: E402
 from deep500lite.frameworks.tensorflow.native import KerasExecutor  # noqa: E402
 from deep500lite.frameworks.tensorflow.operators import SUPPORTED_OPS  # noqa: E402
+from deep500lite.frameworks.tensorflow.optimizers import (  # noqa: E402
+    AdaGradOptimizer, AdamOptimizer, GradientDescent, MomentumOptimizer, NesterovOptimizer, RMSPropOptimizer,
+    TensorFlowOptimizer)
 
 executor_class = TensorFlowExecutor
 
-__all__ = ["TensorFlowExecutor", "KerasExecutor", "from_model", "SUPPORTED_OPS", "executor_class"]
+__all__ = ["TensorFlowExecutor", "KerasExecutor", "from_model", "SUPPORTED_OPS", "executor_class",
+           "TensorFlowOptimizer", "GradientDescent", "MomentumOptimizer", "NesterovOptimizer", "AdamOptimizer",
+           "AdaGradOptimizer", "RMSPropOptimizer"]

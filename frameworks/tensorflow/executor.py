@@ -9,7 +9,8 @@ from deep500lite.errors import FeedError
 from deep500lite.lv1.executor import GraphExecutor
 from deep500lite.lv1.network import FLOAT_DTYPES
 from deep500lite.frameworks.tensorflow.layout import Value
-from deep500lite.frameworks.tensorflow.operators import SUPPORTED_OPS, build_node, check_types
+from deep500lite.frameworks.tensorflow.operators import (SUPPORTED_OPS, TRAINING_STATE_OUTPUTS, build_node,
+                                                          check_types)
 
 __all__ = ["TensorFlowExecutor", "from_model", "tf_device_name"]
 
@@ -30,19 +31,33 @@ class TensorFlowExecutor(GraphExecutor):
     ``feed_tensor`` assigns in place and TensorFlow's autodiff can reach them; other
     initializers (shapes, indices) are embedded as graph constants.
 
+    Training (:meth:`inference_and_backprop`, and the native optimizers of
+    :mod:`.optimizers`) runs a second conversion of the same graph in training mode:
+    BatchNormalization normalizes with the batch statistics (biased variance) and assigns the new
+    running statistics ``running * momentum + batch * (1 - momentum)`` to its mean and variance
+    variables; Dropout draws its mask from a ``tf.random.Generator`` seeded with ``seed``. The
+    forward pass runs under ``tf.GradientTape`` inside one ``tf.function`` (traced once per family
+    of input shapes and per ``y``); gradients stay on the device as tensors until fetched.
+
     Args:
         network: a Network, ONNX file path or ``onnx.ModelProto``.
         device: ``"cpu"`` or ``"gpu:N"``.
+        seed: seed of the generator that training-mode Dropout draws its masks from.
     """
 
     framework = "tensorflow"
     SUPPORTED_OPS = SUPPORTED_OPS
 
-    def __init__(self, network, device=None):
+    def __init__(self, network, device=None, seed: int = 0):
         super().__init__(network, device)
         self._tfdev = tf_device_name(self.devname)
         self._variables: dict[str, tf.Variable] = {}
         self._constants: dict[str, np.ndarray] = {}
+        self._grads: dict[str, tf.Tensor] = {}
+        self.seed = seed
+        with tf.device(self._tfdev):
+            self._rng = tf.random.Generator.from_seed(seed)
+        self._build_id = 0
         self._load_values(self.network.host_values())
         self._build()
 
@@ -61,6 +76,15 @@ class TensorFlowExecutor(GraphExecutor):
         graph = network.graph
         opset = network.opset
         plan = [(build_node(node, opset), list(node.input), list(node.output)) for node in graph.node]
+        gpu = self.devname.is_gpu
+        self._train_plan = [
+            (build_node(node, opset, training=True, rng=self._rng, gpu=gpu), list(node.input), list(node.output),
+             [(node.input[i], k) for i, k in TRAINING_STATE_OUTPUTS.get(node.op_type, ())
+              if i < len(node.input) and node.input[i] in self._variables])
+            for node in graph.node]
+        self._train_fns: dict = {}
+        self._grads = {}
+        self._build_id += 1
         inputs = network.inputs
         outputs = network.outputs
         variables = self._variables
@@ -82,15 +106,72 @@ class TensorFlowExecutor(GraphExecutor):
                             env[name] = value
                 return [env[name].plain for name in outputs]
 
-        descs = network.input_descriptors()
+        self._inputs = inputs
+        self._outputs = outputs
+        self._fn = self._function(forward)
+
+    def _function(self, fn):
+        """``tf.function(fn)`` traced once per family of input shapes (fn takes the feeds in input order)."""
+        descs = self.network.input_descriptors()
         if all(d is not None for d in descs.values()):
             signature = [tf.TensorSpec(None if d.shape is None else list(d.shape), tf.as_dtype(d.dtype), name=None)
                          for d in descs.values()]
-            self._fn = tf.function(forward, input_signature=signature, autograph=False)
-        else:
-            self._fn = tf.function(forward, reduce_retracing=True, autograph=False)
-        self._inputs = inputs
-        self._outputs = outputs
+            return tf.function(fn, input_signature=signature, autograph=False)
+        return tf.function(fn, reduce_retracing=True, autograph=False)
+
+    def _training_forward(self, feeds, extra=()):
+        """The training-mode forward pass, for use while tracing (under a tape).
+
+        Assigns the new BatchNormalization running statistics to their variables.
+
+        Args:
+            feeds: the input tensors, in ``network.inputs`` order.
+            extra: names of further tensors to return (the loss ``y``, when it is no output).
+
+        Returns:
+            ``(outputs, extras)``: lists of tensors in the ONNX layout.
+        """
+        variables = self._variables
+        constants = self._constants
+        used = {n for _, ins, _, _ in self._train_plan for n in ins} | set(self._outputs)
+        with tf.device(self._tfdev):
+            env: dict[str, Value] = {n: Value(v.read_value()) for n, v in variables.items() if n in used}
+            env.update((n, Value(tf.constant(c))) for n, c in constants.items() if n in used)
+            env.update(zip(self._inputs, (Value(t) for t in feeds)))
+            updates = []
+            for run, ins, outs, state in self._train_plan:
+                results = run([env[n] if n else None for n in ins])
+                for name, value in zip(outs, results):
+                    if name and value is not None:
+                        env[name] = value
+                for var_name, k in state:
+                    updates.append((var_name, results[k].plain))
+            for var_name, value in updates:
+                variables[var_name].assign(tf.cast(value, variables[var_name].dtype))
+            return [env[n].plain for n in self._outputs], [env[n].plain for n in extra]
+
+    def _gradient_variables(self, y):
+        """The ``(param, gradient name)`` pairs of ``network.gradient(y)`` and their variables."""
+        pairs = [(p, g) for p, g in self.network.gradient(y) if p in self._variables]
+        return pairs, [self._variables[p] for p, _ in pairs]
+
+    def _backprop_function(self, y):
+        entry = self._train_fns.get(y)
+        if entry is not None:
+            return entry
+        pairs, variables = self._gradient_variables(y)
+
+        def backprop(*feeds):
+            with tf.GradientTape() as tape:
+                outs, (loss,) = self._training_forward(feeds, [y])
+            _check_scalar(y, loss)
+            grads = tape.gradient(loss, variables, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+            with tf.device(self._tfdev):
+                return outs, loss, [tf.convert_to_tensor(g) for g in grads]
+
+        entry = (self._function(backprop), [g for _, g in pairs])
+        self._train_fns[y] = entry
+        return entry
 
     def _network_changed(self):
         super()._network_changed()
@@ -116,11 +197,22 @@ class TensorFlowExecutor(GraphExecutor):
         return {name: r.numpy() for name, r in zip(self._outputs, results)}
 
     def inference_and_backprop(self, feeds, y="loss"):
-        """Training arrives with the training issue."""
-        raise NotImplementedError(
-            "inference_and_backprop is not supported by the tensorflow executor in this version: "
-            "gradients through tf.GradientTape arrive with the training issue."
-        )
+        """Run forward in training mode, then backward from the scalar ``y`` (see the class docs).
+
+        Returns:
+            The graph outputs (computed in training mode). Gradients stay on the device until read
+            with ``network.fetch_tensors(["<param>_grad", ...])``.
+
+        Raises:
+            FeedError: the feeds do not match the network's inputs, or ``y`` is not a scalar.
+            ModelError: ``y`` is not a tensor of the network.
+        """
+        feeds = self.network.check_feeds(feeds)
+        fn, grad_names = self._backprop_function(y)
+        outs, loss, grads = fn(*[feeds[name] for name in self._inputs])
+        _check_scalar(y, loss)
+        self._grads = dict(zip(grad_names, grads))
+        return {name: r.numpy() for name, r in zip(self._outputs, outs)}
 
     def synchronize(self):
         """Nothing to wait for: every output is materialised as a numpy array before it is returned."""
@@ -143,11 +235,13 @@ class TensorFlowExecutor(GraphExecutor):
 
     # ------------------------------------------------------------------ tensors
     def has_tensor(self, name):
-        return name in self._variables or name in self._constants
+        return name in self._variables or name in self._constants or name in self._grads
 
     def fetch_tensor(self, name):
         if name in self._variables:
             return self._variables[name].numpy()
+        if name in self._grads:
+            return self._grads[name].numpy()
         return np.array(self._constants[name], copy=True)
 
     def feed_tensor(self, name, value):
@@ -166,6 +260,17 @@ class TensorFlowExecutor(GraphExecutor):
         old.assign(value)
 
 
+def _check_scalar(y, loss):
+    """Refuse a ``y`` that is not a floating-point scalar (while tracing, where the shape is static)."""
+    n = loss.shape.num_elements()
+    if n is not None and n != 1:
+        raise FeedError(f"inference_and_backprop: y='{y}' must be a scalar (one element). "
+                        f"Received a tensor of shape {loss.shape.as_list()}")
+    if not loss.dtype.is_floating:
+        raise FeedError(f"inference_and_backprop: y='{y}' must be a floating-point tensor. "
+                        f"Received: {loss.dtype.name}")
+
+
 def _check_same(name, dtype, shape, value):
     if value.dtype != dtype or tuple(value.shape) != tuple(shape):
         raise FeedError(
@@ -179,6 +284,6 @@ def _var_name(name: str) -> str:
     return "".join(c if c.isalnum() or c in "._-" else "_" for c in name) or "param"
 
 
-def from_model(network, device=None) -> TensorFlowExecutor:
+def from_model(network, device=None, seed: int = 0) -> TensorFlowExecutor:
     """Build a :class:`TensorFlowExecutor` for a Network, ONNX file or ModelProto on ``device``."""
-    return TensorFlowExecutor(network, device)
+    return TensorFlowExecutor(network, device, seed=seed)

@@ -10,7 +10,10 @@ channels-last values (see :mod:`deep500lite.frameworks.tensorflow.layout`):
 - ``VALUE``: receives and returns :class:`Value` objects and handles layouts itself.
 
 :func:`build_node` parses a node's attributes once and returns a callable used while
-``tf.function`` traces the graph.
+``tf.function`` traces the graph. With ``training=True`` it uses the training-mode converter
+where an op has one (:func:`training_op`): BatchNormalization with batch statistics, returning
+its new running statistics (``TRAINING_STATE_OUTPUTS`` says which inputs they replace), and
+Dropout drawing a mask.
 """
 
 from __future__ import annotations
@@ -25,11 +28,18 @@ from onnx import numpy_helper
 from deep500lite.errors import UnsupportedOperatorError
 from deep500lite.frameworks.tensorflow.layout import Value, channels_last, inverse
 
-__all__ = ["SUPPORTED_OPS", "build_node", "check_types", "tf_dtype"]
+__all__ = ["SUPPORTED_OPS", "TRAINING_STATE_OUTPUTS", "build_node", "check_types", "tf_dtype"]
 
 PLAIN, UNARY, ELEMENTWISE, SPATIAL, VALUE = "plain", "unary", "elementwise", "spatial", "value"
 
 _CONVERTERS: dict = {}
+# Training-mode converters (used by inference_and_backprop and the native optimizers): op type ->
+# (kind, fn, minimum number of outputs the converter returns).
+_TRAINING_CONVERTERS: dict = {}
+
+# Operators whose training-mode form updates state: op type -> [(input index of the state,
+# converter output index of its new value)]. BatchNormalization's running mean and variance.
+TRAINING_STATE_OUTPUTS = {"BatchNormalization": [(3, 1), (4, 2)]}
 
 _ONNX_TO_TF = {
     onnx.TensorProto.FLOAT: tf.float32, onnx.TensorProto.DOUBLE: tf.float64,
@@ -100,12 +110,22 @@ def op(*names, kind=PLAIN):
     return wrap
 
 
+def training_op(name, kind=PLAIN, outputs=1):
+    """Register the training-mode converter of ``name`` (returning at least ``outputs`` outputs)."""
+    def wrap(fn):
+        _TRAINING_CONVERTERS[name] = (kind, fn, outputs)
+        return fn
+    return wrap
+
+
 class Node:
     """Build-time view of an ONNX node: parsed attributes, opset and output count."""
 
-    __slots__ = ("op_type", "name", "attrs", "opset", "n_outputs", "n_inputs")
+    __slots__ = ("op_type", "name", "attrs", "opset", "n_outputs", "n_inputs", "rng", "gpu")
 
-    def __init__(self, node: onnx.NodeProto, opset: int):
+    def __init__(self, node: onnx.NodeProto, opset: int, rng=None, gpu: bool = False):
+        self.rng = rng  # the executor's tf.random.Generator (training-mode Dropout)
+        self.gpu = gpu  # whether the node runs on a GPU
         self.op_type = node.op_type
         self.name = node.name or (node.output[0] if node.output else node.op_type)
         self.opset = opset
@@ -138,11 +158,25 @@ class Node:
         )
 
 
-def build_node(node: onnx.NodeProto, opset: int):
-    """A callable ``f(values: list[Value | None]) -> list[Value | None]`` for one node."""
-    kind, fn = _CONVERTERS[node.op_type]
-    ctx = Node(node, opset)
+def build_node(node: onnx.NodeProto, opset: int, training: bool = False, rng=None, gpu: bool = False):
+    """A callable ``f(values: list[Value | None]) -> list[Value | None]`` for one node.
+
+    Args:
+        node: the ONNX node.
+        opset: the default-domain opset of the model.
+        training: use the training-mode converter where the op has one (BatchNormalization with
+            batch statistics, returning the new running statistics as outputs 1 and 2 even when the
+            node declares fewer outputs; Dropout drawing a mask from ``rng``).
+        rng: a ``tf.random.Generator`` for training-mode Dropout.
+        gpu: whether the node runs on a GPU (some kernels have GPU-only limits).
+    """
+    ctx = Node(node, opset, rng, gpu)
     n_out = ctx.n_outputs
+    if training and node.op_type in _TRAINING_CONVERTERS:
+        kind, fn, min_out = _TRAINING_CONVERTERS[node.op_type]
+        n_out = max(n_out, min_out)
+    else:
+        kind, fn = _CONVERTERS[node.op_type]
 
     def as_list(out):
         return list(out) if isinstance(out, (list, tuple)) else [out]
@@ -1213,6 +1247,55 @@ def _batch_norm(ctx, x, scale, bias, mean, var):
         return y, mean * mom + m * (1 - mom), var * mom + v * (1 - mom)
     mul = scale * tf.math.rsqrt(var + tf.cast(eps, var.dtype))
     return x * mul + (bias - mean * mul)
+
+
+@training_op("BatchNormalization", kind=SPATIAL, outputs=3)
+def _batch_norm_training(ctx, x, scale, bias, mean, var):
+    """Batch statistics (biased variance); returns y, the new running mean and variance
+    (``running * momentum + batch * (1 - momentum)``, ONNX's rule), the batch mean and variance."""
+    eps = float(ctx.get("epsilon", 1e-5))
+    mom = ctx.get("momentum", 0.9)
+    rank = _rank(ctx, x)
+    # TensorFlow's fused kernel (about 25% faster for ResNet-20 training on the CPU) takes
+    # channels-last float32 images; cuDNN refuses epsilon below 1e-5, so on a GPU small epsilons
+    # (ONNX's float32 1e-5 is 9.99999975e-6) take the composite path.
+    if (rank == 4 and x.dtype == tf.float32 and scale.dtype == tf.float32 and bias.dtype == tf.float32
+            and (not ctx.gpu or eps >= 1.001e-5)):
+        empty = tf.zeros([0], tf.float32)
+        y, m, v, _, _, _ = tf.raw_ops.FusedBatchNormV3(
+            x=x, scale=scale, offset=bias, mean=empty, variance=empty, epsilon=eps, data_format="NHWC",
+            is_training=True)
+        n = tf.cast(tf.reduce_prod(tf.shape(x)[:-1]), tf.float32)
+        v = v * ((n - 1) / tf.maximum(n, 1))  # the kernel returns the unbiased variance
+    else:
+        axes = list(range(rank - 1))
+        m, v = tf.nn.moments(x, axes)
+        y = (x - m) * (scale * tf.math.rsqrt(v + tf.cast(eps, v.dtype))) + bias
+    sm, sv = tf.stop_gradient(m), tf.stop_gradient(v)
+    new_mean = mean * mom + tf.cast(sm, mean.dtype) * (1 - mom)
+    new_var = var * mom + tf.cast(sv, var.dtype) * (1 - mom)
+    return y, new_mean, new_var, sm, sv
+
+
+@training_op("Dropout", kind=UNARY, outputs=1)
+def _dropout_training(ctx, x, ratio=None, training_mode=None):
+    """Inverted dropout: ``y = x * mask / (1 - ratio)`` with ``mask = U[0, 1) >= ratio``.
+
+    The mask is drawn from the executor's seeded generator (the node's ``seed`` attribute is not
+    used). The executor's mode decides: a ``training_mode`` input is ignored.
+    """
+    if ctx.opset < 12 or ratio is None:
+        ratio = ctx.get("ratio", 0.5)
+    static = _static(ratio) if not isinstance(ratio, float) else ratio
+    if static is not None and float(static) == 0.0:
+        return x, tf.ones_like(x, dtype=tf.bool)
+    if ctx.rng is None:
+        ctx.fail("training-mode Dropout needs a random generator")
+    ratio = tf.cast(ratio, tf.float32)
+    mask = ctx.rng.uniform(tf.shape(x), dtype=tf.float32) >= ratio
+    scale = tf.where(ratio < 1, 1 / (1 - ratio), tf.zeros([], tf.float32))
+    y = tf.where(mask, x * tf.cast(scale, x.dtype), tf.zeros([], x.dtype))
+    return y, mask
 
 
 @op("InstanceNormalization", kind=SPATIAL)

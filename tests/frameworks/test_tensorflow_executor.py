@@ -286,12 +286,6 @@ def test_type_tensorflow_lacks_is_refused_up_front():
         d5.executor(d5.load_model(model), "tensorflow")
 
 
-def test_inference_and_backprop_names_the_training_issue():
-    net, i, o = networks.create_model("mlp", 2, classes=2, shape=(3,), hidden=())
-    with pytest.raises(NotImplementedError, match="training issue"):
-        d5.executor(net, "tensorflow").inference_and_backprop({i: np.zeros((2, 3), np.float32)}, o)
-
-
 def test_wrong_feed_dtype_is_a_feed_error():
     net, i, _ = networks.create_model("mlp", 2, classes=2, shape=(3,), hidden=())
     with pytest.raises(d5.FeedError, match="must have dtype float32"):
