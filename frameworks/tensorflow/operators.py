@@ -1373,9 +1373,16 @@ def _nll_loss(ctx, x, target, weight=None):
 @op("SoftmaxCrossEntropyLoss", kind=VALUE)
 def _sce_loss(ctx, x, target, weight=None):
     scores = x.channels_last  # [N, d..., C]
-    logp = tf.nn.log_softmax(scores, axis=-1)
-    loss = Value(_nll(ctx, logp, target.plain, None if weight is None else weight.plain))
+    logp = tf.nn.log_softmax(scores, axis=-1)  # pruned from the traced graph when unused
     rank = x.rank
+    reduction = ctx.get("reduction", "mean")
+    if weight is None and ctx.get("ignore_index") is None and rank == 2 and reduction in ("mean", "sum"):
+        # The common case gets TF's fused kernel (one op forward, one backward).
+        per_sample = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.cast(target.plain, tf.int64),
+                                                                    logits=scores)
+        loss = Value(tf.reduce_mean(per_sample) if reduction == "mean" else tf.reduce_sum(per_sample))
+    else:
+        loss = Value(_nll(ctx, logp, target.plain, None if weight is None else weight.plain))
     return [loss, Value(logp, channels_last(rank) if rank >= 3 else None)]
 
 
