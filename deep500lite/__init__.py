@@ -13,7 +13,7 @@ from deep500lite.errors import (Deep500Error, DeviceError, FeedError, FrameworkN
                                 ModelError, UnsupportedOperatorError, UserError)
 from deep500lite.lv0 import CustomOp, CustomPythonOp, Operator, TensorDescriptor, tensordesc
 from deep500lite.lv1 import (CPUDevice, Device, ExecutorComparison, GPUDevice, GraphExecutor, Network, load_model,
-                             test_executor_inference)
+                             test_executor_backprop, test_executor_inference)
 from deep500lite.lv2 import (Dataset, NumpyDataset, Optimizer, OrderedSampler, Sampler, ShuffleSampler,
                              ThreeStepOptimizer, UpdateRuleOptimizer)
 from deep500lite.metrics import (L1Error, L2Error, MaxError, Measurement, RelativeL2Error, TestMetric,
@@ -28,7 +28,7 @@ __all__ = [
     "tensordesc", "TensorDescriptor", "Operator", "CustomOp", "CustomPythonOp",
     # level 1
     "Network", "load_model", "GraphExecutor", "executor", "Device", "CPUDevice", "GPUDevice",
-    "FRAMEWORKS", "is_framework_available", "test_executor_inference", "ExecutorComparison",
+    "FRAMEWORKS", "is_framework_available", "test_executor_inference", "test_executor_backprop", "ExecutorComparison",
     # level 2
     "Dataset", "NumpyDataset", "Sampler", "OrderedSampler", "ShuffleSampler",
     "Optimizer", "ThreeStepOptimizer", "UpdateRuleOptimizer",

@@ -57,3 +57,16 @@ def test_backprop_from_a_non_scalar_is_refused(framework):
     net, feeds = _trainable("mlp", (12,))
     with pytest.raises(ValueError, match="scalar"):
         d5.executor(net, framework).inference_and_backprop(feeds, "output")
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_executor_backprop_verdict(framework):
+    net, feeds = _trainable("lenet", (1, 8, 8), seed=2)
+    reference = d5.executor(net, "reference")
+    result = d5.test_executor_backprop(d5.executor(net, framework), feeds, reference)
+    assert result.passed, result.summary()
+    assert set(result.metrics) == {g for _, g in net.gradient("loss")}
+    wrong = d5.executor(net, framework)
+    wrong.network.feed_tensor("fc1.weight", wrong.network.fetch_tensor("fc1.weight") * np.float32(1.5))
+    result = d5.test_executor_backprop(wrong, feeds, reference)
+    assert not result.passed and result.metrics["fc1.weight_grad"]["RelativeL2Error"] > 1e-3

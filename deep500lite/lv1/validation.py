@@ -8,7 +8,7 @@ import numpy as np
 
 from deep500lite.metrics.accuracy import L2Error, MaxError, RelativeL2Error
 
-__all__ = ["ExecutorComparison", "test_executor_inference"]
+__all__ = ["ExecutorComparison", "test_executor_inference", "test_executor_backprop"]
 
 
 @dataclasses.dataclass
@@ -85,3 +85,39 @@ def test_executor_inference(executor, inputs: dict, reference, metrics=None, rto
 
 
 test_executor_inference.__test__ = False  # a library function, not a pytest test
+
+
+def test_executor_backprop(executor, inputs: dict, reference, y: str = "loss", rtol: float = 1e-4,
+                           verbose: bool = False) -> ExecutorComparison:
+    """Run ``inference_and_backprop`` on two executors and compare every parameter gradient.
+
+    Args:
+        executor: the executor under test.
+        inputs: feeds for both.
+        reference: another executor of the same network (its gradients are the yardstick).
+        y: the scalar to differentiate.
+        rtol: largest relative L2 error ``||g - g_ref|| / ||g_ref||`` allowed per gradient.
+        verbose: print the summary.
+
+    Returns:
+        An :class:`ExecutorComparison` whose metrics map each gradient name (and ``y``) to its
+        ``RelativeL2Error`` and ``MaxError``; ``worst`` holds each relative error minus ``rtol``.
+    """
+    executor.inference_and_backprop(inputs, y)
+    reference.inference_and_backprop(inputs, y)
+    values, worst = {}, {}
+    names = [g for _, g in reference.network.gradient(y)]
+    mine = dict(zip(names, executor.network.fetch_tensors(names)))
+    theirs = dict(zip(names, reference.network.fetch_tensors(names)))
+    for name in names:
+        rel = RelativeL2Error().measure(inputs, mine[name], theirs[name])
+        values[name] = {"RelativeL2Error": rel, "MaxError": MaxError().measure(inputs, mine[name], theirs[name])}
+        worst[name] = rel - rtol
+    passed = all(w <= 0 for w in worst.values())
+    result = ExecutorComparison(passed=passed, metrics=values, rtol=rtol, atol=0.0, worst=worst)
+    if verbose:
+        print(result.summary())
+    return result
+
+
+test_executor_backprop.__test__ = False  # a library function, not a pytest test
