@@ -375,6 +375,21 @@ def _torch():
     return pytest.importorskip("torch")
 
 
+def _with_cross_entropy(net_class):
+    """A torch module class computing ``cross_entropy(net_class()(x), target)`` (exported whole)."""
+    t = _torch()
+
+    class WithLoss(t.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = net_class()
+
+        def forward(self, x, target):
+            return t.nn.functional.cross_entropy(self.net(x), target)
+
+    return WithLoss
+
+
 def _compare_grads(ex, expected: dict, loss_value, torch_loss, tol=1e-4):
     pairs = ex.network.gradient("loss")
     assert {p for p, _ in pairs} == set(expected)
@@ -509,17 +524,9 @@ def test_torch_exported_resnet20_training_mode_matches_torch(framework):
     # export_onnx exports in eval mode, where torch folds BatchNorm into the convolutions; the
     # training-mode export keeps BatchNormalization(training_mode=1) with its three outputs.
     t = _torch()
-    F = t.nn.functional
     from deep500lite.frameworks.torch.models import ResNet20
 
-    class WithLoss(t.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.net = ResNet20()
-
-        def forward(self, x, target):
-            return F.cross_entropy(self.net(x), target)
-
+    WithLoss = _with_cross_entropy(ResNet20)
     t.manual_seed(1)
     module = WithLoss().train()
     rng = np.random.default_rng(9)
@@ -622,17 +629,9 @@ def test_running_statistics_follow_onnx_biased_rule(framework):
 @pytest.mark.parametrize("framework", AUTODIFF_FRAMEWORKS)
 def test_torch_exported_cross_entropy_model_matches_torch(framework):
     t = _torch()
-    F = t.nn.functional
     from deep500lite.frameworks.torch.models import LeNet
 
-    class WithLoss(t.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.net = LeNet()
-
-        def forward(self, x, target):
-            return F.cross_entropy(self.net(x), target)
-
+    WithLoss = _with_cross_entropy(LeNet)
     t.manual_seed(0)
     module = WithLoss()
     rng = np.random.default_rng(6)

@@ -76,7 +76,6 @@ def test_open_batch_dimension_accepts_any_batch(lenet_file, rng):
 
 
 def test_unsupported_operator_is_named():
-    import onnx
     from onnx import TensorProto, helper
 
     node = helper.make_node("FancyOp", ["x"], ["y"], domain="com.example", name="my_fancy_node")

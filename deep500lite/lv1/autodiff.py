@@ -407,7 +407,7 @@ def _mul(c: _Ctx):
 
 @_rule("Div")
 def _div(c: _Ctx):
-    b, dy, (x, w), y = c.b, c.dy(), c.node.input[:2], c.node.output[0]
+    b, dy, w, y = c.b, c.dy(), c.node.input[1], c.node.output[0]
     return _binary(c, lambda: b.op("Div", [dy, w]),
                    lambda: b.op("Neg", [b.op("Div", [b.op("Mul", [dy, y]), w])]))
 
@@ -659,7 +659,6 @@ def _global_average_pool(c: _Ctx):
 def _average_pool(c: _Ctx):
     b, dy, x, y = c.b, c.dy(), c.node.input[0], c.node.output[0]
     kernel = list(c.attr("kernel_shape"))
-    n = len(kernel)
     strides, dil, pads = _spatial(c, x, kernel)
     if c.attr("ceil_mode", 0):
         c.unsupported("ceil_mode=1 is not supported")

@@ -18,7 +18,7 @@ import onnx
 from onnx import external_data_helper, numpy_helper
 from google.protobuf.message import DecodeError
 
-from deep500lite.errors import FeedError, ModelError, format_choices
+from deep500lite.errors import FeedError, ModelError
 from deep500lite.lv0.tensordesc import TensorDescriptor
 
 if TYPE_CHECKING:

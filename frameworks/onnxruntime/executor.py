@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 
-import numpy as np
 import onnx
 import onnx.numpy_helper
 import onnxruntime as ort
