@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Set up .venv once: every framework's CPU build, MPI, and deep500lite itself (editable).
-# Re-running is cheap: when .venv matches pyproject.toml and this script, nothing is installed.
+# Re-running is cheap: when .venv matches pyproject.toml, the constraints and this script,
+# nothing is installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PYTHON=${PYTHON:-python3}
 VENV=.venv
 STAMP="$VENV/.deep500lite-setup"
-want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
+want=$(cat pyproject.toml scripts/setup.sh scripts/constraints.txt | sha256sum | cut -d' ' -f1)
 
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] && [ -x "$VENV/bin/deep500lite" ]; then
     echo "setup: $VENV is up to date (delete it to reinstall)"
@@ -25,7 +26,8 @@ echo "setup: creating $VENV and installing deep500lite with torch, tensorflow-cp
 "$VENV/bin/python" -m pip install --quiet --upgrade pip
 # torch first, pinned: on PyPI this version resolves to the CPU build, and installing it before
 # the rest keeps any later requirement from pulling a CUDA build.
-"$VENV/bin/python" -m pip install --quiet "torch==2.13.0"
-"$VENV/bin/python" -m pip install --quiet -e ".[all,test]"
+"$VENV/bin/python" -m pip install --quiet -c scripts/constraints.txt "torch==2.13.0"
+# The constraints pin every package to the versions the tests were written against (see there).
+"$VENV/bin/python" -m pip install --quiet -c scripts/constraints.txt -e ".[all,test]"
 echo "$want" > "$STAMP"
 echo "setup: done ($("$VENV/bin/python" --version))"
