@@ -17,13 +17,16 @@ __all__ = ["LeNet", "ResNet20", "export_onnx"]
 
 
 class LeNet(nn.Module):
-    """LeNet-5 for 1x28x28 inputs."""
+    """LeNet-5 for ``channels x size x size`` inputs (28 for MNIST), as the zoo's ``lenet`` builds it:
+    small inputs (8x8 digits) keep their size through the second convolution (padding 2)."""
 
-    def __init__(self, classes: int = 10, channels: int = 1):
+    def __init__(self, classes: int = 10, channels: int = 1, size: int = 28):
         super().__init__()
+        pad2 = 0 if size // 2 >= 8 else 2
+        out = (size // 2 + 2 * pad2 - 4) // 2
         self.conv1 = nn.Conv2d(channels, 6, 5, padding=2)
-        self.conv2 = nn.Conv2d(6, 16, 5)
-        self.fc1 = nn.Linear(16 * 5 * 5, 120)
+        self.conv2 = nn.Conv2d(6, 16, 5, padding=pad2)
+        self.fc1 = nn.Linear(16 * out * out, 120)
         self.fc2 = nn.Linear(120, 84)
         self.fc3 = nn.Linear(84, classes)
 

@@ -18,7 +18,7 @@ from deep500lite import networks  # noqa: E402
 from deep500lite.datasets import dataset_loss  # noqa: E402
 from deep500lite.errors import FeedError, ModelError  # noqa: E402
 from deep500lite.frameworks import tensorflow as d5tf  # noqa: E402
-from deep500lite.frameworks.torch.models import ResNet20  # noqa: E402
+from deep500lite.frameworks.torch.models import LeNet, ResNet20  # noqa: E402
 
 
 def rel_l2(got, expected):
@@ -74,24 +74,6 @@ class _ZooMLP(nn.Module):
         return x
 
 
-class _ZooLeNet8(nn.Module):
-    """The zoo LeNet for 1x8x8 samples (conv2 padded by 2)."""
-
-    def __init__(self, classes=10):
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 6, 5, padding=2)
-        self.conv2 = nn.Conv2d(6, 16, 5, padding=2)
-        self.fc1 = nn.Linear(16 * 2 * 2, 120)
-        self.fc2 = nn.Linear(120, 84)
-        self.fc3 = nn.Linear(84, classes)
-
-    def forward(self, x):
-        x = torch.max_pool2d(torch.relu(self.conv1(x)), 2)
-        x = torch.max_pool2d(torch.relu(self.conv2(x)), 2)
-        x = torch.flatten(x, 1)
-        return self.fc3(torch.relu(self.fc2(torch.relu(self.fc1(x)))))
-
-
 def _digits_batch(n, seed=0, classes=10, shape=(1, 8, 8)):
     rng = np.random.default_rng(seed)
     return rng.random((n, *shape), dtype=np.float32), rng.integers(0, classes, n).astype(np.int64)
@@ -116,7 +98,7 @@ def test_mlp_gradients_match_torch():
 def test_lenet_gradients_match_torch():
     net, _, out = networks.create_model("lenet", None, shape=(1, 8, 8))
     x, label = _digits_batch(16, seed=1)
-    _check_gradients(_with_loss(net, out), _ZooLeNet8(), x, label)
+    _check_gradients(_with_loss(net, out), LeNet(size=8), x, label)
 
 
 def test_resnet20_gradients_match_torch_train_mode():
