@@ -48,7 +48,23 @@ def _short(exc: BaseException) -> str:
     return text[0] if text else type(exc).__name__
 
 
-class Network:
+class Deep500NetworkNames:
+    """Deep500's accessor names, for any network object with ``inputs``, ``outputs`` and ``parameters``."""
+
+    def get_params(self) -> list[str]:
+        """Deep500 name for :attr:`parameters`."""
+        return self.parameters
+
+    def get_input_nodes(self) -> list[str]:
+        """Deep500 name for :attr:`inputs`."""
+        return self.inputs
+
+    def get_output_nodes(self) -> list[str]:
+        """Deep500 name for :attr:`outputs`."""
+        return self.outputs
+
+
+class Network(Deep500NetworkNames):
     """An ONNX network and the values of its tensors.
 
     Use :func:`load_model` to make one from a file or a ``ModelProto``.
@@ -106,18 +122,6 @@ class Network:
     def parameters(self) -> list[str]:
         """Names of the floating-point initializers: the network's parameters."""
         return [n for n in self._initializer_names if self._values_for(n).dtype in FLOAT_DTYPES]
-
-    def get_params(self) -> list[str]:
-        """Deep500 name for :attr:`parameters`."""
-        return self.parameters
-
-    def get_input_nodes(self) -> list[str]:
-        """Deep500 name for :attr:`inputs`."""
-        return self.inputs
-
-    def get_output_nodes(self) -> list[str]:
-        """Deep500 name for :attr:`outputs`."""
-        return self.outputs
 
     def input_descriptors(self) -> dict[str, TensorDescriptor | None]:
         """The declared dtype and shape of every input (``None`` where the model declares none)."""
@@ -529,6 +533,21 @@ def _parse(data: bytes, where: str) -> onnx.ModelProto:
             "damaged or not an ONNX model."
         ) from exc
     return proto
+
+
+_CONSTANT_ATTRIBUTES = {"value_float": np.float32, "value_floats": np.float32, "value_int": np.int64,
+                        "value_ints": np.int64, "value_string": object, "value_strings": object}
+
+
+def constant_attribute_value(attrs: dict) -> np.ndarray | None:
+    """The value of a Constant node from its parsed attributes (``value`` or ``value_float(s)``,
+    ``value_int(s)``, ``value_string(s)``); None for a form it does not cover (sparse values)."""
+    if "value" in attrs:
+        return np.asarray(attrs["value"])
+    for name, dtype in _CONSTANT_ATTRIBUTES.items():
+        if name in attrs:
+            return np.array(attrs[name], dtype)
+    return None
 
 
 def iter_nodes(graph: onnx.GraphProto) -> Iterable[onnx.NodeProto]:

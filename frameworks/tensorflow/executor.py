@@ -155,6 +155,16 @@ class TensorFlowExecutor(GraphExecutor):
         pairs = [(p, g) for p, g in self.network.gradient(y) if p in self._variables]
         return pairs, [self._variables[p] for p, _ in pairs]
 
+    def _forward_and_gradients(self, feeds, y, variables):
+        """While tracing: the training forward pass, the scalar ``y`` and its gradients (zeros for
+        unconnected variables), as ``(outputs, y, gradients)``."""
+        with tf.GradientTape() as tape:
+            outs, (loss,) = self._training_forward(feeds, [y])
+        _check_scalar(y, loss)
+        grads = tape.gradient(loss, variables, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        with tf.device(self._tfdev):
+            return outs, loss, [tf.convert_to_tensor(g) for g in grads]
+
     def _backprop_function(self, y):
         entry = self._train_fns.get(y)
         if entry is not None:
@@ -162,12 +172,7 @@ class TensorFlowExecutor(GraphExecutor):
         pairs, variables = self._gradient_variables(y)
 
         def backprop(*feeds):
-            with tf.GradientTape() as tape:
-                outs, (loss,) = self._training_forward(feeds, [y])
-            _check_scalar(y, loss)
-            grads = tape.gradient(loss, variables, unconnected_gradients=tf.UnconnectedGradients.ZERO)
-            with tf.device(self._tfdev):
-                return outs, loss, [tf.convert_to_tensor(g) for g in grads]
+            return self._forward_and_gradients(feeds, y, variables)
 
         entry = (self._function(backprop), [g for _, g in pairs])
         self._train_fns[y] = entry

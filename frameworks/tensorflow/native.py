@@ -36,13 +36,13 @@ import tensorflow as tf
 from deep500lite.errors import DeviceError, FeedError
 from deep500lite.lv1.device import as_device
 from deep500lite.lv1.executor import GraphExecutor
-from deep500lite.lv1.network import gradient_name
+from deep500lite.lv1.network import Deep500NetworkNames, gradient_name
 from deep500lite.frameworks.tensorflow.executor import TensorFlowExecutor, tf_device_name
 
 __all__ = ["KerasExecutor", "KerasNetwork"]
 
 
-class KerasNetwork:
+class KerasNetwork(Deep500NetworkNames):
     """The ``network`` of a :class:`KerasExecutor`: names and values of a Keras model's tensors.
 
     Attributes:
@@ -57,10 +57,6 @@ class KerasNetwork:
         self.outputs = list(executor.output_names) + (["loss"] if executor.loss is not None else [])
         self._vars = {v.path: v for v in executor.model.trainable_variables}
         self.parameters = list(self._vars)
-
-    def get_params(self) -> list[str]:
-        """Deep500 name for :attr:`parameters`."""
-        return self.parameters
 
     def gradient(self, y: str = "loss") -> list[tuple[str, str]]:
         """The ``(parameter, gradient name)`` pairs that :meth:`KerasExecutor.inference_and_backprop` fills."""

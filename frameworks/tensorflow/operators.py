@@ -27,6 +27,7 @@ from onnx import numpy_helper
 
 from deep500lite.errors import UnsupportedOperatorError
 from deep500lite.frameworks.tensorflow.layout import Value, channels_last, inverse
+from deep500lite.lv1.network import constant_attribute_value
 
 __all__ = ["SUPPORTED_OPS", "TRAINING_STATE_OUTPUTS", "build_node", "check_types", "tf_dtype"]
 
@@ -700,23 +701,9 @@ def _size(ctx, x):
 
 @op("Constant")
 def _constant(ctx):
-    a = ctx.attrs
-    if "value" in a:
-        v = a["value"]
-    elif "value_float" in a:
-        v = np.array(a["value_float"], np.float32)
-    elif "value_floats" in a:
-        v = np.array(a["value_floats"], np.float32)
-    elif "value_int" in a:
-        v = np.array(a["value_int"], np.int64)
-    elif "value_ints" in a:
-        v = np.array(a["value_ints"], np.int64)
-    elif "value_string" in a:
-        v = np.array(a["value_string"], object)
-    elif "value_strings" in a:
-        v = np.array(a["value_strings"], object)
-    else:
-        ctx.fail(f"unsupported attribute(s) {sorted(a)}")
+    v = constant_attribute_value(ctx.attrs)
+    if v is None:
+        ctx.fail(f"unsupported attribute(s) {sorted(ctx.attrs)}")
     return tf.constant(v)
 
 

@@ -122,14 +122,10 @@ class TensorFlowOptimizer(Optimizer):
         keras_opt, loss = self._keras, self.loss
 
         def step(*feeds):
-            with tf.GradientTape() as tape:
-                outs, (value,) = ex._training_forward(feeds, [loss])
-            _check_scalar(loss, value)
-            grads = tape.gradient(value, variables, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+            outs, value, grads = ex._forward_and_gradients(feeds, loss, variables)
             with tf.device(ex._tfdev):
-                grads = [tf.convert_to_tensor(g) for g in grads]
                 keras_opt.apply_gradients(zip(grads, variables))
-                return outs, value, grads
+            return outs, value, grads
 
         def apply(grads):
             with tf.device(ex._tfdev):

@@ -38,7 +38,7 @@ import torch
 from deep500lite.errors import DeviceError, FeedError
 from deep500lite.lv1.device import as_device
 from deep500lite.lv1.executor import GraphExecutor
-from deep500lite.lv1.network import gradient_name
+from deep500lite.lv1.network import Deep500NetworkNames, gradient_name
 from deep500lite.frameworks.torch.executor import TorchExecutor, torch_device
 from deep500lite.frameworks.torch.operators import to_numpy, to_torch
 
@@ -52,7 +52,7 @@ def _names(value, what: str) -> list[str]:
     return names
 
 
-class NativeNetwork:
+class NativeNetwork(Deep500NetworkNames):
     """The Network-like view of a :class:`TorchNativeExecutor`'s module.
 
     Attributes:
@@ -85,18 +85,6 @@ class NativeNetwork:
     @property
     def parameters(self) -> list[str]:
         return list(self._executor._params)
-
-    def get_params(self) -> list[str]:
-        """Deep500 name for :attr:`parameters`."""
-        return self.parameters
-
-    def get_input_nodes(self) -> list[str]:
-        """Deep500 name for :attr:`inputs`."""
-        return self.inputs
-
-    def get_output_nodes(self) -> list[str]:
-        """Deep500 name for :attr:`outputs`."""
-        return self.outputs
 
     def gradient(self, y: str = "loss") -> list[tuple[str, str]]:
         """``(parameter, gradient name)`` pairs of every parameter that requires a gradient."""

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from onnx import numpy_helper
 
 from deep500lite.errors import UnsupportedOperatorError
+from deep500lite.lv1.network import constant_attribute_value
 
 __all__ = ["SUPPORTED_OPS", "NodeSpec", "build_node", "parse_attributes", "to_torch", "to_numpy",
            "ONNX_TO_TORCH_DTYPE"]
@@ -814,19 +815,9 @@ def _size(spec):
 
 @_op("Constant")
 def _constant(spec):
-    a = spec.attrs
-    if "value" in a:
-        value = a["value"]
-    elif "value_float" in a:
-        value = np.array(a["value_float"], np.float32)
-    elif "value_floats" in a:
-        value = np.array(a["value_floats"], np.float32)
-    elif "value_int" in a:
-        value = np.array(a["value_int"], np.int64)
-    elif "value_ints" in a:
-        value = np.array(a["value_ints"], np.int64)
-    else:
-        raise spec.unsupported(f"attribute(s) {sorted(a)} (string and sparse constants have no torch type)")
+    value = constant_attribute_value(spec.attrs)
+    if value is None or value.dtype == object:
+        raise spec.unsupported(f"attribute(s) {sorted(spec.attrs)} (string and sparse constants have no torch type)")
     t = to_torch(value, spec.device)
     return lambda: t
 
