@@ -11,7 +11,8 @@ training (:mod:`deep500lite.lv2`), distributed training (:mod:`deep500lite.lv3`,
 from deep500lite import lv3 as distributed
 from deep500lite.errors import (Deep500Error, DeviceError, FeedError, FrameworkNotAvailableError,
                                 ModelError, UnsupportedOperatorError, UserError)
-from deep500lite.lv0 import CustomOp, CustomPythonOp, Operator, TensorDescriptor, tensordesc
+from deep500lite.lv0 import (CUSTOM_DOMAIN, CustomOp, CustomPythonOp, Operator, TensorDescriptor, custom_node,
+                             register_op, registered_op, tensordesc, unregister_op)
 from deep500lite.lv1 import (CPUDevice, Device, ExecutorComparison, GPUDevice, GraphExecutor, Network, load_model,
                              test_executor_backprop, test_executor_inference)
 from deep500lite.lv2 import (Dataset, NumpyDataset, Optimizer, OrderedSampler, Sampler, ShuffleSampler,
@@ -25,7 +26,8 @@ __version__ = "0.1.0"
 __all__ = [
     "__version__",
     # level 0
-    "tensordesc", "TensorDescriptor", "Operator", "CustomOp", "CustomPythonOp",
+    "tensordesc", "TensorDescriptor", "Operator", "CustomOp", "CustomPythonOp", "CUSTOM_DOMAIN", "register_op",
+    "unregister_op", "registered_op", "custom_node",
     # level 1
     "Network", "load_model", "GraphExecutor", "executor", "Device", "CPUDevice", "GPUDevice",
     "FRAMEWORKS", "is_framework_available", "test_executor_inference", "test_executor_backprop", "ExecutorComparison",

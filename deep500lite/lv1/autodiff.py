@@ -991,6 +991,25 @@ def _training_forward(b: _Builder, node, saved: dict, running: dict, seed: int):
     b.nodes.append(node)
 
 
+def _custom_rule(node):
+    """The gradient rule of a registered custom operator: one ``<op_type>_Grad`` node."""
+    from deep500lite.lv0.custom import grad_op_type, registered_op
+
+    if registered_op(node.domain, node.op_type) is None:
+        return None
+
+    def rule(c: _Ctx):
+        n_out = len(c.node.output)
+        dys = [c.dy(i) for i in range(n_out)]
+        outs = [c.b.fresh(f"{c.node.op_type.lower()}_dx") for _ in c.node.input]
+        c.b.nodes.append(helper.make_node(
+            grad_op_type(c.node.op_type), dys + list(c.node.input) + list(c.node.output), outs,
+            name=c.b.fresh(f"n_{c.node.op_type}_Grad"), domain=c.node.domain))
+        return outs
+
+    return rule
+
+
 # ---------------------------------------------------------------------------------- entry points
 def training_graph(network: Network, y: str = "loss", seed: int = 0) -> TrainingGraph:
     """Build the training graph of ``network`` for the scalar ``y`` (see :func:`build_training_model`).
@@ -1072,7 +1091,7 @@ def training_graph(network: Network, y: str = "loss", seed: int = 0) -> Training
         dys = [grad_of(o) if o else None for o in node.output]
         if all(d is None for d in dys):
             continue
-        rule = _RULES.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+        rule = _RULES.get(node.op_type) if node.domain in ("", "ai.onnx") else _custom_rule(node)
         if rule is None:
             raise UnsupportedOperatorError(
                 f"deep500lite's ONNX autodiff has no gradient for operator '{node.op_type}' (node "

@@ -115,8 +115,11 @@ class GraphExecutor(abc.ABC):
                     raise UnsupportedOperatorError(
                         f"The {cls.framework} executor does not support operator "
                         f"'{node.domain}::{node.op_type}' (node '{node.name or node.output[0]}'): "
-                        "custom domains need a registered custom operator."
+                        f"{cls.custom_domain_reason(node.domain)}"
                     )
+                from deep500lite.lv0.custom import lookup
+
+                lookup(node, cls.framework)
                 continue
             if node.op_type not in cls.SUPPORTED_OPS:
                 from deep500lite.registry import executors_supporting
@@ -129,8 +132,17 @@ class GraphExecutor(abc.ABC):
 
     @classmethod
     def supports_custom_domain(cls, domain: str) -> bool:
-        """Whether nodes of a custom (non-ONNX) domain can run here (default: no)."""
+        """Whether nodes of a custom (non-ONNX) domain can run here (default: no).
+
+        Executors that run registered custom operators (:func:`d5.register_op`) say yes; the
+        node's op type must then be registered.
+        """
         return False
+
+    @classmethod
+    def custom_domain_reason(cls, domain: str) -> str:
+        """Why nodes of ``domain`` cannot run on this executor."""
+        return "this executor runs no custom-domain operators."
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(device={self.devname}, network={self.network!r})"

@@ -192,11 +192,57 @@ class Network(Deep500NetworkNames):
         consumed = {i for n in list(self.graph.node) + nodes for i in n.input}
         self.graph.input.extend(added_inputs)
         self.graph.node.extend(nodes)
+        imported = {o.domain for o in self._model.opset_import}
+        for node in nodes:
+            if node.domain not in ("", "ai.onnx") and node.domain not in imported:
+                self._model.opset_import.append(onnx.helper.make_opsetid(node.domain, 1))
+                imported.add(node.domain)
         for node in nodes:
             for out in node.output:
                 if out and out not in consumed and out not in self.outputs:
                     self._append_output(out)
         self._changed()
+
+    def add_custom_operation(self, op_type: str, inputs: Sequence[str], outputs: Sequence[str],
+                             op=None, name: str | None = None, domain: str | None = None,
+                             input_descriptors: dict[str, TensorDescriptor] | None = None) -> onnx.NodeProto:
+        """Append a node running a custom operator (see :mod:`deep500lite.lv0.custom`).
+
+        The node is ``domain::op_type``; its outputs get value infos from the operator's output
+        descriptors, so shape inference continues through it.
+
+        Args:
+            op_type: the op type the operator is (or is now) registered under.
+            inputs: input tensor names, in the operator's input order.
+            outputs: output tensor names.
+            op: the operator; when given it is registered as ``domain::op_type`` first
+                (:func:`d5.register_op`). Without it, ``op_type`` must already be registered.
+            name: the node name.
+            domain: the operator domain (default ``ai.onnx.contrib``).
+            input_descriptors: descriptors for inputs the network does not have yet.
+
+        Returns:
+            The node that was added.
+        """
+        from deep500lite.lv0 import custom
+
+        domain = custom.CUSTOM_DOMAIN if domain is None else domain
+        if op is not None:
+            custom.register_op(op, op_type, domain)
+        registered = custom.registered_op(domain, op_type)
+        if registered is None:
+            raise ModelError(f"No custom operator is registered as '{domain}::{op_type}'; pass op= or call "
+                             f"d5.register_op(op, '{op_type}') first.")
+        n_in, n_out = len(registered.input_descriptors), len(registered.output_descriptors)
+        if len(inputs) != n_in or len(outputs) != n_out:
+            raise ModelError(f"Custom operator '{op_type}' takes {n_in} input(s) and gives {n_out} output(s). "
+                             f"Received: inputs={list(inputs)}, outputs={list(outputs)}")
+        node = custom.custom_node(op_type, inputs, outputs, name=name, domain=domain)
+        known = {vi.name for vi in self.graph.value_info}
+        self.graph.value_info.extend(vi for vi in custom.output_value_infos(registered, outputs)
+                                     if vi.name not in known)
+        self.add_operation(node, inputs=input_descriptors)
+        return node
 
     def add_output(self, name: str) -> None:
         """Make an intermediate tensor a graph output so that executors return it."""

@@ -16,9 +16,10 @@ except ImportError as exc:
     raise FrameworkNotAvailableError(
         "Framework 'onnxruntime' needs ONNX Runtime: pip install 'deep500lite[onnxruntime]'") from exc
 
+from deep500lite.frameworks.onnxruntime.custom import custom_op
 from deep500lite.frameworks.onnxruntime.executor import OnnxRuntimeExecutor, from_model
 from deep500lite.frameworks.onnxruntime.operators import SUPPORTED_OPS
 
 executor_class = OnnxRuntimeExecutor
 
-__all__ = ["OnnxRuntimeExecutor", "from_model", "SUPPORTED_OPS", "executor_class"]
+__all__ = ["custom_op", "OnnxRuntimeExecutor", "from_model", "SUPPORTED_OPS", "executor_class"]

@@ -9,7 +9,9 @@ import onnx.numpy_helper
 import onnxruntime as ort
 
 from deep500lite.errors import UnsupportedOperatorError
+from deep500lite.frameworks.onnxruntime.custom import extensions_available, session_options_for
 from deep500lite.frameworks.onnxruntime.operators import SUPPORTED_OPS, unsupported_reason
+from deep500lite.lv0.custom import CUSTOM_DOMAIN
 from deep500lite.lv1.device import Device
 from deep500lite.lv1.host import HostGraphExecutor
 from deep500lite.lv1.network import iter_nodes
@@ -32,6 +34,7 @@ class OnnxRuntimeExecutor(HostGraphExecutor):
 
     def __init__(self, network, device=None, session_options: ort.SessionOptions | None = None, seed: int = 0):
         self._options = session_options or ort.SessionOptions()
+        self._custom_options: dict = {}  # options with onnxruntime-extensions loaded (custom operators)
         self._session = None
         super().__init__(network, device, seed)
 
@@ -65,6 +68,18 @@ class OnnxRuntimeExecutor(HostGraphExecutor):
                         f"The onnxruntime executor cannot run operator '{node.op_type}' "
                         f"(node '{node.name or node.output[0]}'): {reason}.")
 
+    @classmethod
+    def supports_custom_domain(cls, domain: str) -> bool:
+        """The ``ai.onnx.contrib`` domain, when onnxruntime-extensions is installed."""
+        return domain == CUSTOM_DOMAIN and extensions_available()
+
+    @classmethod
+    def custom_domain_reason(cls, domain: str) -> str:
+        if domain != CUSTOM_DOMAIN:
+            return (f"ONNX Runtime runs custom operators of the domain '{CUSTOM_DOMAIN}' only "
+                    "(through onnxruntime-extensions); register the operator there.")
+        return "custom operators need onnxruntime-extensions: pip install onnxruntime-extensions."
+
     def _providers(self):
         if self.devname.is_gpu:
             return [("CUDAExecutionProvider", {"device_id": self.devname.index}), "CPUExecutionProvider"]
@@ -80,9 +95,10 @@ class OnnxRuntimeExecutor(HostGraphExecutor):
 
     def _session_for(self, model) -> ort.InferenceSession:
         """A session for ``model``, restamped first if this onnxruntime reads only older IR/opsets."""
+        options = session_options_for(model, self._options, self._custom_options)
         while True:  # each adaptation lowers a version, so this ends
             try:
-                return ort.InferenceSession(model.SerializeToString(), sess_options=self._options,
+                return ort.InferenceSession(model.SerializeToString(), sess_options=options,
                                             providers=self._providers())
             except Exception as exc:  # noqa: BLE001 - adapted and retried, or re-raised
                 if not _adapt_to_runtime(model, str(exc)):

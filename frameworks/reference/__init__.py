@@ -5,6 +5,7 @@ yardstick the other executors are compared with. It is slow by design (pure Pyth
 use it for correctness, not for speed. Device: CPU only.
 """
 
+from deep500lite.frameworks.reference.custom import custom_op
 from deep500lite.frameworks.reference.executor import ReferenceExecutor, from_model
 from deep500lite.frameworks.reference.operators import SUPPORTED_OPS
 from deep500lite.frameworks.reference.optimizers import (AcceleGradOptimizer, AdaGradOptimizer, AdamOptimizer,
@@ -13,6 +14,6 @@ from deep500lite.frameworks.reference.optimizers import (AcceleGradOptimizer, Ad
 
 executor_class = ReferenceExecutor
 
-__all__ = ["ReferenceExecutor", "from_model", "SUPPORTED_OPS", "executor_class", "GradientDescent",
+__all__ = ["ReferenceExecutor", "from_model", "custom_op", "SUPPORTED_OPS", "executor_class", "GradientDescent",
            "MomentumOptimizer", "NesterovOptimizer", "AdaGradOptimizer", "RMSPropOptimizer", "AdamOptimizer",
            "AcceleGradOptimizer"]

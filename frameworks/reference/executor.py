@@ -9,6 +9,7 @@ import onnx
 from onnx.reference import ReferenceEvaluator
 
 from deep500lite.lv1.host import HostGraphExecutor
+from deep500lite.frameworks.reference.custom import op_run_classes
 from deep500lite.frameworks.reference.operators import SUPPORTED_OPS
 
 __all__ = ["ReferenceExecutor", "from_model"]
@@ -54,7 +55,12 @@ class ReferenceExecutor(HostGraphExecutor):
         return {name: r if r is None or isinstance(r, list) else np.asarray(r) for name, r in zip(outputs, results)}
 
     def _compile(self, model):
-        return ReferenceEvaluator(model).run
+        return ReferenceEvaluator(model, new_ops=op_run_classes(model) or None).run
+
+    @classmethod
+    def supports_custom_domain(cls, domain: str) -> bool:
+        """Any domain: registered custom operators run as ``OpRun`` classes."""
+        return True
 
 
 def from_model(network, device=None, seed: int = 0) -> ReferenceExecutor:

@@ -38,6 +38,7 @@ except ImportError as exc:
     raise FrameworkNotAvailableError(
         "Framework 'tensorflow' needs TensorFlow: pip install 'deep500lite[tensorflow]'") from exc
 
+from deep500lite.frameworks.tensorflow.custom import custom_op  # noqa: E402
 from deep500lite.frameworks.tensorflow.executor import TensorFlowExecutor, from_model  # noqa: E402
 from deep500lite.frameworks.tensorflow.native import KerasExecutor  # noqa: E402
 from deep500lite.frameworks.tensorflow.operators import SUPPORTED_OPS  # noqa: E402
@@ -47,6 +48,6 @@ from deep500lite.frameworks.tensorflow.optimizers import (  # noqa: E402
 
 executor_class = TensorFlowExecutor
 
-__all__ = ["TensorFlowExecutor", "KerasExecutor", "from_model", "SUPPORTED_OPS", "executor_class",
+__all__ = ["custom_op", "TensorFlowExecutor", "KerasExecutor", "from_model", "SUPPORTED_OPS", "executor_class",
            "TensorFlowOptimizer", "GradientDescent", "MomentumOptimizer", "NesterovOptimizer", "AdamOptimizer",
            "AdaGradOptimizer", "RMSPropOptimizer"]

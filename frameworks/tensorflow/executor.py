@@ -186,6 +186,11 @@ class TensorFlowExecutor(GraphExecutor):
         self._build()
 
     @classmethod
+    def supports_custom_domain(cls, domain: str) -> bool:
+        """Any domain: registered custom operators run through ``tf.custom_gradient``."""
+        return True
+
+    @classmethod
     def check_supported(cls, network):
         """Also refuse tensors of types TensorFlow lacks (float8, int4, sequences...), naming them."""
         super().check_supported(network)

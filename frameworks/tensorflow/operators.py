@@ -159,6 +159,17 @@ class Node:
         )
 
 
+def _custom_converter(node: onnx.NodeProto, ctx: Node):
+    from deep500lite.frameworks.tensorflow.custom import custom_op
+    from deep500lite.lv0.custom import registered_op
+
+    op = registered_op(node.domain, node.op_type)
+    if op is None:
+        ctx.fail(f"no custom operator is registered as '{node.domain}::{node.op_type}' (d5.register_op).")
+    fn = custom_op(op)
+    return lambda ctx, *xs: fn(*xs)
+
+
 def build_node(node: onnx.NodeProto, opset: int, training: bool = False, rng=None, gpu: bool = False):
     """A callable ``f(values: list[Value | None]) -> list[Value | None]`` for one node.
 
@@ -173,7 +184,9 @@ def build_node(node: onnx.NodeProto, opset: int, training: bool = False, rng=Non
     """
     ctx = Node(node, opset, rng, gpu)
     n_out = ctx.n_outputs
-    if training and node.op_type in _TRAINING_CONVERTERS:
+    if node.domain not in ("", "ai.onnx"):
+        kind, fn = PLAIN, _custom_converter(node, ctx)
+    elif training and node.op_type in _TRAINING_CONVERTERS:
         kind, fn, min_out = _TRAINING_CONVERTERS[node.op_type]
         n_out = max(n_out, min_out)
     else:

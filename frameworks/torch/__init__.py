@@ -35,6 +35,7 @@ except ImportError as exc:
     from deep500lite.errors import FrameworkNotAvailableError
     raise FrameworkNotAvailableError("Framework 'torch' needs PyTorch: pip install 'deep500lite[torch]'") from exc
 
+from deep500lite.frameworks.torch.custom import custom_op
 from deep500lite.frameworks.torch.executor import TorchExecutor, from_model, torch_device
 from deep500lite.frameworks.torch.native import NativeNetwork, TorchNativeExecutor
 from deep500lite.frameworks.torch.operators import SUPPORTED_OPS
@@ -44,6 +45,6 @@ from deep500lite.frameworks.torch.optimizers import (
 
 executor_class = TorchExecutor
 
-__all__ = ["TorchExecutor", "TorchNativeExecutor", "NativeNetwork", "from_model", "torch_device",
+__all__ = ["custom_op", "TorchExecutor", "TorchNativeExecutor", "NativeNetwork", "from_model", "torch_device",
            "SUPPORTED_OPS", "executor_class", "GradientDescent", "MomentumOptimizer",
            "NesterovOptimizer", "AdamOptimizer", "AdaGradOptimizer", "RMSPropOptimizer"]

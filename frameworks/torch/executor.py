@@ -76,6 +76,11 @@ class TorchExecutor(GraphExecutor):
         self._grad_state: tuple | None = None        # (network version, y) requires_grad is set for
         self._build()
 
+    @classmethod
+    def supports_custom_domain(cls, domain: str) -> bool:
+        """Any domain: registered custom operators run as ``torch.autograd.Function`` objects."""
+        return True
+
     # -------------------------------------------------------------- devices
     @classmethod
     def supports_device(cls, device: Device) -> bool:

@@ -128,6 +128,7 @@ class NodeSpec:
 
     Attributes:
         op: the ONNX op type.
+        domain: the node's operator domain (custom domains run registered custom operators).
         name: the node's name (or its first output's name).
         attrs: parsed attributes (see :func:`parse_attributes`).
         opset: the default-domain opset of the model.
@@ -146,6 +147,7 @@ class NodeSpec:
         self.training = training
         self.generator = generator
         self.op = node.op_type
+        self.domain = node.domain
         self.name = node.name or (node.output[0] if node.output else node.op_type)
         self.attrs = parse_attributes(node)
         self.opset = opset
@@ -171,6 +173,16 @@ class NodeSpec:
 
 def build_node(spec: NodeSpec) -> Callable:
     """The function computing ``spec``'s node (see module docstring)."""
+    if spec.domain not in ("", "ai.onnx"):
+        from deep500lite.frameworks.torch.custom import custom_op
+        from deep500lite.lv0.custom import registered_op
+
+        op = registered_op(spec.domain, spec.op)
+        if op is None:
+            raise UnsupportedOperatorError(
+                f"The torch executor does not support operator '{spec.domain}::{spec.op}' (node '{spec.name}'): "
+                "no custom operator is registered under that name (d5.register_op).")
+        return custom_op(op)
     try:
         conv = _CONVERTERS[spec.op]
     except KeyError:

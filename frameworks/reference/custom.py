@@ -1,0 +1,48 @@
+"""Custom operators on the reference executor: ``onnx.reference`` ``OpRun`` classes.
+
+``custom_op(op)`` wraps a deep500lite operator as an ``OpRun`` subclass that
+``onnx.reference.ReferenceEvaluator(model, new_ops=[...])`` runs for the node
+``domain::op_type``. The reference executor does this itself for every registered operator a
+graph uses (forward and ``<op_type>_Grad`` backward nodes); call ``custom_op`` directly only to
+run the op by hand (the returned class's ``eval(*arrays)`` runs it on numpy arrays).
+"""
+
+from __future__ import annotations
+
+import onnx
+from onnx.reference.op_run import OpRun
+
+from deep500lite.lv0.custom import CUSTOM_DOMAIN, as_tuple, check_outputs, is_custom_domain, lookup, registered_op
+
+__all__ = ["custom_op", "op_run_classes"]
+
+
+def custom_op(op, op_type: str | None = None, domain: str = CUSTOM_DOMAIN) -> type[OpRun]:
+    """The operator as an ``onnx.reference`` ``OpRun`` class (the reference executor's native form).
+
+    Args:
+        op: a deep500lite operator (``forward``/``backward`` on numpy arrays).
+        op_type: the ONNX op type the class serves (default: the op's class name).
+        domain: the ONNX domain.
+
+    Returns:
+        An ``OpRun`` subclass; ``cls.eval(*inputs)`` runs the op on numpy arrays.
+    """
+    op_type = op_type or type(op).__name__
+
+    def _run(self, *inputs, **_attributes):  # onnx.reference may pass a same-named ONNX op's defaults
+        return check_outputs(op, as_tuple(op.forward(*inputs)))
+
+    return type(op_type, (OpRun,), {"op_domain": domain, "_run": _run, "deep500lite_op": op})
+
+
+def op_run_classes(model: onnx.ModelProto) -> list[type[OpRun]]:
+    """``OpRun`` classes for the registered custom operators the graph of ``model`` uses."""
+    classes, seen = [], set()
+    for node in model.graph.node:
+        key = (node.domain, node.op_type)
+        if is_custom_domain(node.domain) and key not in seen:
+            seen.add(key)
+            op = registered_op(*key) or lookup(node, "reference")
+            classes.append(custom_op(op, node.op_type, node.domain))
+    return classes

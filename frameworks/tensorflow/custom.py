@@ -1,0 +1,81 @@
+"""Custom operators as differentiable TensorFlow functions.
+
+``custom_op(op)`` returns a function of tensors decorated with ``tf.custom_gradient``: the
+forward pass runs the operator's ``forward`` through ``tf.numpy_function`` and the gradient its
+``backward``, so it works eagerly and inside ``tf.function`` (the TensorFlow executor's graphs).
+
+Memory: ``tf.numpy_function`` hands the operator numpy arrays on the host, so every call copies
+its inputs out of TensorFlow and its results back in (and on a GPU, to and from the device).
+TensorFlow has no zero-copy path for a Python- or ctypes-called kernel; a C++ operator without
+this copy would have to be compiled as a TensorFlow custom op against TensorFlow's own headers,
+which deep500lite does not do.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from deep500lite.lv0.custom import as_tuple, check_outputs
+
+__all__ = ["custom_op"]
+
+
+def _shape(d):
+    return None if d.shape is None else list(d.shape)
+
+
+def custom_op(op):
+    """The operator as a differentiable function of TensorFlow tensors.
+
+    Args:
+        op: a deep500lite operator with input and output descriptors.
+
+    Returns:
+        ``fn(*tensors)`` returning a tensor (one output) or a list of tensors; ``tf.GradientTape``
+        differentiates it through ``op.backward``.
+    """
+    if not hasattr(op, "input_descriptors") or not hasattr(op, "output_descriptors"):
+        raise TypeError(f"custom_op needs a d5.CustomOp with descriptors. Received: {type(op).__name__}")
+    ins, outs = list(op.input_descriptors), list(op.output_descriptors)
+    out_types = [tf.as_dtype(d.dtype) for d in outs]
+    in_types = [tf.as_dtype(d.dtype) for d in ins]
+    name = type(op).__name__
+
+    def np_forward(*arrays):
+        return list(check_outputs(op, as_tuple(op.forward(*arrays))))
+
+    def np_backward(*arrays):
+        n_out, n_in = len(outs), len(ins)
+        grads = list(arrays[:n_out])
+        xs = list(arrays[n_out:n_out + n_in])
+        ys = list(arrays[n_out + n_in:])
+        results = as_tuple(op.backward(grads, xs, ys))
+        if len(results) != n_in:
+            raise ValueError(f"{name}.backward returned {len(results)} gradients for {n_in} inputs.")
+        return [np.asarray(r, dtype=x.dtype).reshape(x.shape) for r, x in zip(results, xs)]
+
+    @tf.custom_gradient
+    def fn(*xs):
+        xs = [tf.convert_to_tensor(x, dtype=t) for x, t in zip(xs, in_types)]
+        ys = tf.numpy_function(np_forward, xs, out_types, stateful=False, name=name)
+        for y, d in zip(ys, outs):
+            y.set_shape(_shape(d))
+
+        def grad(*dys):
+            dys = [tf.zeros_like(y) if g is None else tf.cast(g, y.dtype) for g, y in zip(dys, ys)]
+            gxs = tf.numpy_function(np_backward, [*dys, *xs, *ys], in_types, stateful=False, name=f"{name}_Grad")
+            for g, x in zip(gxs, xs):
+                g.set_shape(x.shape)
+            return [g if x.dtype.is_floating else None for g, x in zip(gxs, xs)]
+
+        return (ys[0] if len(ys) == 1 else list(ys)), grad
+
+    def call(*tensors):
+        if len(tensors) != len(ins):
+            raise ValueError(f"{name} takes {len(ins)} inputs. Received: {len(tensors)}")
+        return fn(*tensors)
+
+    call.op = op
+    call.__name__ = f"custom_{name}"
+    return call
