@@ -11,7 +11,8 @@ training (:mod:`deep500lite.lv2`), distributed training (:mod:`deep500lite.lv3`,
 from deep500lite import lv3 as distributed
 from deep500lite.errors import (Deep500Error, DeviceError, FeedError, FrameworkNotAvailableError,
                                 ModelError, UnsupportedOperatorError, UserError)
-from deep500lite.lv0 import (CUSTOM_DOMAIN, CustomOp, CustomPythonOp, Operator, TensorDescriptor, custom_node,
+from deep500lite.lv0 import (CUSTOM_DOMAIN, CompilationError, CppOp, CppOpError, CustomOp, CustomPythonOp, Operator,
+                             TensorDescriptor, compile_custom_cppop, compile_custom_cppop_inline, custom_node,
                              register_op, registered_op, tensordesc, unregister_op)
 from deep500lite.lv1 import (CPUDevice, Device, ExecutorComparison, GPUDevice, GraphExecutor, Network, load_model,
                              test_executor_backprop, test_executor_inference)
@@ -27,7 +28,8 @@ __all__ = [
     "__version__",
     # level 0
     "tensordesc", "TensorDescriptor", "Operator", "CustomOp", "CustomPythonOp", "CUSTOM_DOMAIN", "register_op",
-    "unregister_op", "registered_op", "custom_node",
+    "unregister_op", "registered_op", "custom_node", "compile_custom_cppop", "compile_custom_cppop_inline",
+    "CppOp", "CompilationError", "CppOpError",
     # level 1
     "Network", "load_model", "GraphExecutor", "executor", "Device", "CPUDevice", "GPUDevice",
     "FRAMEWORKS", "is_framework_available", "test_executor_inference", "test_executor_backprop", "ExecutorComparison",

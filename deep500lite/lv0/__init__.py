@@ -1,8 +1,11 @@
 """Level 0: operators."""
 
+from deep500lite.lv0.cppop import (CompilationError, CppOp, CppOpError, compile_custom_cppop,
+                                  compile_custom_cppop_inline)
 from deep500lite.lv0.custom import CUSTOM_DOMAIN, custom_node, register_op, registered_op, unregister_op
 from deep500lite.lv0.operator import CustomOp, CustomPythonOp, Operator
 from deep500lite.lv0.tensordesc import TensorDescriptor, tensordesc
 
 __all__ = ["TensorDescriptor", "tensordesc", "Operator", "CustomOp", "CustomPythonOp", "CUSTOM_DOMAIN",
-           "register_op", "unregister_op", "registered_op", "custom_node"]
+           "register_op", "unregister_op", "registered_op", "custom_node", "compile_custom_cppop",
+           "compile_custom_cppop_inline", "CppOp", "CompilationError", "CppOpError"]

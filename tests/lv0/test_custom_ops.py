@@ -7,6 +7,8 @@ The expected values come from the same network written with standard ONNX operat
 from __future__ import annotations
 
 import itertools
+import shutil
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -227,3 +229,58 @@ def test_reference_custom_op_is_an_op_run_class():
     x = _x()
     (y,) = onnx.reference.ReferenceEvaluator(model, new_ops=[cls]).run(None, {"x": x})
     np.testing.assert_allclose(y, x / (1 + np.exp(-x)), rtol=1e-6)
+
+
+# ------------------------------------------------------------------ the same with a compiled C++ operator
+OPS = Path(__file__).resolve().parents[1] / "data" / "ops"
+
+
+@pytest.fixture(scope="module")
+def cpp_swish(tmp_path_factory):
+    if not any(shutil.which(c) for c in ("c++", "g++", "clang++")):
+        pytest.skip("no C++ compiler on this machine")
+    d = d5.tensordesc(np.float32, (B, H))
+    return d5.compile_custom_cppop("test_swish", OPS / "swish.cpp", [d], [d],
+                                   build_dir=tmp_path_factory.mktemp("ops"))
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_cpp_op_in_network_forward_gradients_and_training(framework, op_type, expected, cpp_swish):
+    out, grads, want_losses, want_params = expected
+    net = _network(cpp_swish, op_type)
+    ex = d5.executor(net, framework)
+    np.testing.assert_allclose(ex.inference(_feeds())["logits"], out["logits"], rtol=1e-5, atol=1e-5)
+    ex.inference_and_backprop(_feeds(), "loss")
+    for k, g in grads.items():
+        np.testing.assert_allclose(net.fetch_tensors([k + "_grad"])[0], g, rtol=1e-4, atol=1e-6)
+    losses, params = _train(_network(cpp_swish, op_type), framework)
+    np.testing.assert_allclose(losses, want_losses, rtol=1e-4)
+    for k, v in want_params.items():
+        np.testing.assert_allclose(params[k], v, rtol=1e-4, atol=1e-5)
+
+
+def test_torch_runs_a_cpp_op_on_tensor_memory_without_numpy(cpp_swish, monkeypatch):
+    torch = pytest.importorskip("torch")
+    from deep500lite.frameworks.torch import custom_op
+
+    def no_numpy(*args, **kwargs):
+        raise AssertionError("the numpy path was taken")
+
+    monkeypatch.setattr(cpp_swish, "forward", no_numpy)
+    monkeypatch.setattr(cpp_swish, "backward", no_numpy)
+    seen = []
+    real = cpp_swish.forward_ptrs
+
+    def spy(inputs, outputs, cuda=False):
+        seen.append((list(inputs), list(outputs)))
+        return real(inputs, outputs, cuda=cuda)
+
+    monkeypatch.setattr(cpp_swish, "forward_ptrs", spy)
+    x = torch.tensor(_x(), requires_grad=True)
+    y = custom_op(cpp_swish)(x)
+    y.sum().backward()
+    assert seen == [([x.data_ptr()], [y.data_ptr()])]
+    torch.testing.assert_close(y, torch.nn.functional.silu(x).detach(), rtol=1e-5, atol=1e-6)
+    x2 = torch.tensor(_x(), requires_grad=True)
+    torch.nn.functional.silu(x2).sum().backward()
+    torch.testing.assert_close(x.grad, x2.grad, rtol=1e-5, atol=1e-6)
