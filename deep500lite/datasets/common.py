@@ -1,0 +1,114 @@
+"""Where dataset files live, and the errors raised when they are missing or damaged.
+
+deep500lite downloads nothing. A dataset read from files looks in its *root* folder:
+``root=`` when given, else ``$DEEP500LITE_DATA/<name>`` when that variable is set, else
+``~/.cache/deep500lite/data/<name>``.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from deep500lite.errors import UserError
+from deep500lite.lv2.dataset import Dataset
+
+__all__ = ["DATA_ENV", "default_root", "resolve_root", "MissingDatasetError", "CorruptFileError",
+           "missing_file_error", "UInt8ImageDataset"]
+
+DATA_ENV = "DEEP500LITE_DATA"
+
+
+def default_root(name: str) -> str:
+    """The folder a dataset's files are looked for in when no ``root=`` is given.
+
+    Args:
+        name: the dataset's name (``mnist``, ``cifar10``, ...).
+
+    Returns:
+        ``$DEEP500LITE_DATA/<name>`` when the variable is set, else ``~/.cache/deep500lite/data/<name>``.
+    """
+    base = os.environ.get(DATA_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "deep500lite", "data")
+    return os.path.join(base, name)
+
+
+def resolve_root(name: str, root) -> str:
+    """``root`` as an absolute path, or :func:`default_root` of ``name`` when ``root`` is None."""
+    return os.path.abspath(os.path.expanduser(os.fspath(root))) if root is not None else default_root(name)
+
+
+class MissingDatasetError(UserError, FileNotFoundError):
+    """A dataset file that is not where deep500lite looks (the message says where to put it)."""
+
+
+class CorruptFileError(UserError):
+    """A dataset file that cannot be what it claims: bad magic number, wrong length, CRC mismatch.
+
+    Attributes:
+        path: the file.
+        offset: the byte offset of the fault, when known.
+    """
+
+    def __init__(self, path, fault: str, offset: int | None = None):
+        self.path, self.offset = os.fspath(path), offset
+        where = f" at byte offset {offset}" if offset is not None else ""
+        super().__init__(f"Corrupt dataset file '{self.path}'{where}: {fault}")
+
+
+def missing_file_error(dataset: str, path: str, source: str, root_given: bool, also: str = "") -> MissingDatasetError:
+    """A :class:`MissingDatasetError` naming the exact path expected and where the file comes from.
+
+    Args:
+        dataset: the dataset's name.
+        path: the path that was looked for.
+        source: where the file comes from (a sentence with the official URL).
+        root_given: whether the user passed ``root=`` (else the default root was used).
+        also: other names accepted for the same file (e.g. ``"or the same name with .gz"``).
+    """
+    folder = os.path.dirname(path)
+    how = ("" if root_given else
+           f" Or point deep500lite at the folder holding them: root=DIR (CLI: --root DIR), or set "
+           f"{DATA_ENV}=PARENT to read PARENT/{dataset}.")
+    extra = f" ({also})" if also else ""
+    return MissingDatasetError(
+        f"Dataset {dataset!r} needs the file '{path}'{extra}, which does not exist. deep500lite downloads "
+        f"nothing: {source} Put the file(s) in '{folder}'.{how}")
+
+
+class UInt8ImageDataset(Dataset):
+    """Images kept as uint8 (a quarter of the memory of float32) and served as float32 in [0, 1].
+
+    A batch is ``{input_node: images[index] / 255 (float32), label_node: labels[index] (int64)}``.
+
+    Args:
+        images: uint8 array ``(N, C, H, W)``.
+        input_node: the network input the images feed.
+        labels: one integer label per image.
+        label_node: the network input the labels feed.
+        classes: the number of classes (kept for :func:`deep500lite.datasets.write_shards`).
+    """
+
+    def __init__(self, images: np.ndarray, input_node: str, labels: np.ndarray, label_node: str,
+                 classes: int | None = None):
+        super().__init__(input_node, label_node)
+        if images.dtype != np.uint8:
+            raise TypeError(f"UInt8ImageDataset holds uint8 images. Received dtype {images.dtype}.")
+        if len(labels) != len(images):
+            raise ValueError(f"UInt8ImageDataset needs one label per image: {len(images)} images, "
+                             f"{len(labels)} labels.")
+        self.images = images
+        self.labels = np.asarray(labels, dtype=np.int64)
+        self.classes = classes
+
+    @property
+    def data(self) -> np.ndarray:
+        """All images as float32 in [0, 1] (a new array, four times the size of :attr:`images`)."""
+        return self.images.astype(np.float32) / np.float32(255)
+
+    def __getitem__(self, index):
+        return {self.input_node: self.images[index].astype(np.float32) / np.float32(255),
+                self.label_node: self.labels[index]}
+
+    def __len__(self):
+        return len(self.images)

@@ -1,0 +1,336 @@
+"""The packed shard format: one file of fixed-size records, memory-mapped for random access.
+
+Layout of a ``.d5shard`` file (all integers little-endian)::
+
+    offset 0        8 bytes   magic b"D5SHARD1"
+    offset 8        uint32    H, the length of the JSON header
+    offset 12       uint32    CRC-32 (zlib) of the JSON header
+    offset 16       H bytes   JSON header (UTF-8), then zero padding up to data_offset
+    data_offset     count records of record_size bytes (data_offset is a multiple of 4096)
+    index_offset    count uint32: the CRC-32 of each record (index_offset = data_offset + count * record_size)
+    file_size       = index_offset + 4 * count
+
+The header names the record's fields (``input`` then ``label``), each with its numpy dtype,
+shape and byte offset inside the record; the record count and size; the offsets above; the
+number of classes and where the samples came from. Because records have a fixed size, the
+offset of sample ``i`` is ``data_offset + i * record_size``: the index is arithmetic and reading
+a batch of random samples is one numpy fancy-indexing gather on a :class:`numpy.memmap`.
+
+Opening a shard checks the magic number, the header CRC and the file size (a truncated file is
+named as such); :func:`verify_shard` (or ``ShardDataset(..., verify=True)``, per batch read)
+checks the records against their CRC-32s.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import zlib
+
+import numpy as np
+
+from deep500lite.datasets.common import CorruptFileError, missing_file_error
+from deep500lite.errors import UserError, format_choices
+from deep500lite.lv2.dataset import Dataset
+
+__all__ = ["SHARD_SUFFIX", "SHARD_MAGIC", "write_shards", "ShardDataset", "read_shard_header", "verify_shard",
+           "shard_path", "IMAGE_DTYPES"]
+
+SHARD_MAGIC = b"D5SHARD1"
+SHARD_SUFFIX = ".d5shard"
+FORMAT_VERSION = 1
+IMAGE_DTYPES = (None, "uint8")
+_PREFIX = 16
+_ALIGN = 4096
+
+
+def shard_path(root: str, split: str) -> str:
+    """The file of one split in a folder of shards: ``root/<split>.d5shard``."""
+    return os.path.join(root, split + SHARD_SUFFIX)
+
+
+def _record_dtype(fields: list[dict], record_size: int) -> np.dtype:
+    return np.dtype({"names": [f["role"] for f in fields],
+                     "formats": [(np.dtype(f["dtype"]), tuple(f["shape"])) for f in fields],
+                     "offsets": [f["offset"] for f in fields], "itemsize": record_size})
+
+
+def _header_bytes(header: dict) -> bytes:
+    return json.dumps(header, sort_keys=True, separators=(",", ":")).encode("utf-8")
+
+
+def write_shards(dataset: Dataset, path, batch_size: int = 1024, image_dtype: str | None = None,
+                 classes: int | None = None, source: dict | None = None, limit: int | None = None,
+                 progress=None) -> dict:
+    """Write every sample of ``dataset``, in order, as one packed shard file.
+
+    The file appears complete or not at all (written to a temporary file, then renamed).
+
+    Args:
+        dataset: any :class:`~deep500lite.Dataset` (its input, and its labels when it has a label node).
+        path: the ``.d5shard`` file to write.
+        batch_size: samples read from ``dataset`` at a time.
+        image_dtype: None to store samples in their own dtype, or ``"uint8"`` to store float samples
+            in [0, 1] as ``round(x * 255)`` (a quarter of the size of float32; exact for images that
+            were uint8, like MNIST and CIFAR); they are read back as float32 ``q / 255``.
+        classes: the number of classes, stored in the header (default: the dataset's ``classes``
+            attribute, else the largest label + 1).
+        source: a JSON-ready description of where the samples came from, stored in the header.
+        limit: write only the first ``limit`` samples.
+        progress: optional ``callable(done, total)`` called after each batch.
+
+    Returns:
+        The header written (a dict).
+
+    Raises:
+        UserError: an empty dataset, samples of varying shape or dtype, or ``image_dtype="uint8"``
+            for samples outside [0, 1].
+    """
+    if image_dtype not in IMAGE_DTYPES:
+        raise UserError(f"image_dtype must be one of {format_choices(IMAGE_DTYPES)}. Received: {image_dtype!r}")
+    if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+        raise UserError(f"batch_size must be a positive integer. Received: {batch_size!r}")
+    count = len(dataset) if limit is None else min(int(limit), len(dataset))
+    if count < 1:
+        raise UserError(f"Cannot write a shard of an empty dataset ({len(dataset)} samples, limit={limit!r}).")
+    path = os.fspath(path)
+    roles = [("input", dataset.input_node)] + ([("label", dataset.label_node)] if dataset.label_node else [])
+    first = dataset[np.arange(min(batch_size, count))]
+    fields, offset = [], 0
+    for role, node in roles:
+        arr = np.asarray(first[node])
+        dtype = arr.dtype
+        if role == "input" and image_dtype == "uint8":
+            dtype = np.dtype(np.uint8)
+        if dtype.kind not in "biuf":
+            raise UserError(f"Shards hold numeric samples; the dataset's {role} {node!r} has dtype {arr.dtype}.")
+        dtype = dtype.newbyteorder("<") if dtype.itemsize > 1 else dtype
+        field = {"role": role, "node": node, "dtype": dtype.str, "shape": list(arr.shape[1:]), "offset": offset}
+        if role == "input" and image_dtype == "uint8":
+            field["divisor"] = 255
+        fields.append(field)
+        offset += dtype.itemsize * int(np.prod(arr.shape[1:], dtype=np.int64))
+    record_size = max(offset, 1)
+    rec_dtype = _record_dtype(fields, record_size)
+    if classes is None:
+        classes = getattr(dataset, "classes", None)
+        classes = classes if isinstance(classes, (int, np.integer)) else None
+    header = {"format": "deep500lite-shard", "version": FORMAT_VERSION, "count": count, "record_size": record_size,
+              "fields": fields, "classes": None if classes is None else int(classes), "source": source or {},
+              "record_checksum": "crc32", "data_offset": 0, "index_offset": 0, "file_size": 0}
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=SHARD_SUFFIX, dir=folder)
+    crcs = np.empty(count, dtype="<u4")
+    max_label, quant_err = -1, 0.0
+    try:
+        with os.fdopen(fd, "wb") as f:
+            # Reserve room for the header; it is written last, when the label range is known.
+            reserve = _PREFIX + len(_header_bytes(header)) + 512
+            data_offset = -(-reserve // _ALIGN) * _ALIGN
+            f.seek(data_offset)
+            done = 0
+            while done < count:
+                idx = np.arange(done, min(done + batch_size, count))
+                batch = first if done == 0 and len(first[dataset.input_node]) == len(idx) else dataset[idx]
+                records = np.zeros(len(idx), dtype=rec_dtype)
+                for field, (role, node) in zip(fields, roles):
+                    arr = np.asarray(batch[node])
+                    expect = (len(idx), *field["shape"])
+                    if arr.shape != expect:
+                        raise UserError(f"Samples {idx[0]}..{idx[-1]}: {role} {node!r} has shape {list(arr.shape)}, "
+                                        f"expected {list(expect)} like the first samples; a shard holds samples "
+                                        f"of one shape.")
+                    if "divisor" in field:
+                        if arr.size and (arr.min() < 0 or arr.max() > 1):
+                            raise UserError(f"image_dtype='uint8' stores samples in [0, 1]; samples {idx[0]}.."
+                                            f"{idx[-1]} range over [{arr.min():.4g}, {arr.max():.4g}]. Store them "
+                                            "in their own dtype (image_dtype=None, CLI: --dtype keep).")
+                        q = np.rint(arr.astype(np.float64) * 255)
+                        quant_err = max(quant_err, float(np.max(np.abs(q / 255 - arr), initial=0)))
+                        arr = q.astype(np.uint8)
+                    elif arr.dtype != np.dtype(field["dtype"]):
+                        raise UserError(f"Samples {idx[0]}..{idx[-1]}: {role} {node!r} has dtype {arr.dtype}, "
+                                        f"expected {np.dtype(field['dtype'])} like the first samples.")
+                    if role == "label" and arr.size and arr.dtype.kind in "iu":
+                        max_label = max(max_label, int(arr.max()))
+                    records[role] = arr
+                rows = records.view(np.uint8).reshape(len(idx), record_size)
+                crcs[done:done + len(idx)] = [zlib.crc32(r) for r in rows]
+                f.write(records.tobytes())
+                done += len(idx)
+                if progress:
+                    progress(done, count)
+            index_offset = data_offset + count * record_size
+            f.write(crcs.tobytes())
+            if header["classes"] is None and max_label >= 0:
+                header["classes"] = max_label + 1
+            if image_dtype == "uint8":
+                header["quantization_max_error"] = quant_err
+            header.update(data_offset=data_offset, index_offset=index_offset, file_size=index_offset + 4 * count)
+            body = _header_bytes(header)
+            if _PREFIX + len(body) > data_offset:  # pragma: no cover - the reserve covers the added values
+                raise RuntimeError("shard header outgrew its reserved space")
+            f.seek(0)
+            f.write(SHARD_MAGIC + np.array([len(body), zlib.crc32(body)], dtype="<u4").tobytes() + body)
+            f.flush()
+            os.fsync(f.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return header
+
+
+def read_shard_header(path) -> dict:
+    """Read and check the header of a shard file.
+
+    Raises:
+        CorruptFileError: bad magic number, header CRC mismatch, an unreadable header, or a file
+            size other than the header declares (truncated or with extra bytes).
+        FileNotFoundError: the file does not exist.
+    """
+    path = os.fspath(path)
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        prefix = f.read(_PREFIX)
+        if len(prefix) < _PREFIX:
+            raise CorruptFileError(path, f"wrong length: {size} bytes, shorter than the {_PREFIX}-byte prefix of a "
+                                         "shard file (truncated)")
+        if prefix[:8] != SHARD_MAGIC:
+            raise CorruptFileError(path, f"bad magic number {prefix[:8]!r}; a deep500lite shard starts with "
+                                         f"{SHARD_MAGIC!r}", offset=0)
+        length, crc = np.frombuffer(prefix, dtype="<u4", count=2, offset=8).tolist()
+        if _PREFIX + length > size:
+            raise CorruptFileError(path, f"wrong length: the prefix declares a {length}-byte header but the file "
+                                         f"has {size} bytes (truncated)", offset=8)
+        body = f.read(length)
+    if zlib.crc32(body) != crc:
+        raise CorruptFileError(path, f"header CRC mismatch (stored 0x{crc:08X}, computed 0x{zlib.crc32(body):08X})",
+                               offset=_PREFIX)
+    try:
+        header = json.loads(body.decode("utf-8"))
+        count, record_size = int(header["count"]), int(header["record_size"])
+        data_offset, index_offset = int(header["data_offset"]), int(header["index_offset"])
+        expected = int(header["file_size"])
+        _record_dtype(header["fields"], record_size)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CorruptFileError(path, f"the header is not a valid shard header ({exc})", offset=_PREFIX) from exc
+    if header.get("version") != FORMAT_VERSION:
+        raise UserError(f"Shard '{path}' has format version {header.get('version')!r}; this deep500lite reads "
+                        f"version {FORMAT_VERSION}.")
+    if index_offset != data_offset + count * record_size or expected != index_offset + 4 * count:
+        raise CorruptFileError(path, "the header's offsets disagree with its record count and size", offset=_PREFIX)
+    if size != expected:
+        if size >= expected:
+            what = f"{size - expected} extra bytes follow the index"
+        elif size >= index_offset:
+            what = f"truncated: {expected - size} bytes are missing, in the CRC index after the records"
+        else:
+            first = max(0, size - data_offset) // record_size
+            what = f"truncated: {expected - size} bytes are missing, from record {first} on"
+        raise CorruptFileError(path, f"wrong length: the header declares {count} records of {record_size} bytes "
+                                     f"and an index, {expected} bytes in all, but the file has {size} ({what})",
+                               offset=min(size, expected))
+    return header
+
+
+class ShardDataset(Dataset):
+    """A packed shard file as a dataset; samples are read through a :class:`numpy.memmap`.
+
+    A batch ``dataset[indices]`` gathers the records in one fancy-indexing read and returns
+    ``{input_node: samples, label_node: labels}`` (samples stored as uint8 with a divisor come back
+    as float32 ``q / divisor``).
+
+    Args:
+        path: the ``.d5shard`` file.
+        input_node: the network input the samples feed.
+        label_node: the network input the labels feed (ignored, like the labels, when None).
+        verify: check every record read against its stored CRC-32.
+
+    Attributes:
+        header: the file's header (dict); ``header["classes"]`` is the number of classes.
+    """
+
+    def __init__(self, path, input_node: str, label_node: str | None = None, verify: bool = False):
+        super().__init__(input_node, label_node)
+        self.path = os.fspath(path)
+        self.header = read_shard_header(self.path)
+        self.fields = {f["role"]: f for f in self.header["fields"]}
+        if label_node is not None and "label" not in self.fields:
+            raise UserError(f"Shard '{self.path}' holds no labels, so label_node={label_node!r} cannot be fed.")
+        self.classes = self.header.get("classes")
+        self.verify = verify
+        self._dtype = _record_dtype(self.header["fields"], self.header["record_size"])
+        self._records = np.memmap(self.path, dtype=self._dtype, mode="r", offset=self.header["data_offset"],
+                                  shape=(self.header["count"],))
+        self._array = self._records.view(np.ndarray)
+        self._crcs = None
+
+    def sample_shape(self) -> tuple:
+        """The shape of one sample."""
+        return tuple(self.fields["input"]["shape"])
+
+    def _check(self, index, records) -> None:
+        if self._crcs is None:
+            self._crcs = np.memmap(self.path, dtype="<u4", mode="r", offset=self.header["index_offset"],
+                                   shape=(self.header["count"],))
+        positions = np.arange(len(self))[index].reshape(-1)
+        rows = np.ascontiguousarray(records).view(np.uint8).reshape(len(positions), -1)
+        for i, row in zip(positions.tolist(), rows):
+            stored, computed = int(self._crcs[i]), zlib.crc32(row)
+            if computed != stored:
+                raise CorruptFileError(self.path, f"record {i} fails its CRC-32 check (stored 0x{stored:08X}, "
+                                                  f"computed 0x{computed:08X})",
+                                       offset=self.header["data_offset"] + i * self.header["record_size"])
+
+    def __getitem__(self, index):
+        if isinstance(index, list):
+            index = np.asarray(index)
+        if self.verify:
+            self._check(index, self._array[index])
+        batch = {}
+        # Gathering each field from its strided view copies once (faster than gathering records).
+        for role, node in (("input", self.input_node), ("label", self.label_node)):
+            if node is None:
+                continue
+            arr = self._array[role][index]
+            if not arr.flags.writeable:  # a view into the read-only map (slice or integer index)
+                arr = np.array(arr)
+            if "divisor" in self.fields[role]:
+                arr = arr.astype(np.float32) / np.float32(self.fields[role]["divisor"])
+            batch[node] = arr
+        return batch
+
+    def __len__(self):
+        return self.header["count"]
+
+
+def verify_shard(path) -> int:
+    """Check a whole shard file: header, size, and every record against its CRC-32.
+
+    Returns:
+        The number of records checked.
+
+    Raises:
+        CorruptFileError: the first fault found, naming the record and its byte offset.
+    """
+    ds = ShardDataset(path, "input", None, verify=True)
+    step = max(1, (64 << 20) // ds.header["record_size"])
+    for start in range(0, len(ds), step):
+        ds[start:start + step]
+    return len(ds)
+
+
+def _open_split(root: str, split: str, input_node, label_node, root_given: bool, verify: bool) -> ShardDataset:
+    path = shard_path(root, split)
+    if not os.path.isfile(path):
+        raise missing_file_error("shards", path, "make shard files from another dataset with `deep500lite pack "
+                                 f"NAME_OR_DIR {root} --split both` (or deep500lite.datasets.write_shards).",
+                                 root_given)
+    return ShardDataset(path, input_node, label_node, verify=verify)
