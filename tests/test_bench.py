@@ -45,3 +45,27 @@ def test_bench_overhead_training_torch(tmp_path):
     (result,) = json.loads(out.read_text())["results"]
     assert result["training"] is True and result["max_abs_error"] < 1e-5  # same weights, same first loss
     assert len(result["ratios"]) >= 20
+
+
+@pytest.mark.skipif(not d5.is_framework_available("torch"), reason="needs torch")
+def test_bench_overhead_op_table_and_json(tmp_path):
+    out = tmp_path / "op.json"
+    proc = run_cli("bench", "overhead", "--op", "--framework", "torch,reference", "--op-kinds", "cpp,python",
+                   "--elements", "1024", "--max-time", "0.2", "--json", out)
+    assert proc.returncode == 0, proc.stderr
+    assert "custom operator vs the framework's own" in proc.stdout
+    results = json.loads(out.read_text())["results"]
+    assert {(r["framework"], r["kind"]) for r in results} == {
+        ("torch", "cpp"), ("torch", "python"), ("reference", "cpp"), ("reference", "python")}
+    for r in results:
+        assert r["max_abs_error"] < 1e-5 and r["elements"] == 1024
+        assert len(r["ratios"]) == len(r["custom"]["raw"]) == len(r["native"]["raw"]) >= 20
+
+
+def test_bench_overhead_op_bad_input():
+    proc = run_cli("bench", "overhead", "--op", "--framework", "mxnet", "--elements", "8")
+    assert proc.returncode == 2 and "mxnet" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    proc = run_cli("bench", "overhead", "--op", "--op-kinds", "fortran", "--framework", "reference")
+    assert proc.returncode == 2 and "'cpp', 'python'" in proc.stderr
+    proc = run_cli("bench", "overhead")
+    assert proc.returncode == 2 and "needs --framework" in proc.stderr

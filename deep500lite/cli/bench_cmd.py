@@ -5,19 +5,24 @@ from __future__ import annotations
 import json
 import sys
 
-BENCHMARKS = ("overhead",)
+BENCHMARKS = ("overhead", "op", "dataset")
 
 
 def add_parser(subparsers):
-    p = subparsers.add_parser("bench", help="run a benchmark (overhead)",
+    p = subparsers.add_parser("bench", help="run a benchmark (overhead, op, dataset)",
                               description="Run a benchmark and print its table; --json keeps every raw sample.")
     sub = p.add_subparsers(dest="benchmark", metavar="BENCHMARK", parser_class=type(p))
     o = sub.add_parser("overhead", help="deep500lite executor vs the framework's own call",
                        description=("Time LeNet and ResNet-20 through the deep500lite executor and through the "
                                     "framework's native call, in alternation, and print the ratio "
                                     "deep500lite/native with its 95%% CI (target <= 1.05)."))
-    o.add_argument("--framework", "-f", required=True,
-                   help="torch, tensorflow or onnxruntime (with --training also reference)")
+    o.add_argument("--framework", "-f", default=None,
+                   help="torch, tensorflow or onnxruntime (with --training also reference); with --op a "
+                        "comma-separated list (default: every installed framework)")
+    o.add_argument("--op", action="store_true",
+                   help="time a custom operator (Swish, C++) through each framework against the framework's own")
+    o.add_argument("--op-kinds", default="cpp", help="with --op: cpp, python or cpp,python (default cpp)")
+    o.add_argument("--elements", type=int, default=1 << 16, help="with --op: vector length (default 65536)")
     o.add_argument("--training", action="store_true",
                    help="time training steps (forward, backward, momentum update) instead of inference")
     o.add_argument("--models", default="lenet,resnet20", help="comma-separated: lenet, resnet20 (default both)")
@@ -25,6 +30,10 @@ def add_parser(subparsers):
     o.add_argument("--max-time", type=float, default=20.0, help="seconds of timed work per model (default 20)")
     o.add_argument("--json", default=None, metavar="FILE", help="write results, raw samples and environment here")
     o.set_defaults(func=run_overhead)
+    from deep500lite.cli import bench_dataset, bench_op
+
+    bench_op.add_subparser(sub)
+    bench_dataset.add_subparser(sub)
     p.set_defaults(func=lambda args: _no_benchmark(p))
     return p
 
@@ -41,6 +50,11 @@ def run_overhead(args) -> int:
     from deep500lite.metrics.tables import format_ci, format_table
     from deep500lite.utils import atomic_write_text
 
+    if args.op:
+        return _run_op_overhead(args)
+    if not args.framework:
+        raise UserError("bench overhead needs --framework (torch, tensorflow, onnxruntime; with --training also "
+                        "reference), or --op.")
     if args.batch_size < 1:
         raise UserError(f"--batch-size must be a positive integer. Received: {args.batch_size}")
     models = [m.strip() for m in args.models.split(",") if m.strip()]
@@ -65,6 +79,37 @@ def run_overhead(args) -> int:
                         "ratio [95% CI]", "runs", "max |err|", f"target <= {TARGET_RATIO}"], rows))
     if args.json:
         payload = {"benchmark": "overhead", "environment": collect_environment(),
+                   "results": [r.to_dict() for r in results]}
+        atomic_write_text(args.json, json.dumps(payload, indent=1))
+        print(f"results: {args.json}")
+    return 0
+
+
+def _run_op_overhead(args) -> int:
+    from deep500lite.bench.op_overhead import run_op_overhead
+    from deep500lite.environment import collect_environment
+    from deep500lite.metrics.tables import format_ci, format_table
+    from deep500lite.registry import FRAMEWORKS, is_framework_available
+    from deep500lite.utils import atomic_write_text
+
+    if args.framework:
+        frameworks = [f.strip() for f in args.framework.split(",") if f.strip()]
+    else:
+        frameworks = [f for f in FRAMEWORKS if is_framework_available(f)]
+    kinds = [k.strip() for k in args.op_kinds.split(",") if k.strip()]
+    results = run_op_overhead(frameworks, kinds, args.elements, args.max_time,
+                              progress=lambda msg: print(f"... {msg}", file=sys.stderr, flush=True))
+    rows = []
+    for r in results:
+        a, b, q = r.paired.a.summary, r.paired.b.summary, r.paired.ratio
+        rows.append([r.framework, r.kind, r.elements, format_ci(b.median, b.ci_low, b.ci_high),
+                     format_ci(a.median, a.ci_low, a.ci_high), f"{q.median:.2f} [{q.ci_low:.2f}, {q.ci_high:.2f}]",
+                     q.n, f"{r.max_abs_error:.2g}"])
+    print("Swish forward + backward: custom operator vs the framework's own")
+    print(format_table(["framework", "custom op", "elements", "native [95% CI]", "custom [95% CI]",
+                        "ratio [95% CI]", "pairs", "max |err|"], rows))
+    if args.json:
+        payload = {"benchmark": "overhead --op", "environment": collect_environment(),
                    "results": [r.to_dict() for r in results]}
         atomic_write_text(args.json, json.dumps(payload, indent=1))
         print(f"results: {args.json}")

@@ -1,0 +1,243 @@
+"""``deep500lite bench overhead --op``: a custom operator against the framework's own operator.
+
+The operator is Swish (``y = x * sigmoid(x)``, SiLU) on a float32 vector, with its gradient. On
+each framework it is timed two ways, in alternation (:func:`deep500lite.metrics.time_paired`),
+forward and backward together (``y = op(x)``, then the gradient of ``sum(y * g)``):
+
+- **custom**: deep500lite's C++ Swish (compiled with :func:`d5.compile_custom_cppop_inline`),
+  or the same operator in numpy (a ``d5.CustomPythonOp``), through
+  ``deep500lite.frameworks.<fw>.custom_op`` (torch, TensorFlow) or as a custom node of an ONNX
+  graph (ONNX Runtime through onnxruntime-extensions, the reference executor);
+- **native**: the framework's own operator: ``torch.nn.functional.silu`` with autograd,
+  ``tf.nn.silu`` under ``tf.GradientTape`` in a ``tf.function``, and for ONNX Runtime and the
+  reference executor the graph ``x * Sigmoid(x)`` of standard operators, differentiated by
+  deep500lite's ONNX autodiff like the custom node.
+
+The ratio custom/native (median of per-pair ratios, 95% CI) is the cost of writing the operator
+outside the framework; both sides' results are checked to agree first.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from deep500lite.errors import UserError, format_choices
+
+__all__ = ["OpOverheadResult", "run_op_overhead", "SWISH_CPP", "KINDS"]
+
+KINDS = ("cpp", "python")
+_FRAMEWORKS = ("torch", "tensorflow", "onnxruntime", "reference")
+
+SWISH_CPP = r"""
+#include <deep500lite/deep500lite.h>
+#include <cmath>
+#include <cstdint>
+
+template <typename T>
+class BenchSwish : public deep500lite::CustomOperator {
+    int64_t n;
+public:
+    explicit BenchSwish(int64_t len) : n(len) {}
+    void forward(const T *x, T *y) {
+        #pragma omp parallel for if (n > 65536)
+        for (int64_t i = 0; i < n; ++i) y[i] = x[i] / (T(1) + std::exp(-x[i]));
+    }
+    void backward(const T *gy, const T *x, const T *y, T *gx) {
+        #pragma omp parallel for if (n > 65536)
+        for (int64_t i = 0; i < n; ++i) {
+            T s = T(1) / (T(1) + std::exp(-x[i]));
+            gx[i] = gy[i] * (s + x[i] * s * (T(1) - s));
+        }
+    }
+};
+
+D500_EXPORTED void *create_new_op(deep500lite::tensor_t *in, int nin, deep500lite::tensor_t *out, int nout) {
+    return new BenchSwish<DTYPE>(deep500lite::num_elements(in[0]));
+}
+
+D500_REGISTER_OP(BenchSwish<DTYPE>);
+"""
+
+
+def _python_swish(n: int):
+    import deep500lite as d5
+
+    class PySwish(d5.CustomPythonOp):
+        def forward(self, x):
+            return x / (np.float32(1) + np.exp(-x))
+
+        def backward(self, grads, fwd_inputs, fwd_outputs):
+            x = fwd_inputs[0]
+            s = np.float32(1) / (np.float32(1) + np.exp(-x))
+            return grads[0] * (s + x * s * (np.float32(1) - s))
+
+    d = d5.tensordesc(np.float32, (n,))
+    return PySwish([d], [d])
+
+
+def swish_op(kind: str, n: int):
+    """The benchmark's Swish operator on ``n`` float32 elements: compiled C++ or numpy."""
+    if kind == "python":
+        return _python_swish(n)
+    import deep500lite as d5
+    from deep500lite.lv0.cppop import compile_custom_cppop_inline
+
+    d = d5.tensordesc(np.float32, (n,))
+    return compile_custom_cppop_inline("bench_swish", SWISH_CPP, [d], [d])
+
+
+@dataclasses.dataclass
+class OpOverheadResult:
+    """One framework's custom-vs-native timing of Swish (forward + backward)."""
+
+    framework: str
+    kind: str
+    elements: int
+    max_abs_error: float
+    paired: object  # PairedMeasurement: a = custom, b = native
+
+    def to_dict(self) -> dict:
+        """JSON-ready form with every raw sample."""
+        return {"framework": self.framework, "kind": self.kind, "elements": self.elements,
+                "max_abs_error": self.max_abs_error, "custom": self.paired.a.to_dict(),
+                "native": self.paired.b.to_dict(), "ratios": list(self.paired.ratios),
+                "ratio": self.paired.ratio.to_dict()}
+
+
+def _torch_pair(op, x, g):
+    import torch
+
+    from deep500lite.frameworks.torch import custom_op
+
+    fn = custom_op(op)
+    xt, gt = torch.from_numpy(x), torch.from_numpy(g)
+
+    def run(f):
+        def call():
+            t = xt.clone().requires_grad_(True)
+            y = f(t)
+            (grad,) = torch.autograd.grad(y, t, gt)
+            return y.detach().numpy(), grad.numpy()
+        return call
+
+    return run(fn), run(torch.nn.functional.silu)
+
+
+def _tensorflow_pair(op, x, g):
+    import tensorflow as tf
+
+    from deep500lite.frameworks.tensorflow import custom_op
+
+    fn = custom_op(op)
+    spec = [tf.TensorSpec(x.shape, tf.float32)] * 2
+
+    def run(f):
+        @tf.function(input_signature=spec, autograph=False)
+        def step(t, gy):
+            with tf.GradientTape() as tape:
+                tape.watch(t)
+                y = f(t)
+            return y, tape.gradient(y, t, output_gradients=gy)
+
+        def call():
+            y, grad = step(x, g)
+            return y.numpy(), grad.numpy()
+        return call
+
+    return run(fn), run(tf.nn.silu)
+
+
+def _graph(n, custom_type):
+    """A network computing s = Swish(x * w) and loss = sum(s * g), with w = 1 a parameter."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    import deep500lite as d5
+
+    nodes = [helper.make_node("Mul", ["x", "w"], ["h"])]
+    if custom_type is None:
+        nodes += [helper.make_node("Sigmoid", ["h"], ["sg"]), helper.make_node("Mul", ["h", "sg"], ["s"])]
+    else:
+        nodes.append(d5.custom_node(custom_type, ["h"], ["s"]))
+    nodes += [helper.make_node("Mul", ["s", "g"], ["sg2"]),
+              helper.make_node("ReduceSum", ["sg2"], ["loss"], keepdims=0)]
+    vi = [helper.make_tensor_value_info(k, TensorProto.FLOAT, [n]) for k in ("x", "g")]
+    graph = helper.make_graph(nodes, "swish", vi, [helper.make_tensor_value_info("s", TensorProto.FLOAT, [n])],
+                              initializer=[numpy_helper.from_array(np.ones(n, np.float32), "w")],
+                              value_info=[helper.make_tensor_value_info("h", TensorProto.FLOAT, [n])])
+    opsets = [helper.make_opsetid("", 17)] + ([helper.make_opsetid(d5.CUSTOM_DOMAIN, 1)] if custom_type else [])
+    model = helper.make_model(graph, opset_imports=opsets, ir_version=8)
+    if custom_type is not None:
+        onnx.checker.check_model(model)
+    return d5.load_model(model)
+
+
+def _graph_pair(framework, op, x, g):
+    import deep500lite as d5
+
+    op_type = f"BenchSwish{op.__class__.__name__}{len(x)}"
+    d5.register_op(op, op_type)
+    executors = [d5.executor(_graph(len(x), t), framework) for t in (op_type, None)]
+
+    def run(ex):
+        def call():
+            out = ex.inference_and_backprop({"x": x, "g": g}, "loss")
+            # The gradient of w is x * dLoss/dh; with w = 1 it equals the input gradient.
+            return out["s"], ex.network.fetch_tensors(["w_grad"])[0]
+        return call
+
+    return run(executors[0]), run(executors[1])
+
+
+def run_op_overhead(frameworks, kinds=("cpp",), elements: int = 1 << 16, max_time: float = 10.0,
+                    progress=None, seed: int = 0) -> list[OpOverheadResult]:
+    """Time Swish as a custom operator against each framework's own (see module docstring).
+
+    Args:
+        frameworks: framework keys (torch, tensorflow, onnxruntime, reference).
+        kinds: ``"cpp"`` (the compiled C++ operator) and/or ``"python"`` (numpy).
+        elements: vector length.
+        max_time: seconds of timed work per framework and kind.
+        progress: called with a short message before each measurement.
+        seed: seed of the inputs.
+
+    Returns:
+        One :class:`OpOverheadResult` per framework and kind.
+    """
+    from deep500lite.metrics.timing import time_paired
+    from deep500lite.registry import canonical_framework
+
+    frameworks = [canonical_framework(f) for f in frameworks]
+    for f in frameworks:
+        if f not in _FRAMEWORKS:
+            raise UserError(f"bench overhead --op runs on {format_choices(_FRAMEWORKS)}. Received: {f!r}")
+    for k in kinds:
+        if k not in KINDS:
+            raise UserError(f"--op-kinds takes {format_choices(KINDS)}. Received: {k!r}")
+    if elements < 1:
+        raise UserError(f"--elements must be a positive integer. Received: {elements}")
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(elements).astype(np.float32)
+    g = rng.standard_normal(elements).astype(np.float32)
+    results = []
+    for kind in kinds:
+        op = swish_op(kind, elements)
+        for fw in frameworks:
+            if progress:
+                progress(f"{fw}: {kind} Swish vs native, {elements} elements")
+            if fw == "torch":
+                custom, native = _torch_pair(op, x, g)
+            elif fw == "tensorflow":
+                custom, native = _tensorflow_pair(op, x, g)
+            else:
+                custom, native = _graph_pair(fw, op, x, g)
+            (ya, ga), (yb, gb) = custom(), native()
+            err = float(max(np.abs(ya - yb).max(), np.abs(ga - gb).max()))
+            if err > 1e-4:
+                raise AssertionError(f"{fw}: the custom Swish and the native one disagree by {err:.3g}.")
+            paired = time_paired(custom, native, label_a=f"{fw} {kind} custom", label_b=f"{fw} native",
+                                 max_time=max_time, target_rel_ci=0.02)
+            results.append(OpOverheadResult(fw, kind, elements, err, paired))
+    return results

@@ -1,0 +1,274 @@
+"""This machine's measured peak compute and memory bandwidth, and the roofline model.
+
+The peak figures are *measured*, not read from a data sheet, so that "% of peak" compares an
+operator with what this machine (its BLAS, its memory, its other load) actually delivers:
+
+- **compute** (FLOP/s): a large float32 GEMM (``n x n`` times ``n x n``, ``2 n^3`` FLOP), in
+  numpy (its BLAS) and in torch (MKL/oneDNN) when torch is installed; the peak is the faster
+  of the two, and both are reported. On a GPU: the same GEMM in torch on the device (float32,
+  TF32 off, which is torch's default).
+- **bandwidth** (bytes/s): STREAM-style kernels on arrays of 64 MiB each, larger than the
+  caches: *copy* (``b = a``, 2 arrays moved) and *add* (``c = a + b``, 3 arrays moved), in
+  numpy with one thread per usable core, each thread on its own slice (numpy releases the GIL
+  in these loops); the peak is the faster of the two. On a GPU: a torch ``copy_`` of 256 MiB.
+
+Each kernel is timed with :func:`deep500lite.metrics.time_function` (warm-up, median of
+repeated runs); the figure is work / median time. :func:`measure_peak` caches its result per
+process and device.
+
+Roofline (Williams, Waterman, Patterson, CACM 2009): an operator that performs ``F`` FLOP and
+moves ``B`` bytes (its inputs read once and outputs written once) has arithmetic intensity
+``I = F / B``. It cannot run faster than ``attainable = min(peak_flops, I * peak_bandwidth)``;
+it is *memory-bound* when ``I`` is below the ridge point ``peak_flops / peak_bandwidth`` and
+*compute-bound* otherwise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+
+import numpy as np
+
+__all__ = ["Peak", "Roofline", "measure_peak", "roofline", "usable_cores", "require_torch_gpu"]
+
+_GEMM_N_CPU = 2048
+_GEMM_N_GPU = 8192
+_STREAM_ELEMENTS = 1 << 24  # float32: 64 MiB per array
+_GPU_COPY_ELEMENTS = 1 << 26  # float32: 256 MiB
+
+
+def usable_cores() -> int:
+    """The number of CPU cores this process may run on (its affinity mask)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Peak:
+    """Measured peak compute and bandwidth of one device.
+
+    Attributes:
+        device: ``"cpu"`` or ``"gpu:N"``.
+        flops: peak compute in FLOP/s (the best of the GEMMs measured).
+        bandwidth: peak memory bandwidth in bytes/s (the best of the kernels measured).
+        flops_method: how ``flops`` was measured (which library, size, threads).
+        bandwidth_method: how ``bandwidth`` was measured.
+        kernels: every kernel measured: name -> ``{"rate", "unit", "work", "measurement"}``
+            (``measurement`` is :meth:`Measurement.to_dict`, with every raw sample).
+    """
+
+    device: str
+    flops: float
+    bandwidth: float
+    flops_method: str
+    bandwidth_method: str
+    kernels: dict
+
+    @property
+    def ridge(self) -> float:
+        """The ridge point in FLOP/byte: intensities below it are memory-bound."""
+        return self.flops / self.bandwidth
+
+    def describe(self) -> str:
+        """Two lines for the terminal: the peak figures and how they were measured."""
+        return (f"peak compute:   {self.flops / 1e9:.1f} GFLOP/s ({self.flops_method})\n"
+                f"peak bandwidth: {self.bandwidth / 1e9:.1f} GB/s ({self.bandwidth_method}); "
+                f"ridge point {self.ridge:.1f} FLOP/byte")
+
+    def to_dict(self) -> dict:
+        """JSON-ready form with every raw sample."""
+        return {"device": self.device, "flops": self.flops, "bandwidth": self.bandwidth, "ridge": self.ridge,
+                "flops_method": self.flops_method, "bandwidth_method": self.bandwidth_method,
+                "kernels": self.kernels}
+
+
+@dataclasses.dataclass(frozen=True)
+class Roofline:
+    """Where one measured operator sits under the roofline of a :class:`Peak`.
+
+    Attributes:
+        achieved: FLOP/s achieved (FLOP / median time).
+        intensity: arithmetic intensity in FLOP/byte.
+        attainable: ``min(peak.flops, intensity * peak.bandwidth)`` in FLOP/s.
+        bound: ``"memory"`` when ``intensity < peak.ridge``, else ``"compute"``.
+        fraction_of_attainable: ``achieved / attainable``.
+        fraction_of_peak: ``achieved / peak.flops``.
+    """
+
+    achieved: float
+    intensity: float
+    attainable: float
+    bound: str
+    fraction_of_attainable: float
+    fraction_of_peak: float
+
+    def to_dict(self) -> dict:
+        """JSON-ready form."""
+        return dataclasses.asdict(self)
+
+
+def roofline(flops: float, bytes_moved: float, seconds: float, peak: Peak) -> Roofline:
+    """Place an operator that did ``flops`` FLOP moving ``bytes_moved`` bytes in ``seconds``.
+
+    Args:
+        flops: floating-point operations of one call.
+        bytes_moved: bytes of one call's inputs and outputs, each counted once.
+        seconds: the time of one call (the median).
+        peak: the machine's :class:`Peak`.
+
+    Returns:
+        A :class:`Roofline`.
+    """
+    if flops <= 0 or bytes_moved <= 0 or seconds <= 0:
+        raise ValueError(f"roofline needs positive flops, bytes and time. Received: flops={flops}, "
+                         f"bytes_moved={bytes_moved}, seconds={seconds}")
+    achieved = flops / seconds
+    intensity = flops / bytes_moved
+    attainable = min(peak.flops, intensity * peak.bandwidth)
+    bound = "memory" if intensity < peak.ridge else "compute"
+    return Roofline(achieved, intensity, attainable, bound, achieved / attainable, achieved / peak.flops)
+
+
+def _kernel(fn, work: float, unit: str, sync=None, max_time: float = 0.6) -> dict:
+    from deep500lite.metrics.timing import time_function
+
+    m = time_function(fn, sync=sync, warmup=1, min_runs=5, max_time=max_time)
+    return {"rate": work / m.median, "unit": unit, "work": work, "measurement": m.to_dict()}
+
+
+def _cpu_gemms(threads: int) -> dict:
+    from deep500lite.utils import is_package_available
+
+    rng = np.random.default_rng(0)
+    n = _GEMM_N_CPU
+    a = rng.standard_normal((n, n), dtype=np.float32)
+    b = rng.standard_normal((n, n), dtype=np.float32)
+    work = 2.0 * n ** 3
+    kernels = {"gemm_numpy": _kernel(lambda: np.matmul(a, b), work, "FLOP/s")}
+    if is_package_available("torch"):
+        import torch
+
+        previous = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+            with torch.inference_mode():
+                kernels["gemm_torch"] = _kernel(lambda: torch.matmul(ta, tb), work, "FLOP/s")
+        finally:
+            torch.set_num_threads(previous)
+    return kernels
+
+
+def _cpu_streams(threads: int) -> dict:
+    from concurrent.futures import ThreadPoolExecutor
+
+    count = _STREAM_ELEMENTS
+    x = np.full(count, 1.0, dtype=np.float32)
+    y = np.full(count, 2.0, dtype=np.float32)
+    z = np.empty(count, dtype=np.float32)
+    bounds = np.linspace(0, count, threads + 1).astype(int)
+    slices = [slice(lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:])]
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        def copy():
+            list(pool.map(lambda s: np.copyto(z[s], x[s]), slices))
+
+        def add():
+            list(pool.map(lambda s: np.add(x[s], y[s], out=z[s]), slices))
+
+        return {"stream_copy_numpy": _kernel(copy, 2.0 * x.nbytes, "B/s"),
+                "stream_add_numpy": _kernel(add, 3.0 * x.nbytes, "B/s")}
+
+
+def _best(kernels: dict) -> tuple[str, str]:
+    """The fastest kernel's name and a list of all, as ``numpy 71.3, torch 67.9`` (in units of 1e9)."""
+    best = max(kernels, key=lambda k: kernels[k]["rate"])
+    listed = ", ".join(f"{k.split('_')[1]} {v['rate'] / 1e9:.1f}" for k, v in kernels.items())
+    return best, listed
+
+
+def _cpu_peak(threads: int) -> Peak:
+    gemms, streams = _cpu_gemms(threads), _cpu_streams(threads)
+    best_gemm, listed = _best(gemms)
+    n = _GEMM_N_CPU
+    flops_method = (f"float32 GEMM {n}x{n}x{n}, {threads} threads, best of {listed} GFLOP/s: "
+                    f"{best_gemm.split('_')[1]}")
+    best_stream, listed = _best(streams)
+    bandwidth_method = (f"numpy STREAM on 64 MiB float32 arrays, {threads} threads, best of {listed} GB/s: "
+                        f"{best_stream.split('_')[1]}")
+    return Peak("cpu", gemms[best_gemm]["rate"], streams[best_stream]["rate"], flops_method, bandwidth_method,
+                {**gemms, **streams})
+
+
+def _gpu_peak(index: int) -> Peak:
+    import torch
+
+    dev = torch.device("cuda", index)
+
+    def sync():
+        torch.cuda.synchronize(dev)
+
+    n = _GEMM_N_GPU
+    kernels = {}
+    with torch.inference_mode():
+        gen = torch.Generator(device=dev).manual_seed(0)
+        a = torch.randn((n, n), device=dev, generator=gen)
+        b = torch.randn((n, n), device=dev, generator=gen)
+        kernels["gemm_torch"] = _kernel(lambda: torch.matmul(a, b), 2.0 * n ** 3, "FLOP/s", sync=sync)
+        src = torch.ones(_GPU_COPY_ELEMENTS, device=dev)
+        dst = torch.empty_like(src)
+        kernels["copy_torch"] = _kernel(lambda: dst.copy_(src), 2.0 * src.numel() * 4, "B/s", sync=sync)
+    name = torch.cuda.get_device_name(dev)
+    tf32 = "on" if torch.backends.cuda.matmul.allow_tf32 else "off"
+    return Peak(f"gpu:{index}", kernels["gemm_torch"]["rate"], kernels["copy_torch"]["rate"],
+                f"torch float32 GEMM {n}x{n}x{n} on {name} (TF32 {tf32})",
+                f"torch copy_ of {_GPU_COPY_ELEMENTS * 4 >> 20} MiB float32 on {name}", kernels)
+
+
+@functools.lru_cache(maxsize=None)
+def _measure(device: str, threads: int) -> Peak:
+    if device == "cpu":
+        return _cpu_peak(threads)
+    return _gpu_peak(int(device.split(":")[1]))
+
+
+def measure_peak(device="cpu", threads: int | None = None) -> Peak:
+    """Measure this machine's peak compute and bandwidth (cached per process; about 2-3 s on CPU).
+
+    Args:
+        device: ``"cpu"``, ``"gpu:N"`` or a :class:`~deep500lite.Device`; a GPU needs torch with CUDA.
+        threads: CPU threads to use (default: the usable cores).
+
+    Returns:
+        A :class:`Peak`.
+
+    Raises:
+        DeviceError: a GPU was asked for but torch cannot see it.
+    """
+    from deep500lite.lv1.device import as_device
+
+    dev = as_device(device)
+    if dev.is_gpu:
+        require_torch_gpu(dev.index)
+    return _measure(str(dev), threads or usable_cores())
+
+
+def require_torch_gpu(index: int) -> None:
+    """Raise a :class:`~deep500lite.errors.DeviceError` unless torch sees CUDA GPU ``index``."""
+    from deep500lite.errors import DeviceError
+    from deep500lite.utils import is_package_available
+
+    if not is_package_available("torch"):
+        raise DeviceError(f"--device gpu:{index} needs PyTorch with CUDA (pip install torch); torch is not "
+                          "installed. Use --device cpu.")
+    import torch
+
+    if not torch.cuda.is_available():
+        raise DeviceError(f"--device gpu:{index} needs a CUDA GPU visible to PyTorch, but torch.cuda.is_available() "
+                          f"is False here (torch {torch.__version__}: no GPU or a CPU-only build). Use --device cpu.")
+    if index >= torch.cuda.device_count():
+        raise DeviceError(f"--device gpu:{index} does not exist: torch sees {torch.cuda.device_count()} GPU(s), "
+                          f"gpu:0 to gpu:{torch.cuda.device_count() - 1}.")
