@@ -16,8 +16,8 @@ from deep500lite.lv0 import (CUSTOM_DOMAIN, CompilationError, CppOp, CppOpError,
                              register_op, registered_op, tensordesc, unregister_op)
 from deep500lite.lv1 import (CPUDevice, Device, ExecutorComparison, GPUDevice, GraphExecutor, Network, load_model,
                              test_executor_backprop, test_executor_inference)
-from deep500lite.lv2 import (Dataset, NumpyDataset, Optimizer, OrderedSampler, Sampler, ShuffleSampler,
-                             ThreeStepOptimizer, UpdateRuleOptimizer)
+from deep500lite.lv2 import (BucketSampler, Dataset, NumpyDataset, Optimizer, OrderedSampler, Sampler,
+                             ShuffleSampler, ThreeStepOptimizer, UpdateRuleOptimizer)
 from deep500lite.metrics import (L1Error, L2Error, MaxError, Measurement, RelativeL2Error, TestMetric,
                                  WallclockTime, summarize, time_function)
 from deep500lite.registry import FRAMEWORKS, executor, is_framework_available
@@ -34,7 +34,7 @@ __all__ = [
     "Network", "load_model", "GraphExecutor", "executor", "Device", "CPUDevice", "GPUDevice",
     "FRAMEWORKS", "is_framework_available", "test_executor_inference", "test_executor_backprop", "ExecutorComparison",
     # level 2
-    "Dataset", "NumpyDataset", "Sampler", "OrderedSampler", "ShuffleSampler",
+    "Dataset", "NumpyDataset", "Sampler", "OrderedSampler", "ShuffleSampler", "BucketSampler",
     "Optimizer", "ThreeStepOptimizer", "UpdateRuleOptimizer",
     # level 3
     "distributed",

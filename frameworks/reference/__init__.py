@@ -8,6 +8,8 @@ use it for correctness, not for speed. Device: CPU only.
 from deep500lite.frameworks.reference.custom import custom_op
 from deep500lite.frameworks.reference.executor import ReferenceExecutor, from_model
 from deep500lite.frameworks.reference.operators import SUPPORTED_OPS
+from deep500lite.frameworks.reference.transforms import (BatchTransform, Cutout, Normalize, RandomCrop,
+                                                         RandomHorizontalFlip, RandomTransform)
 from deep500lite.frameworks.reference.optimizers import (AcceleGradOptimizer, AdaGradOptimizer, AdamOptimizer,
                                                          GradientDescent, MomentumOptimizer, NesterovOptimizer,
                                                          RMSPropOptimizer)
@@ -16,4 +18,5 @@ executor_class = ReferenceExecutor
 
 __all__ = ["ReferenceExecutor", "from_model", "custom_op", "SUPPORTED_OPS", "executor_class", "GradientDescent",
            "MomentumOptimizer", "NesterovOptimizer", "AdaGradOptimizer", "RMSPropOptimizer", "AdamOptimizer",
-           "AcceleGradOptimizer"]
+           "AcceleGradOptimizer", "BatchTransform", "RandomTransform", "RandomCrop", "RandomHorizontalFlip", "Cutout",
+           "Normalize"]
