@@ -1130,7 +1130,11 @@ def training_graph(network: Network, y: str = "loss", seed: int = 0) -> Training
         v = np.asarray(values[stat]) if stat in values else None
         outputs.append(helper.make_tensor_value_info(upd, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape))
                        if v is not None else helper.ValueInfoProto(name=upd))
-    inits = [numpy_helper.from_array(np.asarray(values[k]), k) for k in other_inits] + b.inits
+    used = {x for n in b.nodes for x in n.input} | {o.name for o in outputs}
+    if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for n in b.nodes for a in n.attribute):
+        used.update(other_inits)  # subgraphs may read outer constants
+    # Constants only the replaced forward nodes read (a Dropout ratio) are left out.
+    inits = [numpy_helper.from_array(np.asarray(values[k]), k) for k in other_inits if k in used] + b.inits
     new_graph = helper.make_graph(b.nodes, f"{graph.name or 'graph'}_training", inputs, outputs,
                                   initializer=inits)
     model = helper.make_model(new_graph, opset_imports=list(network._model.opset_import),
