@@ -14,6 +14,8 @@ from deep500lite.errors import (Deep500Error, DeviceError, FeedError, FrameworkN
 from deep500lite.lv0 import (CUSTOM_DOMAIN, CompilationError, CppOp, CppOpError, CustomOp, CustomPythonOp, Operator,
                              TensorDescriptor, compile_custom_cppop, compile_custom_cppop_inline, custom_node,
                              register_op, registered_op, tensordesc, unregister_op)
+from deep500lite.lv0 import (DeterminismResult, FrameworkOp, OpTestResult, framework_op, test_op_determinism,
+                             test_op_forward, test_op_gradient)
 from deep500lite.lv1 import (CPUDevice, Device, ExecutorComparison, GPUDevice, GraphExecutor, Network, load_model,
                              test_executor_backprop, test_executor_inference)
 from deep500lite.lv2 import (BucketSampler, Dataset, NumpyDataset, Optimizer, OrderedSampler, Sampler,
@@ -29,7 +31,8 @@ __all__ = [
     # level 0
     "tensordesc", "TensorDescriptor", "Operator", "CustomOp", "CustomPythonOp", "CUSTOM_DOMAIN", "register_op",
     "unregister_op", "registered_op", "custom_node", "compile_custom_cppop", "compile_custom_cppop_inline",
-    "CppOp", "CompilationError", "CppOpError",
+    "CppOp", "CompilationError", "CppOpError", "test_op_forward", "test_op_gradient", "test_op_determinism",
+    "framework_op", "OpTestResult", "DeterminismResult", "FrameworkOp",
     # level 1
     "Network", "load_model", "GraphExecutor", "executor", "Device", "CPUDevice", "GPUDevice",
     "FRAMEWORKS", "is_framework_available", "test_executor_inference", "test_executor_backprop", "ExecutorComparison",

@@ -284,3 +284,24 @@ def test_torch_runs_a_cpp_op_on_tensor_memory_without_numpy(cpp_swish, monkeypat
     x2 = torch.tensor(_x(), requires_grad=True)
     torch.nn.functional.silu(x2).sum().backward()
     torch.testing.assert_close(x.grad, x2.grad, rtol=1e-5, atol=1e-6)
+
+
+# ------------------------------------------------------------------ validation of both kinds of operator
+def test_python_and_cpp_swish_validate(cpp_swish):
+    x = _x(3)
+    want = x / (1 + np.exp(-x.astype(np.float64)))
+    for op in (swish_op(), cpp_swish):
+        assert d5.test_op_forward(op, [x], [want.astype(np.float32)], verbose=False).passed
+        result = d5.test_op_gradient(op, [x], verbose=False)
+        assert result.passed, result.reason
+
+
+def test_cpp_op_with_a_wrong_backward_fails_the_gradient_check(tmp_path):
+    if not any(shutil.which(c) for c in ("c++", "g++", "clang++")):
+        pytest.skip("no C++ compiler on this machine")
+    d = d5.tensordesc(np.float32, (1024,))
+    wrong = d5.compile_custom_cppop("wrong_square", OPS / "square_wrong_grad.cpp", [d], [d], build_dir=tmp_path)
+    x = np.random.default_rng(0).uniform(0.5, 2.0, 1024).astype(np.float32)
+    assert d5.test_op_forward(wrong, [x], [x * x], verbose=False).passed
+    result = d5.test_op_gradient(wrong, [x], verbose=False)
+    assert not result.passed and "input" in result.reason
