@@ -20,6 +20,12 @@ from deep500lite.lv1 import (CPUDevice, Device, ExecutorComparison, GPUDevice, G
                              test_executor_backprop, test_executor_inference)
 from deep500lite.lv2 import (BucketSampler, Dataset, NumpyDataset, Optimizer, OrderedSampler, Sampler,
                              ShuffleSampler, ThreeStepOptimizer, UpdateRuleOptimizer)
+from deep500lite.lv2 import (CheckpointEvent, CSVSummaryWriter, EpochHPSchedule, JSONSummaryWriter, NonFiniteLossError,
+                             PlotWriter, StepHPSchedule, TargetAccuracyStop, TerminalBarEvent, TimeBudgetStop, Trainer,
+                             TrainingEvent, TrainingStats, load_checkpoint, save_checkpoint, test_training)
+from deep500lite.lv2 import events as training_events
+from deep500lite.metrics import (PeakMemory, StepTimeBreakdown, TestAccuracy, Throughput, TimeToAccuracy,
+                                 TrainingAccuracy, TrainingMetric)
 from deep500lite.metrics import (L1Error, L2Error, MaxError, Measurement, RelativeL2Error, TestMetric,
                                  WallclockTime, summarize, time_function)
 from deep500lite.registry import FRAMEWORKS, executor, is_framework_available
@@ -38,12 +44,16 @@ __all__ = [
     "FRAMEWORKS", "is_framework_available", "test_executor_inference", "test_executor_backprop", "ExecutorComparison",
     # level 2
     "Dataset", "NumpyDataset", "Sampler", "OrderedSampler", "ShuffleSampler", "BucketSampler",
-    "Optimizer", "ThreeStepOptimizer", "UpdateRuleOptimizer",
+    "Optimizer", "ThreeStepOptimizer", "UpdateRuleOptimizer", "Trainer", "TrainingStats", "NonFiniteLossError",
+    "test_training", "training_events", "TrainingEvent", "TerminalBarEvent", "EpochHPSchedule", "StepHPSchedule",
+    "TargetAccuracyStop", "TimeBudgetStop", "CSVSummaryWriter", "JSONSummaryWriter", "PlotWriter",
+    "CheckpointEvent", "save_checkpoint", "load_checkpoint",
     # level 3
     "distributed",
     # metrics
     "TestMetric", "WallclockTime", "Measurement", "time_function", "summarize",
-    "L1Error", "L2Error", "MaxError", "RelativeL2Error",
+    "L1Error", "L2Error", "MaxError", "RelativeL2Error", "TrainingMetric", "TrainingAccuracy", "TestAccuracy",
+    "TimeToAccuracy", "Throughput", "StepTimeBreakdown", "PeakMemory",
     # errors
     "Deep500Error", "UserError", "ModelError", "FeedError", "UnsupportedOperatorError",
     "FrameworkNotAvailableError", "DeviceError",
