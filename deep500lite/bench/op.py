@@ -4,31 +4,35 @@ What is timed, per case and framework (numpy inputs are made once per case, seed
 the framework's tensors and device before timing; nothing is copied inside the timed region):
 
 - **torch**: ``torch.matmul(A, B)`` / ``torch.nn.functional.conv2d(X, W, stride, padding)`` under
-  ``torch.inference_mode()``, ``torch.set_num_threads(<usable cores>)``. On a GPU the tensors live
+  ``torch.inference_mode()``, ``torch.set_num_threads(T)``. On a GPU the tensors live
   on the device and every run ends with ``torch.cuda.synchronize()``.
 - **tensorflow**: ``tf.linalg.matmul`` / ``tf.nn.conv2d`` inside a ``tf.function``, intra-op
-  threads = usable cores. Convolution runs in NHWC (input) and HWIO (filter), TensorFlow's native
+  threads T. Convolution runs in NHWC (input) and HWIO (filter), TensorFlow's native
   layout (its CPU kernels do not take NCHW): the inputs are transposed once, before timing. Each
   run ends by fetching the result with ``.numpy()`` (on the CPU this waits for the result without
   copying it); on a GPU ``tf.test.experimental.sync_devices()`` waits instead, so no device-to-host
   copy is timed.
 - **onnxruntime**: a one-node ONNX model (``MatMul`` / ``Conv``) in an ``InferenceSession`` with
-  ``intra_op_num_threads = <usable cores>``, run with **I/O binding**: both inputs are bound once
+  ``intra_op_num_threads = T``, run with **I/O binding**: both inputs are bound once
   as ``OrtValue``s on the device and the output is bound to the device, allocated by ONNX Runtime
   on each run (as the other frameworks allocate theirs). Both operands are graph inputs, not
   initializers, so ONNX Runtime does not pre-pack the weights, like the other frameworks, which
   also receive both operands on every call.
-- **reference**: ``numpy.matmul`` (numpy's BLAS with its default threads) for GEMM; the deep500lite
+- **reference**: ``numpy.matmul`` (numpy's BLAS, limited to T threads with threadpoolctl) for GEMM; the deep500lite
   reference executor (``onnx.reference``) on the same one-node ONNX ``Conv`` for convolution.
   CPU only.
 - **op** (suite ``custom``): the operator's own ``forward`` on numpy arrays (a Python operator
   runs its numpy code; a compiled C++ operator its C++ code).
 
+T is the ``threads`` argument (``--threads``), by default the cores this process may use.
+
 Method: one untimed call whose output is compared with the reference result (``max |err|``
 relative to ``max |reference|``), one probing call, then
 :func:`deep500lite.metrics.time_function`: warm-up, device synchronization in the timed region,
 repeats until the 95% CI of the median is within 5% of it or ``max_time`` seconds of timed work
-are spent (10 runs at least; 3 for calls longer than a tenth of ``max_time``).
+are spent (10 runs at least; 3 for calls longer than a tenth of ``max_time``). Cases run one after
+the other, each on every framework in turn, so that a burst of other load on a shared machine
+hits the frameworks of one case alike.
 
 Reported per case and framework: the median with its 95% CI, GFLOP/s = FLOP / median, and its
 place under the roofline of this machine's *measured* peak (:mod:`deep500lite.bench.peak`).
@@ -373,7 +377,8 @@ def gemm_cases(size: str = "default") -> list[GemmCase]:
         batches = (1, 4, 16, 32, 64, 128)
         cases += [GemmCase(f"alexnet-fc6-b{b}", 4096, b, 9216, f"AlexNet fc6 (9216->4096), {_SKINNY_ORIGIN}")
                   for b in (1, 8, 32)]
-    cases += [GemmCase(f"alexnet-fc7-b{b}", 4096, b, 4096, f"AlexNet fc7 (4096->4096; DeepBench has (4096, N, 4096) too), {_SKINNY_ORIGIN}")
+    cases += [GemmCase(f"alexnet-fc7-b{b}", 4096, b, 4096,
+                       f"AlexNet fc7 (4096->4096; DeepBench has (4096, N, 4096) too), {_SKINNY_ORIGIN}")
               for b in batches]
     return cases
 
@@ -653,17 +658,10 @@ def _framework_threads(framework: str, threads: int, device):
     elif framework == "onnxruntime":
         yield f"intra_op_num_threads {threads}"
     else:
-        yield "numpy BLAS default threads" + _blas_threads()
+        from deep500lite.bench.peak import blas_threads
 
-
-def _blas_threads() -> str:
-    try:
-        from threadpoolctl import threadpool_info
-    except ImportError:
-        return ""
-    found = [f"{i.get('internal_api')} {i.get('num_threads')}" for i in threadpool_info()
-             if i.get("user_api") == "blas"]
-    return f" ({', '.join(found)})" if found else ""
+        with blas_threads(threads) as how:
+            yield f"numpy BLAS: {how}"
 
 
 # --------------------------------------------------------------------------------------------- results
@@ -723,7 +721,7 @@ class OpBenchmark:
 
     Attributes:
         device: ``"cpu"`` or ``"gpu:N"``.
-        threads: CPU threads given to each framework.
+        threads: CPU threads given to each framework (and to the peak's kernels).
         peak: the machine's :class:`~deep500lite.bench.peak.Peak`.
         results: one :class:`OpResult` per case and framework, in suite, case, framework order.
         skipped: ``{"framework", "case", "reason"}`` for what could not run (``case`` None: all).
@@ -786,7 +784,8 @@ def _rel_error(y, expected) -> float:
 
 def run_op_benchmark(suites=DEFAULT_SUITES, frameworks=OP_FRAMEWORKS, size: str = "default", max_time: float = 2.0,
                      device="cpu", custom_cases: Sequence[CustomCase] | None = None, seed: int = 0,
-                     progress: Callable[[str], None] | None = None, peak=None) -> OpBenchmark:
+                     progress: Callable[[str], None] | None = None, peak=None,
+                     threads: int | None = None) -> OpBenchmark:
     """Run the operator benchmarks (see the module doc for the method).
 
     Args:
@@ -799,7 +798,9 @@ def run_op_benchmark(suites=DEFAULT_SUITES, frameworks=OP_FRAMEWORKS, size: str 
         seed: seed of the inputs.
         progress: optional ``callable(str)`` told what is being measured.
         peak: a :class:`~deep500lite.bench.peak.Peak` to place the results under (default: measured
-            here with :func:`~deep500lite.bench.peak.measure_peak`).
+            here with :func:`~deep500lite.bench.peak.measure_peak`, before and after the cases;
+            each kernel's faster measurement counts).
+        threads: CPU threads for every framework and for the peak (default: the usable cores).
 
     Returns:
         An :class:`OpBenchmark`.
@@ -817,8 +818,11 @@ def run_op_benchmark(suites=DEFAULT_SUITES, frameworks=OP_FRAMEWORKS, size: str 
     dev = as_device(device)
     if dev.is_gpu:
         require_torch_gpu(dev.index)
+    if threads is None:
+        threads = usable_cores()
+    elif isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise UserError(f"--threads must be a positive integer. Received: {threads!r}")
     say = progress or (lambda msg: None)
-    threads = usable_cores()
     cases = []
     if "gemm" in suites:
         cases += gemm_cases(size)
@@ -827,9 +831,10 @@ def run_op_benchmark(suites=DEFAULT_SUITES, frameworks=OP_FRAMEWORKS, size: str 
     if "custom" in suites:
         cases += list(custom_cases) if custom_cases is not None else custom_example_cases(size)
 
-    if peak is None:
+    measure = peak is None
+    if measure:
         say(f"measuring the peak of {dev} (GEMM and STREAM kernels)")
-        peak = measure_peak(dev, threads)
+        measure_peak(dev, threads)
     results, skipped, notes, setup = [], [], [], {}
     expected: dict[int, np.ndarray] = {}
     rng_inputs: dict[int, tuple] = {}
@@ -849,8 +854,7 @@ def run_op_benchmark(suites=DEFAULT_SUITES, frameworks=OP_FRAMEWORKS, size: str 
         err = _rel_error(y, expected_of(i, case)) if hasattr(case, "expected") else None
         say(f"{framework} {case.suite} {case.name}: timing (up to {max_time:g} s)")
         m = _time(runner, f"{framework} {case.suite} {case.name}", max_time)
-        results.append(OpResult(case, framework, m, roofline(case.flops, case.bytes_moved, m.median, peak), err,
-                                runner.how))
+        results.append(OpResult(case, framework, m, None, err, runner.how))
         if err is not None and err > _REL_ERROR_WARN:
             notes.append(f"{framework} {case.name}: output differs from the reference by {err:.2g} "
                          "(max |err| / max |reference|)")
@@ -859,26 +863,35 @@ def run_op_benchmark(suites=DEFAULT_SUITES, frameworks=OP_FRAMEWORKS, size: str 
             notes.append(warning)
 
     standard = [(i, c) for i, c in enumerate(cases) if c.suite != "custom"]
+    active = []
     for framework in frameworks if standard else ():
         if not is_framework_available(framework):
             extra = FRAMEWORKS[framework][3]
             skipped.append({"framework": framework, "case": None,
                             "reason": f"not installed (pip install 'deep500lite[{extra}]')"})
-            continue
-        if framework == "reference" and dev.is_gpu:
+        elif framework == "reference" and dev.is_gpu:
             skipped.append({"framework": framework, "case": None, "reason": "runs on the CPU only"})
-            continue
-        say(f"{framework}: preparing")
-        with _framework_threads(framework, threads, dev) as how_threads:
+        else:
+            active.append(framework)
+    with contextlib.ExitStack() as stack:
+        for framework in active:
+            say(f"{framework}: setting up")
+            how_threads = stack.enter_context(_framework_threads(framework, threads, dev))
             setup[framework] = {"version": framework_version(framework), "threads": how_threads}
-            for i, case in standard:
+        # Case by case, every framework in turn: a burst of other load on the machine then hits
+        # the frameworks of one case alike instead of all the cases of one framework.
+        for i, case in standard:
+            for framework in list(active):
                 try:
                     runner = _make_runner(framework, case, inputs_of(i, case), dev, threads)
                 except _Skip as exc:
                     skipped.append({"framework": framework, "case": None, "reason": str(exc)})
-                    break
+                    active.remove(framework)
+                    continue
                 record(i, case, framework, runner)
                 del runner
+            rng_inputs.pop(i, None)
+            expected.pop(i, None)
     for i, case in enumerate(cases):
         if case.suite != "custom":
             continue
@@ -890,11 +903,16 @@ def run_op_benchmark(suites=DEFAULT_SUITES, frameworks=OP_FRAMEWORKS, size: str 
         setup.setdefault(CUSTOM_FRAMEWORK, {"version": None, "threads": "as the operator uses them"})
         record(i, case, CUSTOM_FRAMEWORK, runner)
 
+    if measure:
+        say(f"measuring the peak of {dev} again (the faster measurement of each kernel counts)")
+        peak = measure_peak(dev, threads, refresh=True)
+    for r in results:
+        r.roofline = roofline(r.case.flops, r.case.bytes_moved, r.measurement.median, peak)
     order = {fw: j for j, fw in enumerate((*frameworks, CUSTOM_FRAMEWORK))}
     position = {id(c): j for j, c in enumerate(cases)}
     results.sort(key=lambda r: (position[id(r.case)], order[r.framework]))
     settings = {"suites": list(suites), "frameworks": list(frameworks), "size": size, "max_time": max_time,
-                "device": str(dev), "seed": seed}
+                "device": str(dev), "seed": seed, "threads": threads}
     return OpBenchmark(str(dev), threads, peak, results, skipped, notes, setup, settings)
 
 

@@ -29,6 +29,8 @@ def add_subparser(sub):
                    help="seconds of timed work per case and framework at most (default 2); stops earlier when the "
                         "median's 95%% CI is within 5%%")
     p.add_argument("--device", default="cpu", help="cpu or gpu:N (gpu needs torch with CUDA; default cpu)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="CPU threads for every framework and for the peak (default: the usable cores)")
     p.add_argument("--format", default="table", help="table, markdown or csv (default table)")
     p.add_argument("--json", default=None, metavar="FILE",
                    help="write every raw sample, the peak measurements and the environment here")
@@ -63,7 +65,7 @@ def run(args) -> int:
         print(f"... {msg}", file=sys.stderr, flush=True)
 
     bench = op.run_op_benchmark(suites, args.frameworks, args.size, args.max_time, args.device, custom_cases=custom,
-                                progress=progress)
+                                progress=progress, threads=args.threads)
     # A CSV on stdout stays machine-readable: the text around it goes to stderr.
     text = sys.stderr if args.format == "csv" else sys.stdout
     print(f"machine: {_machine()}, {bench.threads} threads per framework, device {bench.device}", file=text)
