@@ -28,6 +28,7 @@ from deep500lite.metrics import (PeakMemory, StepTimeBreakdown, TestAccuracy, Th
                                  TrainingAccuracy, TrainingMetric)
 from deep500lite.metrics import (L1Error, L2Error, MaxError, Measurement, RelativeL2Error, TestMetric,
                                  WallclockTime, summarize, time_function)
+from deep500lite.recipe import check_determinism, load_recipe, run_recipe, train_recipe
 from deep500lite.registry import FRAMEWORKS, executor, is_framework_available
 
 __version__ = "0.1.0"
@@ -48,6 +49,8 @@ __all__ = [
     "test_training", "training_events", "TrainingEvent", "TerminalBarEvent", "EpochHPSchedule", "StepHPSchedule",
     "TargetAccuracyStop", "TimeBudgetStop", "CSVSummaryWriter", "JSONSummaryWriter", "PlotWriter",
     "CheckpointEvent", "save_checkpoint", "load_checkpoint",
+    # recipes
+    "run_recipe", "load_recipe", "train_recipe", "check_determinism",
     # level 3
     "distributed",
     # metrics

@@ -1,0 +1,96 @@
+"""``deep500lite compare``: one recipe on several frameworks, each run in a fresh process, one table."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+__all__ = ["add_parser", "run"]
+
+
+def _repeats(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, received {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, received {value}")
+    return value
+
+
+def _frameworks(text: str) -> list[str]:
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("give a comma-separated list such as torch,tensorflow,onnxruntime,reference")
+    return names
+
+
+def add_parser(subparsers):
+    from deep500lite.cli.run_cmd import _seed
+    from deep500lite.metrics.tables import TABLE_FORMATS
+
+    p = subparsers.add_parser(
+        "compare", help="run a recipe on several frameworks (fresh process each) and compare them",
+        description="Run a recipe once per framework, each in a new process, then print one table: final "
+                    "accuracy, time to accuracy, throughput, step latency (median, 95% CI), peak memory, the "
+                    "first step's output and gradient differences from the reference executor, and which "
+                    "step-time differences are significant (Mann-Whitney U). Writes plots.")
+    p.add_argument("recipe", metavar="RECIPE", help="a recipe file (.py) or a bundled recipe name (digits_lenet)")
+    p.add_argument("--frameworks", type=_frameworks, default=["torch", "tensorflow", "onnxruntime", "reference"],
+                   metavar="FW,FW,...", help="frameworks to compare (default torch,tensorflow,onnxruntime,reference)")
+    p.add_argument("--repeats", type=_repeats, default=1, metavar="N",
+                   help="runs per framework, interleaved, each in a new process (default 1)")
+    p.add_argument("--out", metavar="DIR", default=None,
+                   help="folder for the runs' results and the plots (default d5-results/RECIPE/compare)")
+    p.add_argument("--format", choices=TABLE_FORMATS, default="table", help="table format (default table)")
+    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                   help="change a MUTABLE key in every run (repeatable), as for deep500lite run")
+    p.add_argument("--seed", type=_seed, default=0, metavar="N", help="run seed of every run (default 0)")
+    p.add_argument("--no-plots", action="store_true", help="do not write plots")
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args) -> int:
+    from deep500lite.compare import run_comparison
+    from deep500lite.report import comparison_table, significance_lines, write_plots
+    from deep500lite.results import jsonable
+    from deep500lite.utils import atomic_write_text
+
+    outcome = run_comparison(args.recipe, args.frameworks, repeats=args.repeats, out=args.out, sets=args.sets,
+                             seed=args.seed)
+    comparison, out = outcome["comparison"], outcome["out"]
+    print()
+    if comparison["rows"]:
+        table = comparison_table(comparison, args.format)
+        print(table)
+        print()
+        for line in significance_lines(comparison):
+            print(line)
+        atomic_write_text(os.path.join(out, "comparison.md"), comparison_table(comparison, "markdown") + "\n\n"
+                          + "\n".join(significance_lines(comparison)) + "\n")
+        summary = {k: v for k, v in comparison.items() if k != "rows"}
+        summary["rows"] = [{k: v for k, v in r.items() if k != "step_times"} for r in comparison["rows"]]
+        summary["failures"] = outcome["failures"]
+        summary["wall_time"] = outcome["wall_time"]
+        atomic_write_text(os.path.join(out, "comparison.json"),
+                          json.dumps(jsonable(summary), indent=1, allow_nan=False) + "\n")
+    for f in outcome["failures"]:
+        print(f"{f['framework']} run {f['run']} failed (exit status {f['status']}): {f['error']} "
+              f"(log: {f['log']})", file=sys.stderr)
+    print(f"wall time {outcome['wall_time']:.1f} s for {len(outcome['frameworks'])} framework(s) x {args.repeats} "
+          f"run(s)")
+    if comparison["rows"]:
+        print(f"results: {os.path.join(out, 'FRAMEWORK', 'results.json') if args.repeats == 1 else out}; "
+              f"table: {os.path.join(out, 'comparison.md')}")
+        if not args.no_plots:
+            try:
+                paths = write_plots(outcome["results"], out, comparison)
+            except ImportError as exc:
+                print(f"plots skipped: {exc}", file=sys.stderr)
+            else:
+                print("plots: " + ", ".join(paths))
+    ok = not outcome["failures"] and all(r["passed"] for r in comparison["rows"])
+    return 0 if ok else 1

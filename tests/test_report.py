@@ -1,0 +1,88 @@
+"""``deep500lite report``: tables and plots re-rendered from results files."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+import numpy as np
+import pytest
+
+from deep500lite import cli
+from deep500lite.metrics.training import TestAccuracy
+from deep500lite.recipe import resolve_recipe, train_recipe
+from deep500lite.results import read_results
+
+
+@pytest.fixture(autouse=True)
+def commands(monkeypatch):
+    """The run, compare and report subcommands (a no-op once deep500lite.cli lists them)."""
+    wanted = tuple(c for c in ("run", "compare", "report") if c not in cli.SUBCOMMANDS)
+    monkeypatch.setattr(cli, "SUBCOMMANDS", cli.SUBCOMMANDS + wanted)
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory):
+    """Results files of two real runs: reference and onnxruntime on a small digits MLP."""
+    folder = tmp_path_factory.mktemp("runs")
+    fixed = {"dataset": "digits", "dataset_kwargs": dict(test_fraction=0.75), "model": "mlp",
+             "model_kwargs": dict(hidden=(16,)), "epochs": 2}
+    mutable = {"batch_size": 32, "executor": "reference", "optimizer": "MomentumOptimizer",
+               "optimizer_kwargs": dict(learning_rate=0.1, momentum=0.9)}
+    frameworks = ["reference"]
+    from deep500lite.registry import is_framework_available
+
+    if is_framework_available("onnxruntime"):
+        frameworks.append("onnxruntime")
+    for fw in frameworks:
+        resolved = resolve_recipe(fixed, mutable, [(TestAccuracy(), 20)], overrides={"executor": fw})
+        train_recipe(resolved, out=folder / fw, environment=False)
+    return folder, frameworks
+
+
+def test_report_table_from_files(two_runs, capsys):
+    folder, frameworks = two_runs
+    files = [folder / fw / "results.json" for fw in frameworks]
+    assert cli.main(["report", *map(str, files), "--format", "csv"]) == 0
+    out = capsys.readouterr().out
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert [r["framework"] for r in rows] == frameworks
+    for row, path in zip(rows, files):
+        data = read_results(path)
+        steps = [s["step_time"] for s in data["samples"]["steps"][1:]]
+        assert row["test acc"] == f"{data['summaries']['final_test_accuracy']:.2f}%"
+        assert row["runs"] == "1" and row["metrics"] == "pass"
+        median_ms = float(np.median(steps)) * 1e3
+        text = row["step latency median [95% CI]"]
+        assert text.endswith(f"(n={len(steps)})")
+        value, unit = text.split(" [")[0].split()
+        assert float(value) * {"ms": 1, "us": 1e-3, "s": 1e3}[unit] == pytest.approx(median_ms, rel=1e-3)
+
+
+def test_report_folder_markdown_and_plots(two_runs, capsys, tmp_path):
+    folder, frameworks = two_runs
+    assert cli.main(["report", str(folder), "--format", "markdown", "--plots", str(tmp_path / "plots")]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0].startswith("| framework") and lines[1].startswith("|---")
+    assert sum(line.startswith("| ") for line in lines) == 1 + len(frameworks)
+    if len(frameworks) > 1:
+        assert "Mann-Whitney U against the fastest" in out
+    for name in ("step_times.png", "loss.png", "accuracy.png"):
+        assert (tmp_path / "plots" / name).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_report_bad_inputs(tmp_path, capsys):
+    assert cli.main(["report", str(tmp_path / "missing.json")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format": "deep500lite-results", "samples": ')
+    assert cli.main(["report", str(bad)]) == 2
+    assert "is not valid JSON" in capsys.readouterr().err
+    other = tmp_path / "other.json"
+    other.write_text('{"hello": 1}')
+    assert cli.main(["report", str(other)]) == 2
+    assert "is not a deep500lite results file" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    assert cli.main(["report", str(tmp_path / "empty")]) == 2
+    assert "holds no results.json" in capsys.readouterr().err
