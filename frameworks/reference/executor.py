@@ -10,6 +10,7 @@ from onnx.reference import ReferenceEvaluator
 
 from deep500lite.lv1.host import HostGraphExecutor
 from deep500lite.frameworks.reference.custom import op_run_classes
+from deep500lite.frameworks.reference.fast_ops import FAST_OPS
 from deep500lite.frameworks.reference.operators import SUPPORTED_OPS
 
 __all__ = ["ReferenceExecutor", "from_model"]
@@ -17,6 +18,10 @@ __all__ = ["ReferenceExecutor", "from_model"]
 
 class ReferenceExecutor(HostGraphExecutor):
     """Runs a network with ``onnx.reference.ReferenceEvaluator`` on numpy arrays.
+
+    ``ConvTranspose`` (the input gradient of every convolution) runs deep500lite's vectorized
+    numpy kernel (:mod:`deep500lite.frameworks.reference.fast_ops`) instead of ``onnx.reference``'s
+    per-position loop; every other operator is ``onnx.reference``'s own.
 
     The network's parameters are held as numpy arrays and fed to the evaluator as graph inputs,
     so ``feed_tensor`` takes effect without rebuilding anything.
@@ -55,7 +60,7 @@ class ReferenceExecutor(HostGraphExecutor):
         return {name: r if r is None or isinstance(r, list) else np.asarray(r) for name, r in zip(outputs, results)}
 
     def _compile(self, model):
-        return ReferenceEvaluator(model, new_ops=op_run_classes(model) or None).run
+        return ReferenceEvaluator(model, new_ops=op_run_classes(model) + FAST_OPS).run
 
     @classmethod
     def supports_custom_domain(cls, domain: str) -> bool:
