@@ -6,15 +6,7 @@ import argparse
 import json
 import sys
 
-
-def _positive_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
+from deep500lite.cli.args import positive_int
 
 
 def _shape(text):
@@ -35,9 +27,9 @@ def add_subparser(sub):
                      "throughput (samples/s) of both, cold-ish and warm, print the ratio shard/files with its "
                      "95%% CI (target >= 10x) and an epoch's data-loading time against LeNet forward+backward "
                      "compute time."))
-    p.add_argument("--samples", type=_positive_int, default=4096, metavar="N", help="samples (files) to write "
+    p.add_argument("--samples", type=positive_int, default=4096, metavar="N", help="samples (files) to write "
                    "(default 4096)")
-    p.add_argument("--batch-size", type=_positive_int, default=64, help="samples per read and per compute step "
+    p.add_argument("--batch-size", type=positive_int, default=64, help="samples per read and per compute step "
                    "(default 64)")
     p.add_argument("--framework", "-f", default=None,
                    help="executor for the compute side (default torch when installed, else reference)")

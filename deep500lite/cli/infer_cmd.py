@@ -6,6 +6,7 @@ import os
 
 import numpy as np
 
+from deep500lite.cli.args import positive_int
 from deep500lite.errors import UserError
 
 
@@ -23,7 +24,7 @@ def add_parser(subparsers):
                    help="several frameworks, comma-separated, compared in one table")
     p.add_argument("--inputs", default=None, metavar="FILE.npz",
                    help="feeds as an .npz file with one array per model input")
-    p.add_argument("--batch-size", type=_positive_int, default=1,
+    p.add_argument("--batch-size", type=positive_int, default=1,
                    help="size of an open batch dimension for random inputs (default 1)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     p.add_argument("--device", default="cpu", help="cpu or gpu:N (default cpu)")
@@ -31,18 +32,6 @@ def add_parser(subparsers):
                    help="seconds of timed runs per framework (default 2; at least 10 runs)")
     p.set_defaults(func=run)
     return p
-
-
-def _positive_int(text):
-    import argparse
-
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
 
 
 def load_feeds(path: str) -> dict[str, np.ndarray]:

@@ -7,17 +7,9 @@ import ast
 import os
 import sys
 
+from deep500lite.cli.args import positive_int
+
 SPLITS = ("train", "test", "both")
-
-
-def _positive_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
 
 
 def _image_size(text):
@@ -61,12 +53,12 @@ def add_parser(subparsers):
                         "round(x*255), a quarter of float32 (exact for MNIST/CIFAR), read back as float32 x/255")
     p.add_argument("--image-size", type=_image_size, default=None, metavar="HxW",
                    help="resize the images of an image folder to HxW (or NxN)")
-    p.add_argument("--limit", type=_positive_int, default=None, metavar="N",
+    p.add_argument("--limit", type=positive_int, default=None, metavar="N",
                    help="write only the first N samples of each split")
     p.add_argument("--option", type=_option, action="append", default=[], metavar="KEY=VALUE",
                    help="a dataset option, repeatable, VALUE read as a Python literal "
                         "(e.g. --option shape=[3,32,32] --option train_size=5000)")
-    p.add_argument("--batch-size", type=_positive_int, default=1024, metavar="N",
+    p.add_argument("--batch-size", type=positive_int, default=1024, metavar="N",
                    help="samples read from the dataset at a time (default 1024)")
     p.set_defaults(func=run)
     return p
