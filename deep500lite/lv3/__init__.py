@@ -1,9 +1,23 @@
-"""Level 3: distributed training (communicators, distributed optimizers).
+"""Level 3: distributed training (communicators, allreduce algorithms, distributed optimizers).
 
-Re-exported as ``deep500lite.distributed``. Nothing here imports mpi4py or torch at import time.
+Re-exported as ``deep500lite.distributed``. Nothing here imports mpi4py or torch at import time:
+:class:`MPICommunicator` imports mpi4py when it is created.
 """
 
-from deep500lite.lv3.communication import ALLREDUCE_OPS, CommunicationNetwork
+from deep500lite.lv3.allreduce import ALGORITHMS, AlphaBeta, allreduce_cost, choose_algorithm
+from deep500lite.lv3.communication import ALLREDUCE_OPS, CommunicationNetwork, CommunicationTimeout
+from deep500lite.lv3.mpi import MPICommunicator, install_abort_on_exception
 from deep500lite.lv3.optimizer import DistributedOptimizer
 
-__all__ = ["CommunicationNetwork", "DistributedOptimizer", "ALLREDUCE_OPS"]
+__all__ = [
+    "CommunicationNetwork",
+    "CommunicationTimeout",
+    "MPICommunicator",
+    "DistributedOptimizer",
+    "ALLREDUCE_OPS",
+    "ALGORITHMS",
+    "AlphaBeta",
+    "allreduce_cost",
+    "choose_algorithm",
+    "install_abort_on_exception",
+]

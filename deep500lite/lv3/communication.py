@@ -1,9 +1,10 @@
 """Level 3: the communicator interface.
 
-A communicator moves numpy buffers between ranks. Implementations (MPI through mpi4py, and
-torch.distributed) live beside this module and are imported only when used. Every operation
-adds the bytes it sends and receives to :attr:`CommunicationNetwork.bytes_sent` and
-:attr:`CommunicationNetwork.bytes_received`.
+A communicator moves numpy buffers between ranks. Implementations (MPI through mpi4py in
+:mod:`deep500lite.lv3.mpi`) live beside this module and import their library only when used.
+Every operation adds the bytes it sends and receives to :attr:`CommunicationNetwork.bytes_sent`
+and :attr:`CommunicationNetwork.bytes_received`, and per operation to
+:attr:`CommunicationNetwork.stats`.
 """
 
 from __future__ import annotations
@@ -12,9 +13,19 @@ import abc
 
 import numpy as np
 
-__all__ = ["CommunicationNetwork", "ALLREDUCE_OPS"]
+from deep500lite.errors import Deep500Error, UserError, format_choices
+from deep500lite.lv3.allreduce import REDUCTIONS
+
+__all__ = ["CommunicationNetwork", "CommunicationTimeout", "ALLREDUCE_OPS"]
 
 ALLREDUCE_OPS = ("sum", "mean", "max", "min", "prod")
+
+
+class CommunicationTimeout(Deep500Error, TimeoutError):
+    """A communication that waited longer than the communicator's timeout.
+
+    The message names the rank that waited, the operation and the peer (or peers) it waited for.
+    """
 
 
 class CommunicationNetwork(abc.ABC):
@@ -25,6 +36,8 @@ class CommunicationNetwork(abc.ABC):
         size: the number of ranks.
         bytes_sent: bytes this rank has sent since the last :meth:`reset_counters`.
         bytes_received: bytes this rank has received since then.
+        stats: per operation name (``"allreduce"``, ``"broadcast"``, ...), a dict with
+            ``calls``, ``bytes_sent`` and ``bytes_received`` since the last reset.
     """
 
     rank: int = 0
@@ -33,11 +46,22 @@ class CommunicationNetwork(abc.ABC):
     def __init__(self):
         self.bytes_sent = 0
         self.bytes_received = 0
+        self.stats: dict[str, dict[str, int]] = {}
 
     def reset_counters(self) -> None:
-        """Set the byte counters back to zero."""
+        """Set the byte counters and :attr:`stats` back to zero."""
         self.bytes_sent = 0
         self.bytes_received = 0
+        self.stats = {}
+
+    def _count(self, op: str, sent: int = 0, received: int = 0, call: bool = False) -> None:
+        """Add bytes (and optionally one call) to the totals and to ``stats[op]``."""
+        entry = self.stats.setdefault(op, {"calls": 0, "bytes_sent": 0, "bytes_received": 0})
+        entry["calls"] += int(call)
+        entry["bytes_sent"] += int(sent)
+        entry["bytes_received"] += int(received)
+        self.bytes_sent += int(sent)
+        self.bytes_received += int(received)
 
     # ------------------------------------------------------------ primitives
     @abc.abstractmethod
@@ -83,6 +107,26 @@ class CommunicationNetwork(abc.ABC):
         """Receive an array shaped and typed like ``like`` from rank ``source``."""
 
     @abc.abstractmethod
+    def recv_any(self, like: np.ndarray, tag: int = 0) -> tuple[np.ndarray, int]:
+        """Receive an array shaped and typed like ``like`` from whichever rank sends first.
+
+        Returns:
+            ``(array, source_rank)``.
+        """
+
+    @abc.abstractmethod
+    def neighbor_exchange(self, x: np.ndarray, left: int | None = None,
+                          right: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Send ``x`` to the left and right neighbours and receive theirs (collective).
+
+        Neighbours default to the ring ``(rank - 1) % size`` and ``(rank + 1) % size``. Every
+        rank's left neighbour must name it as its right neighbour and vice versa.
+
+        Returns:
+            ``(from_left, from_right)``: the arrays the two neighbours sent.
+        """
+
+    @abc.abstractmethod
     def barrier(self) -> None:
         """Wait until every rank has reached this call."""
 
@@ -115,3 +159,31 @@ class CommunicationNetwork(abc.ABC):
     def wait_for_root(self, like: np.ndarray, root: int = 0, tag: int = 0) -> np.ndarray:
         """Receive an array from ``root``."""
         return self.recv(like, root, tag)
+
+    def wait_for_any_rank(self, like: np.ndarray, tag: int = 0) -> tuple[np.ndarray, int]:
+        """Receive from whichever rank sends first (a parameter server's loop); see :meth:`recv_any`."""
+        return self.recv_any(like, tag)
+
+    def reduce_from_neighbors(self, x: np.ndarray, op: str = "sum") -> np.ndarray:
+        """Combine ``x`` with the arrays of the ring neighbours (collective).
+
+        Each distinct neighbour counts once: with two ranks the result combines two arrays,
+        with one rank it is a copy of ``x``. ``op`` is ``sum``, ``mean``, ``max``, ``min`` or
+        ``prod``; ``mean`` divides the sum by the number of arrays combined.
+        """
+        if op not in ALLREDUCE_OPS:
+            raise UserError(f"Unknown reduction op. Allowed values are {format_choices(ALLREDUCE_OPS)}. "
+                            f"Received: op={op!r}")
+        from_left, from_right = self.neighbor_exchange(x)
+        parts = [np.asarray(x)]
+        if self.size > 1:
+            parts.append(from_left)
+        if self.size > 2:
+            parts.append(from_right)
+        ufunc = REDUCTIONS["sum" if op == "mean" else op]
+        out = np.array(parts[0], copy=True)
+        for part in parts[1:]:
+            ufunc(out, part, out=out)
+        if op == "mean":
+            out = out / len(parts)
+        return out

@@ -1,0 +1,288 @@
+"""``deep500lite bench allreduce``: every allreduce algorithm over message sizes, against the alpha-beta model.
+
+:func:`run_allreduce_benchmark` launches ``mpiexec -n N python -m mpi4py -m
+deep500lite.bench.allreduce CONFIG`` (this module's :func:`worker_main`), which on every rank
+calibrates the alpha-beta model, then for each message size and algorithm runs one checked
+warm-up call, sizes the repetitions from a short pilot, and times each call between barriers.
+A call's time is the slowest rank's. Rank 0 writes the raw samples to a JSON file that the
+launching process reads back into an :class:`AllreduceBenchmark`.
+
+Bandwidths follow the nccl-tests definitions: ``algbw = S / t`` and
+``busbw = algbw * 2 (p-1) / p`` for an allreduce of ``S`` bytes on ``p`` ranks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from deep500lite.errors import UserError, format_choices
+from deep500lite.lv3.allreduce import ALGORITHMS, P2P_ALGORITHMS
+
+__all__ = ["AllreduceBenchmark", "DEFAULT_ALGORITHMS", "find_mpiexec", "message_sizes", "parse_bytes",
+           "parse_algorithms", "run_allreduce_benchmark", "worker_main"]
+
+DEFAULT_ALGORITHMS = ALGORITHMS
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
+          "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30}
+_ITEMSIZE = 4  # float32
+_PATTERN = 7  # element i of rank r is (i % 7) + r, so every sum is exact in float32
+
+
+def parse_bytes(text: str) -> int:
+    """``"4"``, ``"64KiB"``, ``"256M"`` -> bytes (K, M, G are powers of 1024)."""
+    m = re.fullmatch(r"\s*(\d+)\s*([a-zA-Z]*)\s*", str(text))
+    if not m or m.group(2).lower() not in _UNITS:
+        raise UserError(f"A size must be a whole number with an optional unit B, K/KiB, M/MiB or G/GiB. "
+                        f"Received: {text!r}")
+    return int(m.group(1)) * _UNITS[m.group(2).lower()]
+
+
+def message_sizes(min_bytes: int, max_bytes: int, factor: int = 4) -> list[int]:
+    """Sizes from ``min_bytes`` to ``max_bytes`` (both included), each ``factor`` times the last."""
+    if min_bytes < _ITEMSIZE or min_bytes % _ITEMSIZE or max_bytes < min_bytes:
+        raise UserError(f"Message sizes must be multiples of {_ITEMSIZE} bytes (float32) with min <= max. "
+                        f"Received: min={min_bytes}, max={max_bytes}")
+    if factor < 2:
+        raise UserError(f"The size factor must be at least 2. Received: {factor}")
+    sizes, s = [], min_bytes
+    while s <= max_bytes:
+        sizes.append(s)
+        s *= factor
+    if sizes[-1] != max_bytes:
+        sizes.append(max_bytes - max_bytes % _ITEMSIZE)
+    return sizes
+
+
+def parse_algorithms(text: str) -> list[str]:
+    """Comma-separated algorithm names, checked against :data:`~deep500lite.lv3.allreduce.ALGORITHMS`."""
+    names = [a.strip() for a in str(text).split(",") if a.strip()]
+    bad = [a for a in names if a not in ALGORITHMS]
+    if not names or bad:
+        raise UserError(f"Unknown allreduce algorithm(s). Allowed values are {format_choices(ALGORITHMS)}. "
+                        f"Received: {text!r}")
+    return names
+
+
+def find_mpiexec() -> str:
+    """The ``mpiexec`` beside this Python (a virtual environment's mpich wheel), else on PATH."""
+    found = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
+    if not found:
+        raise UserError("bench allreduce needs mpiexec and mpi4py: pip install 'deep500lite[mpi]' "
+                        "(mpi4py and the mpich wheel) or put your MPI's mpiexec on PATH.")
+    return found
+
+
+def bus_factor(p: int) -> float:
+    """nccl-tests' allreduce bus-bandwidth factor ``2 (p-1) / p``."""
+    return 2 * (p - 1) / p
+
+
+@dataclasses.dataclass
+class AllreduceBenchmark:
+    """Results of one ``bench allreduce`` run.
+
+    Attributes:
+        ranks: the number of ranks.
+        model: the calibrated ``{"alpha", "beta", "gamma"}`` (seconds, seconds per byte).
+        rows: one dict per (size, algorithm): ``bytes``, ``algorithm``, ``chosen`` (what auto
+            ran), ``samples`` (seconds, the slowest rank's per call), ``predicted`` (seconds or
+            None), ``wrong`` (elements that differ from the exact sum, over all ranks and the
+            checked calls), ``bytes_sent`` (rank 0's per call).
+        mpi_library: the MPI library's version line.
+    """
+
+    ranks: int
+    model: dict
+    rows: list
+    mpi_library: str = ""
+
+    def summaries(self):
+        """``(row, Summary, algbw, busbw)`` for every row (bandwidths in bytes per second)."""
+        from deep500lite.metrics.statistics import summarize
+
+        out = []
+        for row in self.rows:
+            s = summarize(row["samples"])
+            algbw = row["bytes"] / s.median if s.median > 0 else float("nan")
+            out.append((row, s, algbw, algbw * bus_factor(self.ranks)))
+        return out
+
+    def table(self, fmt: str = "table") -> str:
+        """The results as text: one line per size and algorithm."""
+        from deep500lite.metrics.tables import format_ci, format_seconds, format_table
+
+        headers = ["size", "algorithm", "time median [95% CI]", "algbw GB/s", "busbw GB/s", "alpha-beta model",
+                   "#wrong"]
+        rows = []
+        for row, s, algbw, busbw in self.summaries():
+            name = row["algorithm"] if row["algorithm"] != "auto" else f"auto->{row['chosen']}"
+            pred = "-" if row["predicted"] is None else format_seconds(row["predicted"])
+            rows.append([_format_bytes(row["bytes"]), name, format_ci(s.median, s.ci_low, s.ci_high),
+                         f"{algbw / 1e9:.3f}", f"{busbw / 1e9:.3f}", pred, row["wrong"]])
+        return format_table(headers, rows, fmt)
+
+    def describe_model(self) -> str:
+        """One line with the calibrated alpha, beta (as bandwidth) and gamma."""
+        m = self.model
+        bw = 1 / m["beta"] / 1e9 if m["beta"] > 0 else float("inf")
+        red = 1 / m["gamma"] / 1e9 if m["gamma"] > 0 else float("inf")
+        return (f"alpha-beta model on {self.ranks} ranks: alpha = {m['alpha'] * 1e6:.2f} us, "
+                f"beta = {m['beta'] * 1e9:.4f} ns/B ({bw:.2f} GB/s), gamma = {m['gamma'] * 1e9:.4f} ns/B "
+                f"({red:.2f} GB/s reduction)")
+
+    def total_wrong(self) -> int:
+        """Elements that differed from the exact sum, over every row."""
+        return sum(r["wrong"] for r in self.rows)
+
+    def to_dict(self) -> dict:
+        """JSON-ready results with every raw sample and the summaries."""
+        rows = []
+        for row, s, algbw, busbw in self.summaries():
+            rows.append(dict(row, summary=s.to_dict(), algbw=algbw, busbw=busbw))
+        return {"benchmark": "allreduce", "ranks": self.ranks, "model": self.model,
+                "mpi_library": self.mpi_library, "bandwidth": "nccl-tests: algbw = S/t, busbw = algbw*2(p-1)/p",
+                "rows": rows}
+
+
+def _format_bytes(n: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale and n % scale == 0:
+            return f"{n // scale} {unit}"
+    return f"{n} B"
+
+
+def run_allreduce_benchmark(ranks: int, sizes, algorithms=DEFAULT_ALGORITHMS, max_time: float = 0.5,
+                            comm_timeout: float = 120.0, mpiexec: str | None = None,
+                            progress: bool = True, job_timeout: float | None = None) -> AllreduceBenchmark:
+    """Launch the MPI job on ``ranks`` ranks and return its results.
+
+    Args:
+        ranks: number of MPI ranks (at least 2).
+        sizes: message sizes in bytes (multiples of 4).
+        algorithms: names from :data:`~deep500lite.lv3.allreduce.ALGORITHMS`.
+        max_time: seconds of timed calls per size and algorithm, roughly (at least 3 calls).
+        comm_timeout: seconds any single wait may last in the job before it is ended with an
+            error naming the stalled rank.
+        mpiexec: the launcher (default :func:`find_mpiexec`).
+        progress: let rank 0 print one line per size to stderr.
+        job_timeout: seconds after which the whole job is killed (None: no limit).
+    """
+    if not isinstance(ranks, int) or ranks < 2:
+        raise UserError(f"bench allreduce needs at least 2 ranks (-n). Received: {ranks!r}")
+    if not max_time > 0:
+        raise UserError(f"--max-time must be a positive number of seconds. Received: {max_time!r}")
+    sizes = [int(s) for s in sizes]
+    if any(s < _ITEMSIZE or s % _ITEMSIZE for s in sizes):
+        raise UserError(f"Message sizes must be positive multiples of {_ITEMSIZE} bytes. Received: {sizes}")
+    algorithms = parse_algorithms(",".join(algorithms))
+    launcher = mpiexec or find_mpiexec()
+    with tempfile.TemporaryDirectory(prefix="d5-allreduce-") as tmp:
+        config = {"sizes": sizes, "algorithms": algorithms, "max_time": max_time, "timeout": comm_timeout,
+                  "progress": progress, "output": os.path.join(tmp, "result.json")}
+        config_path = os.path.join(tmp, "config.json")
+        with open(config_path, "w") as f:
+            json.dump(config, f)
+        cmd = [launcher, "-n", str(ranks), sys.executable, "-m", "mpi4py", "-m", "deep500lite.bench.allreduce",
+               config_path]
+        proc = subprocess.Popen(cmd, start_new_session=True)
+        try:
+            rc = proc.wait(timeout=job_timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise RuntimeError(f"the allreduce benchmark job did not end within {job_timeout} s: "
+                               f"{' '.join(cmd)}") from None
+        except BaseException:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
+        if rc != 0 or not os.path.exists(config["output"]):
+            raise RuntimeError(f"the allreduce benchmark job failed (exit status {rc}): {' '.join(cmd)}; "
+                               f"its ranks' errors are printed above.")
+        with open(config["output"]) as f:
+            data = json.load(f)
+    return AllreduceBenchmark(ranks=data["ranks"], model=data["model"], rows=data["rows"],
+                              mpi_library=data["mpi_library"])
+
+
+# ---------------------------------------------------------------- the MPI job
+def _pattern(n: int, rank: int) -> np.ndarray:
+    base = np.arange(_PATTERN, dtype=np.float32)
+    return np.resize(base, n) + np.float32(rank)
+
+
+def _count_wrong(result: np.ndarray, p: int) -> int:
+    expected = _pattern(result.size, 0) * p + np.float32(p * (p - 1) // 2)
+    return int(np.count_nonzero(result != expected))
+
+
+def _measure(comm, nbytes: int, algorithm: str, max_time: float, mpi) -> dict:
+    world = comm.comm
+    x = _pattern(nbytes // _ITEMSIZE, comm.rank)
+    comm.reset_counters()
+    out = comm.allreduce(x, algorithm=algorithm)  # warm-up, checked
+    bytes_sent = comm.bytes_sent
+    wrong = _count_wrong(out, comm.size)
+    pilot = []
+    for _ in range(2):
+        world.Barrier()
+        t0 = time.perf_counter()
+        comm.allreduce(x, algorithm=algorithm)
+        pilot.append(time.perf_counter() - t0)
+    reps = np.array([max(3, min(1000, int(max_time / max(min(pilot), 1e-7))))], np.int64)
+    world.Bcast(reps, root=0)
+    samples = np.empty(int(reps[0]), np.float64)
+    for i in range(samples.size):
+        world.Barrier()
+        t0 = time.perf_counter()
+        out = comm.allreduce(x, algorithm=algorithm)
+        samples[i] = time.perf_counter() - t0
+    wrong += _count_wrong(out, comm.size)
+    slowest = np.empty_like(samples)
+    world.Allreduce(samples, slowest, op=mpi.MAX)
+    total_wrong = world.allreduce(wrong)
+    chosen = comm.choose_algorithm(nbytes) if algorithm == "auto" else algorithm
+    predicted = comm.predict(chosen, nbytes) if chosen in P2P_ALGORITHMS else None
+    return {"bytes": nbytes, "algorithm": algorithm, "chosen": chosen, "samples": slowest.tolist(),
+            "predicted": predicted, "wrong": total_wrong, "bytes_sent": bytes_sent}
+
+
+def worker_main(config_path: str) -> int:
+    """Body of the MPI job: every rank runs it (``python -m mpi4py -m deep500lite.bench.allreduce CONFIG``)."""
+    from mpi4py import MPI
+
+    from deep500lite.lv3.mpi import MPICommunicator
+
+    with open(config_path) as f:
+        config = json.load(f)
+    comm = MPICommunicator(timeout=config["timeout"])
+    model = comm.calibrate()
+    rows = []
+    for nbytes in config["sizes"]:
+        if comm.rank == 0 and config["progress"]:
+            print(f"... {_format_bytes(nbytes)}", file=sys.stderr, flush=True)
+        for algorithm in config["algorithms"]:
+            rows.append(_measure(comm, nbytes, algorithm, config["max_time"], MPI))
+    if comm.rank == 0:
+        result = {"ranks": comm.size, "model": dataclasses.asdict(model), "rows": rows,
+                  "mpi_library": MPI.Get_library_version().splitlines()[0].strip()}
+        with open(config["output"] + ".tmp", "w") as f:
+            json.dump(result, f)
+        os.replace(config["output"] + ".tmp", config["output"])
+    comm.barrier()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(worker_main(sys.argv[1]))

@@ -1,0 +1,413 @@
+"""Allreduce algorithms written on point-to-point messages, and their alpha-beta cost model.
+
+Every algorithm here works for any number of ranks ``p`` (powers of two or not) and any
+length ``n`` (also ``n < p``, ``n == 0`` and ``n == 1``). They talk through a small transport
+(:class:`PointToPoint`) that posts non-blocking sends and receives and waits for them, so the
+same code runs over MPI or any other backend that can send and receive numpy buffers.
+
+Cost model (Hockney's alpha-beta model; ``alpha`` = latency of one message in seconds,
+``beta`` = seconds per byte on the wire, ``gamma`` = seconds per byte to apply the reduction,
+``n`` = bytes of the array, ``p`` = ranks, ``L = ceil(log2 p)``):
+
+===================== ============================================ ==========================
+algorithm             time                                         optimized for
+===================== ============================================ ==========================
+``ring``              ``2(p-1) alpha + 2 (p-1)/p n beta``          bandwidth (large messages)
+                      ``+ (p-1)/p n gamma``
+``recursive_doubling`` ``L (alpha + n beta + n gamma)``             latency (small messages)
+``rabenseifner``      ``2 L alpha + 2 (p-1)/p n beta``             both: few messages and
+                      ``+ (p-1)/p n gamma``                        bandwidth-optimal volume
+``tree``              ``2 L (alpha + n beta) + L n gamma``          latency, simple (binomial
+                                                                   reduce, then broadcast)
+===================== ============================================ ==========================
+
+When ``p`` is not a power of two, recursive doubling and Rabenseifner first fold the
+``r = p - 2^floor(log2 p)`` extra ranks into a power-of-two core (one message of ``n`` bytes
+and one reduction) and send the result back at the end (one more message): ``+ 2 (alpha + n
+beta) + n gamma``, and ``L`` becomes ``floor(log2 p)``.
+
+:func:`choose_algorithm` picks the algorithm with the smallest predicted time;
+:func:`calibrate` measures ``alpha`` and ``beta`` with a short ping-pong between ranks 0 and 1
+and ``gamma`` by timing the reduction itself, and shares the numbers with every rank so that all
+ranks make the same choice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from typing import Protocol
+
+import numpy as np
+
+from deep500lite.errors import UserError, format_choices
+
+__all__ = [
+    "ALGORITHMS",
+    "P2P_ALGORITHMS",
+    "REDUCTIONS",
+    "AlphaBeta",
+    "PointToPoint",
+    "allreduce_cost",
+    "block_bounds",
+    "calibrate",
+    "choose_algorithm",
+    "ring_allreduce",
+    "ring_reduce_scatter",
+    "recursive_doubling_allreduce",
+    "rabenseifner_allreduce",
+    "tree_allreduce",
+    "run_allreduce",
+]
+
+#: Allreduce algorithms written here on point-to-point messages.
+P2P_ALGORITHMS = ("ring", "recursive_doubling", "rabenseifner", "tree")
+#: Every value accepted by ``allreduce(algorithm=...)``.
+ALGORITHMS = ("native",) + P2P_ALGORITHMS + ("auto",)
+#: numpy ufuncs for the reductions (``mean`` is ``sum`` divided by the number of ranks).
+REDUCTIONS = {"sum": np.add, "max": np.maximum, "min": np.minimum, "prod": np.multiply}
+
+
+class PointToPoint(Protocol):
+    """What an algorithm needs from a communicator.
+
+    ``exchange`` posts every send and receive at once (non-blocking), waits until all have
+    completed, and counts their bytes; ``what`` names the operation for timeout errors.
+    """
+
+    rank: int
+    size: int
+
+    def exchange(self, sends, recvs, what: str) -> None:  # pragma: no cover - protocol
+        """Send each ``(array, dest)`` in ``sends`` and receive into each ``(array, source)``."""
+
+
+# ------------------------------------------------------------------ helpers
+def block_bounds(n: int, parts: int) -> list[int]:
+    """Boundaries of ``parts`` contiguous blocks of ``n`` elements: block ``i`` is ``[b[i], b[i+1])``.
+
+    Blocks differ in length by at most one element; some are empty when ``n < parts``.
+    """
+    return [i * n // parts for i in range(parts + 1)]
+
+
+def _reduction(op: str):
+    try:
+        return REDUCTIONS[op]
+    except KeyError:
+        raise UserError(f"Unknown reduction op. Allowed values are {format_choices(REDUCTIONS)}. "
+                        f"Received: op={op!r}") from None
+
+
+def _core_ranks(p: int):
+    """Power-of-two core for ``p`` ranks: ``(p2, rem)`` with ``p = p2 + rem``, ``rem < p2``."""
+    p2 = 1 << (p.bit_length() - 1)
+    return p2, p - p2
+
+
+def _fold(t: PointToPoint, buf: np.ndarray, ufunc, what: str):
+    """Fold the extra ranks into the power-of-two core.
+
+    Of the first ``2 * rem`` ranks, each even rank sends its data to the odd rank after it and
+    sits out; the odd rank combines both. Returns this rank's index in the core (``None`` for
+    a rank that sits out) and the core size.
+    """
+    p2, rem = _core_ranks(t.size)
+    r = t.rank
+    if r < 2 * rem:
+        if r % 2 == 0:
+            t.exchange([(buf, r + 1)], [], what + " (fold)")
+            return None, p2
+        tmp = np.empty_like(buf)
+        t.exchange([], [(tmp, r - 1)], what + " (fold)")
+        ufunc(buf, tmp, out=buf)
+        return r // 2, p2
+    return r - rem, p2
+
+
+def _core_to_rank(v: int, rem: int) -> int:
+    return 2 * v + 1 if v < rem else v + rem
+
+
+def _unfold(t: PointToPoint, buf: np.ndarray, what: str) -> None:
+    """Send the result from each odd rank of the folded pairs back to its even partner."""
+    _, rem = _core_ranks(t.size)
+    r = t.rank
+    if r < 2 * rem:
+        if r % 2 == 0:
+            t.exchange([], [(buf, r + 1)], what + " (unfold)")
+        else:
+            t.exchange([(buf, r - 1)], [], what + " (unfold)")
+
+
+# --------------------------------------------------------------- algorithms
+def ring_reduce_scatter(t: PointToPoint, buf: np.ndarray, ufunc, what: str = "reduce_scatter(ring)"):
+    """Ring reduce-scatter in place on the flat ``buf``: afterwards block ``rank`` is reduced.
+
+    ``p - 1`` steps; in each, every rank sends one block to its right neighbour and reduces the
+    block coming from its left neighbour. Cost ``(p-1) alpha + (p-1)/p n (beta + gamma)``.
+
+    Returns:
+        The block boundaries (:func:`block_bounds` of ``buf.size`` into ``size`` blocks).
+    """
+    p, r = t.size, t.rank
+    b = block_bounds(buf.size, p)
+    right, left = (r + 1) % p, (r - 1) % p
+    tmp = np.empty(b[1] - b[0] + (1 if buf.size % p else 0), buf.dtype)
+    for s in range(p - 1):
+        si, ri = (r - s - 1) % p, (r - s - 2) % p
+        recv = tmp[:b[ri + 1] - b[ri]]
+        t.exchange([(buf[b[si]:b[si + 1]], right)], [(recv, left)], what)
+        ufunc(buf[b[ri]:b[ri + 1]], recv, out=buf[b[ri]:b[ri + 1]])
+    return b
+
+
+def ring_allreduce(t: PointToPoint, buf: np.ndarray, ufunc) -> None:
+    """Ring allreduce in place: ring reduce-scatter, then ring allgather.
+
+    Cost ``2(p-1) alpha + 2 (p-1)/p n beta + (p-1)/p n gamma``: bandwidth-optimal, but the
+    number of messages grows linearly with ``p``. Works for every ``p`` without folding.
+    """
+    p, r = t.size, t.rank
+    what = "allreduce(ring)"
+    b = ring_reduce_scatter(t, buf, ufunc, what)
+    right, left = (r + 1) % p, (r - 1) % p
+    for s in range(p - 1):
+        si, ri = (r - s) % p, (r - s - 1) % p
+        t.exchange([(buf[b[si]:b[si + 1]], right)], [(buf[b[ri]:b[ri + 1]], left)], what)
+
+
+def recursive_doubling_allreduce(t: PointToPoint, buf: np.ndarray, ufunc) -> None:
+    """Recursive doubling allreduce in place.
+
+    In step ``k`` each rank exchanges its whole array with the rank whose index differs in bit
+    ``k`` and combines: ``log2(p) (alpha + n beta + n gamma)``. Latency-optimal; every step
+    sends the full array. Other ranks than powers of two are folded into a power-of-two core
+    first (``+ 2 (alpha + n beta) + n gamma``).
+    """
+    what = "allreduce(recursive_doubling)"
+    v, p2 = _fold(t, buf, ufunc, what)
+    if v is not None:
+        _, rem = _core_ranks(t.size)
+        tmp = np.empty_like(buf)
+        mask = 1
+        while mask < p2:
+            peer = _core_to_rank(v ^ mask, rem)
+            t.exchange([(buf, peer)], [(tmp, peer)], what)
+            ufunc(buf, tmp, out=buf)
+            mask <<= 1
+    _unfold(t, buf, what)
+
+
+def rabenseifner_allreduce(t: PointToPoint, buf: np.ndarray, ufunc) -> None:
+    """Rabenseifner's allreduce in place: recursive-halving reduce-scatter, then recursive-doubling allgather.
+
+    ``2 log2(p) alpha + 2 (p-1)/p n beta + (p-1)/p n gamma``: as few messages as recursive
+    doubling (twice) and the bandwidth term of the ring. Other ranks than powers of two are
+    folded into a power-of-two core first (``+ 2 (alpha + n beta) + n gamma``).
+    """
+    what = "allreduce(rabenseifner)"
+    v, p2 = _fold(t, buf, ufunc, what)
+    if v is not None and p2 > 1:
+        _, rem = _core_ranks(t.size)
+        b = block_bounds(buf.size, p2)
+        tmp = np.empty(b[p2 // 2] - b[0] + 1, buf.dtype)
+
+        def span(index, width):
+            lo = (index // width) * width
+            return b[lo], b[lo + width]
+
+        mask = p2 // 2
+        while mask >= 1:  # recursive halving: keep the half of the current range holding block v
+            pv = v ^ mask
+            peer = _core_to_rank(pv, rem)
+            klo, khi = span(v, mask)
+            slo, shi = span(pv, mask)
+            recv = tmp[:khi - klo]
+            t.exchange([(buf[slo:shi], peer)], [(recv, peer)], what)
+            ufunc(buf[klo:khi], recv, out=buf[klo:khi])
+            mask //= 2
+        mask = 1
+        while mask < p2:  # recursive doubling: swap the reduced ranges
+            pv = v ^ mask
+            peer = _core_to_rank(pv, rem)
+            klo, khi = span(v, mask)
+            plo, phi = span(pv, mask)
+            t.exchange([(buf[klo:khi], peer)], [(buf[plo:phi], peer)], what)
+            mask <<= 1
+    _unfold(t, buf, what)
+
+
+def tree_allreduce(t: PointToPoint, buf: np.ndarray, ufunc) -> None:
+    """Binomial-tree reduce to rank 0, then binomial-tree broadcast, in place.
+
+    ``2 ceil(log2 p) (alpha + n beta) + ceil(log2 p) n gamma``. Works for every ``p`` without
+    folding; sends the whole array at every level.
+    """
+    p, r = t.size, t.rank
+    what = "allreduce(tree)"
+    tmp = None
+    mask = 1
+    while mask < p:  # reduce: a rank with bit k set sends to the rank without it, then stops
+        if r & mask:
+            t.exchange([(buf, r - mask)], [], what + " (reduce)")
+            break
+        if r + mask < p:
+            if tmp is None:
+                tmp = np.empty_like(buf)
+            t.exchange([], [(tmp, r + mask)], what + " (reduce)")
+            ufunc(buf, tmp, out=buf)
+        mask <<= 1
+    mask = 1
+    while mask < p:  # broadcast: receive from the parent the reduction came from
+        if r & mask:
+            t.exchange([], [(buf, r - mask)], what + " (broadcast)")
+            break
+        mask <<= 1
+    mask >>= 1
+    while mask > 0:
+        if r + mask < p:
+            t.exchange([(buf, r + mask)], [], what + " (broadcast)")
+        mask >>= 1
+
+
+_IMPLEMENTATIONS = {
+    "ring": ring_allreduce,
+    "recursive_doubling": recursive_doubling_allreduce,
+    "rabenseifner": rabenseifner_allreduce,
+    "tree": tree_allreduce,
+}
+
+
+def run_allreduce(t: PointToPoint, x: np.ndarray, op: str, algorithm: str) -> np.ndarray:
+    """Allreduce ``x`` with one of :data:`P2P_ALGORITHMS`; returns a new array shaped like ``x``.
+
+    ``op`` is a key of :data:`REDUCTIONS` (``mean`` is handled by the caller).
+    """
+    ufunc = _reduction(op)
+    try:
+        impl = _IMPLEMENTATIONS[algorithm]
+    except KeyError:
+        raise UserError(f"Unknown point-to-point allreduce algorithm. Allowed values are "
+                        f"{format_choices(P2P_ALGORITHMS)}. Received: algorithm={algorithm!r}") from None
+    x = np.asarray(x)
+    buf = np.array(x, copy=True, order="C").reshape(-1)
+    if t.size > 1:
+        impl(t, buf, ufunc)
+    return buf.reshape(x.shape)
+
+
+# --------------------------------------------------------------- cost model
+@dataclasses.dataclass(frozen=True)
+class AlphaBeta:
+    """Parameters of the alpha-beta (Hockney) cost model.
+
+    Attributes:
+        alpha: seconds of latency per message.
+        beta: seconds per byte sent (the inverse of the bandwidth).
+        gamma: seconds per byte to apply the reduction locally.
+    """
+
+    alpha: float
+    beta: float
+    gamma: float = 0.0
+
+
+def allreduce_cost(algorithm: str, nbytes: int, p: int, model: AlphaBeta) -> float:
+    """Predicted seconds for one allreduce of ``nbytes`` bytes on ``p`` ranks.
+
+    Args:
+        algorithm: one of :data:`P2P_ALGORITHMS`.
+        nbytes: the size of the array in bytes.
+        p: the number of ranks.
+        model: the machine's :class:`AlphaBeta` parameters.
+
+    Returns:
+        The time from the formulas in this module's docstring (0 for ``p == 1``).
+    """
+    if algorithm not in P2P_ALGORITHMS:
+        raise UserError(f"No cost model for this algorithm. Allowed values are "
+                        f"{format_choices(P2P_ALGORITHMS)}. Received: algorithm={algorithm!r}")
+    if p <= 1:
+        return 0.0
+    a, b, g, n = model.alpha, model.beta, model.gamma, float(nbytes)
+    if algorithm == "ring":
+        return 2 * (p - 1) * a + 2 * (p - 1) / p * n * b + (p - 1) / p * n * g
+    if algorithm == "tree":
+        levels = math.ceil(math.log2(p))
+        return 2 * levels * (a + n * b) + levels * n * g
+    p2, rem = _core_ranks(p)
+    levels = p2.bit_length() - 1
+    fold = (2 * (a + n * b) + n * g) if rem else 0.0
+    if algorithm == "recursive_doubling":
+        return levels * (a + n * b + n * g) + fold
+    return 2 * levels * a + 2 * (p2 - 1) / p2 * n * b + (p2 - 1) / p2 * n * g + fold
+
+
+def choose_algorithm(nbytes: int, p: int, model: AlphaBeta) -> str:
+    """The algorithm of :data:`P2P_ALGORITHMS` with the smallest :func:`allreduce_cost`.
+
+    Ties go to the earlier algorithm in the order recursive_doubling, rabenseifner, ring, tree,
+    so that every rank with the same ``model`` chooses the same one.
+    """
+    order = ("recursive_doubling", "rabenseifner", "ring", "tree")
+    return min(order, key=lambda a: (allreduce_cost(a, nbytes, p, model), order.index(a)))
+
+
+def _best_time(fn, reps: int) -> float:
+    """The fastest of ``reps`` calls: what the machine can do, not what a busy moment allowed."""
+    best = math.inf
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def calibrate(t: PointToPoint, small: int = 8, large: int = 1 << 20, reps: int = 20,
+              share=None) -> AlphaBeta:
+    """Measure :class:`AlphaBeta` on this communicator (collective: every rank must call it).
+
+    Ranks 0 and 1 ping-pong a ``small``-byte and a ``large``-byte message ``reps`` times each;
+    half the fastest round trip is ``alpha + n beta`` for each size, which gives ``alpha`` and
+    ``beta``. ``gamma`` is the fastest time of ``numpy.add`` on ``large`` bytes, per byte. The
+    fastest, not the median, so that a rank descheduled for a moment on a shared machine does not
+    distort the model.
+
+    Args:
+        t: the transport.
+        small: bytes of the latency message.
+        large: bytes of the bandwidth message.
+        reps: round trips per size.
+        share: a function ``share(values: np.ndarray) -> np.ndarray`` that returns rank 0's
+            values on every rank (a broadcast), so that all ranks use the same model.
+
+    Returns:
+        The measured model (``alpha = beta = 0`` when there is only one rank).
+    """
+    values = np.zeros(3, np.float64)
+    if t.rank == 0:
+        a = np.ones(large // 8, np.float64)
+        values[2] = _best_time(lambda: np.add(a, a, out=a), reps) / large
+    if t.size > 1 and t.rank < 2:
+        half = []
+        for nbytes in (small, large):
+            msg = np.zeros(nbytes, np.uint8)
+            peer = 1 - t.rank
+
+            def round_trip():
+                if t.rank == 0:
+                    t.exchange([(msg, peer)], [], "calibrate")
+                    t.exchange([], [(msg, peer)], "calibrate")
+                else:
+                    t.exchange([], [(msg, peer)], "calibrate")
+                    t.exchange([(msg, peer)], [], "calibrate")
+
+            round_trip()  # warm-up
+            half.append(_best_time(round_trip, reps) / 2)
+        beta = max(half[1] - half[0], 0.0) / (large - small)
+        values[0], values[1] = max(half[0] - small * beta, 0.0), beta
+    if share is not None:
+        values = share(values)
+    return AlphaBeta(float(values[0]), float(values[1]), float(values[2]))
