@@ -4,16 +4,32 @@ Re-exported as ``deep500lite.distributed``. Nothing here imports mpi4py or torch
 :class:`MPICommunicator` imports mpi4py when it is created.
 """
 
+from deep500lite.lv3 import compression
 from deep500lite.lv3.allreduce import ALGORITHMS, AlphaBeta, allreduce_cost, choose_algorithm
 from deep500lite.lv3.communication import ALLREDUCE_OPS, CommunicationNetwork, CommunicationTimeout
+from deep500lite.lv3.distributed_optimizers import (ConsistentDecentralized, ConsistentNeighbors,
+                                                    ConsistentParameterServer, ElasticAveraging,
+                                                    ModelAverageDecentralized,
+                                                    broadcast_parameters)
 from deep500lite.lv3.mpi import MPICommunicator, install_abort_on_exception
-from deep500lite.lv3.optimizer import DistributedOptimizer
+from deep500lite.lv3.optimizer import DistributedOptimizer, fuse_buckets
+from deep500lite.lv3.sampler import DistributedSampler, PartitionedDistributedSampler
 
 __all__ = [
     "CommunicationNetwork",
     "CommunicationTimeout",
     "MPICommunicator",
     "DistributedOptimizer",
+    "ConsistentDecentralized",
+    "ConsistentParameterServer",
+    "ModelAverageDecentralized",
+    "ConsistentNeighbors",
+    "ElasticAveraging",
+    "broadcast_parameters",
+    "fuse_buckets",
+    "DistributedSampler",
+    "PartitionedDistributedSampler",
+    "compression",
     "ALLREDUCE_OPS",
     "ALGORITHMS",
     "AlphaBeta",

@@ -4,14 +4,43 @@ from __future__ import annotations
 
 import abc
 
-from deep500lite.lv2.optimizer import Optimizer
+import numpy as np
+
+from deep500lite.errors import UserError
+from deep500lite.lv2.optimizer import Optimizer, ThreeStepOptimizer
 from deep500lite.lv3.communication import CommunicationNetwork
 
-__all__ = ["DistributedOptimizer"]
+__all__ = ["DistributedOptimizer", "fuse_buckets"]
+
+
+def fuse_buckets(arrays: list[np.ndarray], bucket_bytes: int) -> list[list[int]]:
+    """Group consecutive arrays into buckets of at most ``bucket_bytes`` (tensor fusion).
+
+    An array larger than ``bucket_bytes`` gets a bucket of its own; arrays of different dtypes
+    never share a bucket. ``bucket_bytes=0`` puts every array in its own bucket.
+
+    Returns:
+        The indices of the arrays in each bucket, in order.
+    """
+    buckets: list[list[int]] = []
+    size = 0
+    for i, a in enumerate(arrays):
+        if buckets and bucket_bytes > 0 and size + a.nbytes <= bucket_bytes \
+                and arrays[buckets[-1][0]].dtype == a.dtype:
+            buckets[-1].append(i)
+            size += a.nbytes
+        else:
+            buckets.append([i])
+            size = a.nbytes
+    return buckets
 
 
 class DistributedOptimizer(Optimizer, abc.ABC):
     """Trains one network replica per rank with a base optimizer, communicating between steps.
+
+    Subclasses implement :meth:`step`. After each step, :attr:`bytes_per_step` holds the bytes
+    this rank sent during it (from the communicator's counters) and :attr:`steps` the number of
+    steps taken.
 
     Args:
         optimizer: the base (single-process) optimizer; its executor and loss are used.
@@ -19,9 +48,14 @@ class DistributedOptimizer(Optimizer, abc.ABC):
     """
 
     def __init__(self, optimizer: Optimizer, comm: CommunicationNetwork):
+        if not isinstance(optimizer, Optimizer):
+            raise TypeError(f"optimizer must be a deep500lite Optimizer. Received: {type(optimizer).__name__}")
         super().__init__(optimizer.executor, optimizer.loss, optimizer.gradient_modifier)
         self.base_optimizer = optimizer
         self.communication = comm
+        self.steps = 0
+        self.bytes_per_step = 0
+        self.bytes_sent = 0
 
     @abc.abstractmethod
     def step(self, inputs):
@@ -34,3 +68,54 @@ class DistributedOptimizer(Optimizer, abc.ABC):
             The outputs of this rank's forward pass. After the call, parameters obey the
             optimizer's consistency model (identical on all ranks for consistent optimizers).
         """
+
+    # ---------------------------------------------------------------- helpers for subclasses
+    def _begin(self) -> int:
+        return self.communication.bytes_sent
+
+    def _end(self, start: int) -> None:
+        self.bytes_per_step = self.communication.bytes_sent - start
+        self.bytes_sent += self.bytes_per_step
+        self.steps += 1
+
+    def _three_step(self) -> ThreeStepOptimizer:
+        if not isinstance(self.base_optimizer, ThreeStepOptimizer):
+            raise UserError(f"{type(self).__name__} exchanges gradients, so its base optimizer must be a "
+                            "ThreeStepOptimizer or UpdateRuleOptimizer (such as the reference optimizers of "
+                            f"deep500lite.frameworks.reference). Received: {type(self.base_optimizer).__name__}")
+        return self.base_optimizer
+
+    def _gradients(self, inputs):
+        """Forward and backward pass with the base optimizer's hooks.
+
+        Returns:
+            ``(outputs, names, params, grads)`` for the trainable parameters.
+        """
+        base = self._three_step()
+        base.new_input()
+        pairs = self.network.gradient(self.loss)
+        for pname, _ in pairs:
+            base.prepare_param(pname)
+        outputs = self.executor.inference_and_backprop(inputs, self.loss)
+        values = self.network.fetch_tensors([n for pair in pairs for n in pair])
+        names = [p for p, _ in pairs]
+        return outputs, names, values[0::2], values[1::2]
+
+    def _apply(self, names, params, grads) -> None:
+        """The base optimizer's update on (already communicated) gradients."""
+        base = self._three_step()
+        for pname, param, grad in zip(names, params, grads):
+            if self.gradient_modifier is not None:
+                grad = self.gradient_modifier(pname, grad, param)
+            self.network.feed_tensor(pname, np.asarray(base.update_rule(grad, param, pname), dtype=param.dtype))
+
+    def _parameters(self) -> tuple[list[str], list[np.ndarray]]:
+        names = [p for p, _ in self.network.gradient(self.loss)]
+        return names, self.network.fetch_tensors(names)
+
+    def set_parameter(self, name: str, value) -> None:
+        """Set a hyperparameter of this optimizer, or else of the base optimizer (``learning_rate``)."""
+        if hasattr(self, name) and not name.startswith("_") and not callable(getattr(self, name)):
+            setattr(self, name, value)
+        else:
+            self.base_optimizer.set_parameter(name, value)

@@ -1,0 +1,105 @@
+"""``deep500lite launch``: real mpiexec jobs through ``deep500lite.cli.launch_cmd.main``.
+
+Each job runs in a child Python (its own process group, with a hard timeout), so no test can hang
+even if the launcher's own timeout were broken.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from deep500lite.cli import launch_cmd
+from deep500lite.errors import UserError
+from test_mpi import HERE, REPO, requires_mpi
+
+SCRIPT = os.path.join(HERE, "launch_check.py")
+
+
+def launch(*argv: str, timeout: float = 60):
+    """Run ``deep500lite launch ARGV`` in a child process; returns (exit status, output, seconds)."""
+    code = "import sys; from deep500lite.cli.launch_cmd import main; sys.exit(main(sys.argv[1:]))"
+    start = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-c", code, *argv], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, cwd=REPO, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail(f"launch {' '.join(argv)} did not end within {timeout} s: {proc.communicate()[0][-3000:]}")
+    return proc.returncode, out, time.monotonic() - start
+
+
+@pytest.mark.mpi
+@requires_mpi
+@pytest.mark.parametrize("p", [1, 3])
+def test_launch_runs_a_script_on_every_rank(p):
+    rc, out, _ = launch("-n", str(p), SCRIPT, "ok", "--flag")
+    assert rc == 0, out
+    for r in range(p):
+        assert f"rank {r} of {p} started with ['ok', '--flag']" in out and f"rank {r} finished" in out, out
+
+
+@pytest.mark.mpi
+@requires_mpi
+def test_launch_a_module_and_a_plain_program():
+    rc, out, _ = launch("-n", "2", "--", "-m", "mpi4py.bench", "helloworld")
+    assert rc == 0 and out.count("Hello, World!") == 2, out
+    rc, out, _ = launch("-n", "2", "--", "echo", "plain", "program")
+    assert rc == 0 and out.count("plain program") == 2, out
+
+
+@pytest.mark.mpi
+@requires_mpi
+def test_a_raising_rank_ends_the_launched_job():
+    rc, out, seconds = launch("-n", "3", SCRIPT, "raise")
+    assert rc != 0, out
+    assert "RuntimeError: planned failure on rank 2" in out, out
+    assert "finished" not in out and seconds < 20, (seconds, out)
+
+
+@pytest.mark.mpi
+@requires_mpi
+def test_launch_forwards_the_exit_status():
+    rc, out, _ = launch("-n", "2", SCRIPT, "exit", "7")
+    assert rc == 7, out
+
+
+@pytest.mark.mpi
+@requires_mpi
+def test_launch_timeout_kills_the_job():
+    rc, out, seconds = launch("-n", "2", "--timeout", "2", SCRIPT, "sleep")
+    assert rc == launch_cmd.EXIT_TIMEOUT, out
+    assert "did not end within 2 s and was killed" in out and seconds < 15, (seconds, out)
+
+
+def test_launch_rejects_bad_input():
+    rc, out, _ = launch("-n", "2", "--mpiexec", "/no/such/mpiexec", SCRIPT, "ok")
+    assert rc == 2 and "--mpiexec is not an executable program. Received: --mpiexec '/no/such/mpiexec'" in out, out
+    rc, out, _ = launch("-n", "0", SCRIPT, "ok")
+    assert rc == 2 and "-n/--ranks must be an integer >= 1. Received: -n 0" in out, out
+    rc, out, _ = launch("-n", "2")
+    assert rc == 2 and "launch needs a command" in out, out
+
+
+def test_missing_mpiexec_is_a_clear_error(monkeypatch):
+    monkeypatch.setattr(launch_cmd.sys, "executable", "/nonexistent/bin/python")
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(UserError, match="needs mpiexec: pip install 'deep500lite\\[mpi\\]'"):
+        launch_cmd._find_mpiexec(None)
+
+
+def test_build_command_runs_python_under_mpi4py():
+    py = sys.executable
+    assert launch_cmd.build_command(["train.py", "-x"]) == [py, "-m", "mpi4py", "train.py", "-x"]
+    assert launch_cmd.build_command(["--", "-m", "pkg.mod", "a"]) == [py, "-m", "mpi4py", "-m", "pkg.mod", "a"]
+    assert launch_cmd.build_command(["python3", "t.py"]) == ["python3", "-m", "mpi4py", "t.py"]
+    assert launch_cmd.build_command(["python3.11", "-c", "pass"]) == ["python3.11", "-m", "mpi4py", "-c", "pass"]
+    assert launch_cmd.build_command(["python", "-m", "mpi4py", "t.py"]) == ["python", "-m", "mpi4py", "t.py"]
+    assert launch_cmd.build_command(["hostname"]) == ["hostname"]
+    assert launch_cmd.build_command(["pythonista"]) == ["pythonista"]

@@ -1,0 +1,32 @@
+"""The model, data and base optimizer of the distributed training checks (shared by the MPI
+script and the single-rank reference in the test process)."""
+
+import numpy as np
+
+from deep500lite import networks
+from deep500lite.datasets import dataset_loss, load_dataset
+from frameworks import reference as d5ref
+
+GLOBAL_BATCH = 24  # divisible by 2, 3 and 4
+
+
+def make_optimizer(kind: str, batch: int | None = None):
+    """A fresh mlp (same seed, same weights) on the reference executor with a reference optimizer."""
+    net, _, out = networks.create_model("mlp", batch, classes=10, shape=(1, 8, 8), seed=3, hidden=(16,))
+    net.add_operation(dataset_loss("digits")([out, "label"], "loss"))
+    ex = d5ref.from_model(net)
+    if kind == "sgd":
+        return d5ref.GradientDescent(ex, learning_rate=0.5)
+    return d5ref.MomentumOptimizer(ex, learning_rate=0.3, momentum=0.9)
+
+
+_train = None
+
+
+def global_batch(k: int) -> dict:
+    """The ``k``-th global batch of ``GLOBAL_BATCH`` digits (fixed, no shuffling)."""
+    global _train
+    if _train is None:
+        _train, _ = load_dataset("digits", "input", "label")
+    idx = np.arange(k * GLOBAL_BATCH, (k + 1) * GLOBAL_BATCH)
+    return _train[idx]
