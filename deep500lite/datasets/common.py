@@ -68,7 +68,7 @@ def missing_file_error(dataset: str, path: str, source: str, root_given: bool, a
     """
     folder = os.path.dirname(path)
     how = ("" if root_given else
-           f" Or point deep500lite at the folder holding them: root=DIR (CLI: --root DIR), or set "
+           f" Or point deep500lite at the folder holding them: root=DIR (deep500lite pack: --root DIR), or set "
            f"{DATA_ENV}=PARENT to read PARENT/{dataset}.")
     extra = f" ({also})" if also else ""
     return MissingDatasetError(
