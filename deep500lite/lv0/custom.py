@@ -186,13 +186,7 @@ def custom_node(op_type: str, inputs: Sequence[str], outputs: Sequence[str], nam
 def output_value_infos(op: Operator, outputs: Sequence[str]) -> list[onnx.ValueInfoProto]:
     """Value infos (dtype and shape) of a custom node's outputs, from the op's output descriptors."""
     _, outs = _descriptors(op)
-    infos = []
-    for name, d in zip(outputs, outs):
-        if name:
-            shape = None if d.shape is None else [x if x is not None else "?" for x in d.shape]
-            infos.append(onnx.helper.make_tensor_value_info(name, onnx.helper.np_dtype_to_tensor_dtype(d.dtype),
-                                                            shape))
-    return infos
+    return [d.value_info(name) for name, d in zip(outputs, outs) if name]
 
 
 def check_outputs(op: Operator, outputs: Sequence[np.ndarray]) -> tuple:

@@ -61,6 +61,13 @@ class TensorDescriptor:
             d is None or d == s for d, s in zip(self.shape, array.shape)
         )
 
+    def value_info(self, name: str):
+        """This descriptor as an ONNX ``ValueInfoProto`` named ``name`` (run-time dimensions as ``"?"``)."""
+        import onnx
+
+        shape = None if self.shape is None else [d if d is not None else "?" for d in self.shape]
+        return onnx.helper.make_tensor_value_info(name, onnx.helper.np_dtype_to_tensor_dtype(self.dtype), shape)
+
     def __str__(self) -> str:
         shape = "?" if self.shape is None else "x".join("?" if d is None else str(d) for d in self.shape)
         return f"{self.dtype.name}[{shape}]"

@@ -183,10 +183,7 @@ class Network(Deep500NetworkNames):
                             f"have. Known tensors include the inputs {self.inputs}; pass "
                             f"inputs={{'{name}': d5.tensordesc(dtype, shape)}} to add it as an input."
                         )
-                    d = new_inputs[name]
-                    added_inputs.append(onnx.helper.make_tensor_value_info(
-                        name, onnx.helper.np_dtype_to_tensor_dtype(d.dtype),
-                        None if d.shape is None else [x if x is not None else "?" for x in d.shape]))
+                    added_inputs.append(new_inputs[name].value_info(name))
                     known.add(name)
             known.update(node.output)
         consumed = {i for n in list(self.graph.node) + nodes for i in n.input}

@@ -176,14 +176,9 @@ class OnnxRuntimeCustomOp:
         if self._session is None:
             ins = [f"x{i}" for i in range(len(self.op.input_descriptors))]
             outs = [f"y{i}" for i in range(len(self.op.output_descriptors))]
-
-            def vi(name, d):
-                shape = None if d.shape is None else [s if s is not None else "?" for s in d.shape]
-                return onnx.helper.make_tensor_value_info(name, onnx.helper.np_dtype_to_tensor_dtype(d.dtype), shape)
-
             graph = onnx.helper.make_graph([self.node(ins, outs)], self.op_type,
-                                           [vi(n, d) for n, d in zip(ins, self.op.input_descriptors)],
-                                           [vi(n, d) for n, d in zip(outs, self.op.output_descriptors)])
+                                           [d.value_info(n) for n, d in zip(ins, self.op.input_descriptors)],
+                                           [d.value_info(n) for n, d in zip(outs, self.op.output_descriptors)])
             model = onnx.helper.make_model(graph, ir_version=8, opset_imports=[
                 onnx.helper.make_opsetid("", 17), onnx.helper.make_opsetid(CUSTOM_DOMAIN, 1)])
             self._session = ort.InferenceSession(model.SerializeToString(), self.session_options(),

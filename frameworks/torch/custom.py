@@ -15,24 +15,19 @@ with ``torch.from_numpy`` (no copy); on CUDA, inputs are copied to the host and 
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import torch
 
+from deep500lite.frameworks.torch.operators import ONNX_TO_TORCH_DTYPE
 from deep500lite.lv0.custom import as_tuple, check_outputs
 
 __all__ = ["custom_op", "CustomOpFunction"]
 
-_TORCH_DTYPES = {np.dtype(np.float32): torch.float32, np.dtype(np.float64): torch.float64,
-                 np.dtype(np.float16): torch.float16, np.dtype(np.int32): torch.int32,
-                 np.dtype(np.int64): torch.int64, np.dtype(np.int8): torch.int8, np.dtype(np.uint8): torch.uint8,
-                 np.dtype(np.bool_): torch.bool}
-
-
 def _torch_dtype(dtype) -> torch.dtype:
     try:
-        return _TORCH_DTYPES[np.dtype(dtype)]
-    except KeyError:
-        raise TypeError(f"torch custom operators take {sorted(str(d) for d in _TORCH_DTYPES)}. "
-                        f"Received: {np.dtype(dtype)}") from None
+        return ONNX_TO_TORCH_DTYPE[onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype))]
+    except (KeyError, TypeError, ValueError):
+        raise TypeError(f"torch custom operators take the dtypes torch has. Received: {np.dtype(dtype)}") from None
 
 
 def _prepare(op, tensors, descs):
