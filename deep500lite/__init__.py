@@ -21,7 +21,8 @@ from deep500lite.lv1 import (CPUDevice, Device, ExecutorComparison, GPUDevice, G
 from deep500lite.lv2 import (BucketSampler, Dataset, NumpyDataset, Optimizer, OrderedSampler, Sampler,
                              ShuffleSampler, ThreeStepOptimizer, UpdateRuleOptimizer)
 from deep500lite.lv2 import (CheckpointEvent, CSVSummaryWriter, EpochHPSchedule, JSONSummaryWriter, NonFiniteLossError,
-                             PlotWriter, StepHPSchedule, TargetAccuracyStop, TerminalBarEvent, TimeBudgetStop, Trainer,
+                             PlotWriter, StepHPSchedule, TargetAccuracyStop, TerminalBarEvent, TimeBudgetStop, StepBudgetStop,
+                             Trainer,
                              TrainingEvent, TrainingStats, load_checkpoint, save_checkpoint, test_training)
 from deep500lite.lv2 import events as training_events
 from deep500lite.metrics import (PeakMemory, StepTimeBreakdown, TestAccuracy, Throughput, TimeToAccuracy,
@@ -47,7 +48,7 @@ __all__ = [
     "Dataset", "NumpyDataset", "Sampler", "OrderedSampler", "ShuffleSampler", "BucketSampler",
     "Optimizer", "ThreeStepOptimizer", "UpdateRuleOptimizer", "Trainer", "TrainingStats", "NonFiniteLossError",
     "test_training", "training_events", "TrainingEvent", "TerminalBarEvent", "EpochHPSchedule", "StepHPSchedule",
-    "TargetAccuracyStop", "TimeBudgetStop", "CSVSummaryWriter", "JSONSummaryWriter", "PlotWriter",
+    "TargetAccuracyStop", "TimeBudgetStop", "StepBudgetStop", "CSVSummaryWriter", "JSONSummaryWriter", "PlotWriter",
     "CheckpointEvent", "save_checkpoint", "load_checkpoint",
     # recipes
     "run_recipe", "load_recipe", "train_recipe", "check_determinism",

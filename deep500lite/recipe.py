@@ -36,6 +36,11 @@ Keys (the same in ``FIXED`` and ``MUTABLE``; a key appears in at most one of the
                             the executor's own framework's, ``'torch.MomentumOptimizer'`` torch's
 ``events``                  training events: a list of event objects or classes, or one class,
                             name or callable (with ``events_args``/``events_kwargs``)
+``distributed``             a distributed optimizer wrapping ``optimizer`` (Level 3): its name
+                            (``'ConsistentDecentralized'``, ...) or class; makes the run
+                            data-parallel over MPI ranks (``deep500lite run RECIPE -n N``)
+``communicator``            ``'mpi'`` (default) or ``'torch'`` (torch.distributed), or a callable
+                            returning a :class:`~deep500lite.lv3.communication.CommunicationNetwork`
 ``epochs``, ``batch_size``  integers
 ``<key>_args``              positional arguments of the component (a list or tuple)
 ``<key>_kwargs``            keyword arguments of the component (a dict)
@@ -55,6 +60,13 @@ parameters the recipe leaves out and the callable declares)::
     train_sampler = cls(train, batch_size, *train_sampler_args, seed=, **train_sampler_kwargs)
     validation_sampler = cls(test, batch_size, *validation_sampler_args, **validation_sampler_kwargs)
     optimizer = cls(executor, *optimizer_args, **optimizer_kwargs)
+    optimizer = distributed(optimizer, communicator, *distributed_args, **distributed_kwargs)  # if set
+
+With ``distributed``, ``batch_size`` is per rank (the global batch is ``batch_size`` times the
+ranks), the training sampler defaults to
+:class:`~deep500lite.lv3.sampler.PartitionedDistributedSampler` and gets ``comm=`` when it takes
+one, every rank evaluates the whole validation set with its own replica, and a run on ``P > 1``
+ranks writes its results to ``OUT/rank<r>/`` (``deep500lite run -n`` aggregates them).
 
 Acceptable metrics: ``(metric, threshold)`` holds when the measured value is at least the
 threshold for a metric where higher is better (``metric.higher_is_better``: accuracy,
@@ -98,7 +110,8 @@ __all__ = ["run_recipe", "train_recipe", "resolve_recipe", "load_recipe", "parse
            "DeterminismReport", "EpochLines", "metric_name", "RECIPE_KEYS", "COMPONENT_KEYS", "REQUIRED_KEYS"]
 
 #: Keys whose value names or builds a component (each also takes ``<key>_args`` and ``<key>_kwargs``).
-COMPONENT_KEYS = ("dataset", "model", "executor", "train_sampler", "validation_sampler", "optimizer", "events")
+COMPONENT_KEYS = ("dataset", "model", "executor", "train_sampler", "validation_sampler", "optimizer", "events",
+                  "distributed", "communicator")
 #: Every key a recipe may set.
 RECIPE_KEYS = ("epochs", "batch_size") + COMPONENT_KEYS + tuple(
     f"{c}_{s}" for c in COMPONENT_KEYS for s in ("args", "kwargs"))
@@ -701,12 +714,16 @@ def _call_filling(fn, args: Sequence, kwargs: dict, fill: dict, what: str):
 
 def _sampler_class(value, key: str):
     from deep500lite.lv2 import sampler as sampler_module
+    from deep500lite.lv3 import sampler as distributed_samplers
 
     if not isinstance(value, str):
         return value
     names = [n for n in sampler_module.__all__ if n != "Sampler"]
     if value in names:
         return getattr(sampler_module, value)
+    if value in distributed_samplers.__all__:
+        return getattr(distributed_samplers, value)
+    names += list(distributed_samplers.__all__)
     found = _import_path(value, key) if "." in value or ":" in value else None
     if found is None:
         raise UserError(f"Unknown sampler {value!r} for '{key}'. Known samplers: {format_choices(names)}, or a "
@@ -750,6 +767,54 @@ def _optimizer_class(value, framework: str):
         raise UserError(f"Unknown optimizer {value!r}: not a reference optimizer ({format_choices(ref.__all__)}), "
                         "not 'native.NAME' or '<framework>.NAME', and not an importable 'module.Class'.")
     return found
+
+
+def _distributed_names() -> dict:
+    from deep500lite import lv3
+
+    out = {}
+    for name in lv3.__all__:
+        obj = getattr(lv3, name)
+        if inspect.isclass(obj) and issubclass(obj, lv3.DistributedOptimizer) and obj is not lv3.DistributedOptimizer:
+            out[name] = obj
+    out["CompressedDecentralized"] = lv3.compression.CompressedDecentralized
+    return out
+
+
+def _distributed_class(value):
+    if not isinstance(value, str):
+        return value
+    known = _distributed_names()
+    if value in known:
+        return known[value]
+    found = _import_path(value, "distributed") if "." in value or ":" in value else None
+    if found is None:
+        raise UserError(f"Unknown distributed optimizer {value!r}. Known ones: {format_choices(known)}, or a class, "
+                        "or an import path 'module.Class'.")
+    return found
+
+
+COMMUNICATORS = ("mpi", "torch")
+
+
+def _build_communicator(cfg: dict):
+    from deep500lite.lv3.communication import CommunicationNetwork
+
+    spec = cfg.get("communicator") or "mpi"
+    args, kwargs = _args_of(cfg, "communicator")
+    if isinstance(spec, str):
+        if spec == "mpi":
+            from deep500lite.lv3.mpi import MPICommunicator as spec
+        elif spec == "torch":
+            from deep500lite.lv3.torch_dist import TorchDistributedCommunicator as spec
+        else:
+            raise UserError(f"Unknown communicator {spec!r}. Allowed values are {format_choices(COMMUNICATORS)}, or a "
+                            "callable returning a CommunicationNetwork.")
+    comm = spec(*args, **kwargs)
+    if not isinstance(comm, CommunicationNetwork):
+        raise UserError(f"'communicator' built a {type(comm).__name__}, which is not a d5.distributed."
+                        "CommunicationNetwork.")
+    return comm
 
 
 def _event_class(value):
@@ -803,6 +868,7 @@ class _Components:
     events: list = dataclasses.field(default_factory=list)
     seeds: dict = dataclasses.field(default_factory=dict)
     info: dict = dataclasses.field(default_factory=dict)
+    communicator: Any = None
 
 
 def _args_of(cfg: dict, key: str) -> tuple[list, dict]:
@@ -901,7 +967,7 @@ def _transform_seeds(sampler) -> list:
     return [getattr(t, "seed", None) for t in getattr(sampler, "transformations", [])]
 
 
-def _build_sampler(cfg: dict, key: str, dataset, seed: int, seeds: dict, default):
+def _build_sampler(cfg: dict, key: str, dataset, seed: int, seeds: dict, default, fill: dict | None = None):
     spec = cfg.get(key) or default
     cls = _sampler_class(spec, key)
     args, kwargs = _args_of(cfg, key)
@@ -909,7 +975,8 @@ def _build_sampler(cfg: dict, key: str, dataset, seed: int, seeds: dict, default
         kwargs.setdefault("drop_last_batch", False)
     if not callable(cls):
         raise UserError(f"'{key}' must be a sampler class or name. Received: {cls!r}")
-    sampler, used = _call_filling(cls, [dataset, int(cfg["batch_size"]), *args], kwargs, {"seed": seed}, key)
+    fill = {"seed": seed, **(fill or {})}
+    sampler, used = _call_filling(cls, [dataset, int(cfg["batch_size"]), *args], kwargs, fill, key)
     actual = getattr(sampler, "seed", used.get("seed", kwargs.get("seed")))
     seeds[key] = actual
     ts = _transform_seeds(sampler)
@@ -961,7 +1028,17 @@ def _build(resolved: ResolvedRecipe, seed: int, with_optimizer: bool = True) -> 
     from deep500lite.lv2.sampler import OrderedSampler, ShuffleSampler
 
     parts.executor = _build_executor(cfg, net, seed, seeds)
-    parts.train_sampler = _build_sampler(cfg, "train_sampler", train, seed, seeds, ShuffleSampler)
+    distributed = cfg.get("distributed") is not None
+    default_sampler = ShuffleSampler
+    if distributed:
+        from deep500lite.lv3.sampler import PartitionedDistributedSampler as default_sampler
+
+        if with_optimizer:
+            parts.communicator = _build_communicator(cfg)
+    # Without a communicator (a first-step comparison builds no optimizer), samplers act as rank 0 of 1.
+    fill = {} if not distributed else (
+        {"comm": parts.communicator} if parts.communicator is not None else {"rank": 0, "size": 1})
+    parts.train_sampler = _build_sampler(cfg, "train_sampler", train, seed, seeds, default_sampler, fill)
     if test is not None and not ("validation_sampler" in cfg and cfg["validation_sampler"] is None):
         parts.validation_sampler = _build_sampler(cfg, "validation_sampler", test, seed + 1, seeds, OrderedSampler)
     if with_optimizer:
@@ -972,6 +1049,12 @@ def _build(resolved: ResolvedRecipe, seed: int, with_optimizer: bool = True) -> 
         opt, _ = _call_filling(spec, [parts.executor, *args], kwargs, {}, "optimizer")
         if not hasattr(opt, "step"):
             raise UserError(f"'optimizer' built a {type(opt).__name__}, which has no step(); it must be a d5.Optimizer.")
+        if distributed:
+            wrapper = _distributed_class(cfg["distributed"])
+            args, kwargs = _args_of(cfg, "distributed")
+            if not callable(wrapper):
+                raise UserError(f"'distributed' must be a distributed optimizer class or name. Received: {wrapper!r}")
+            opt, _ = _call_filling(wrapper, [opt, parts.communicator, *args], kwargs, {}, "distributed")
         parts.optimizer = opt
     parts.events = _build_events(cfg)
     parts.info = {"train_samples": len(train), "test_samples": len(test) if test is not None else 0,
@@ -986,6 +1069,11 @@ def _build(resolved: ResolvedRecipe, seed: int, with_optimizer: bool = True) -> 
                   "validation_sampler": _qualified(type(parts.validation_sampler)) if parts.validation_sampler else None,
                   "optimizer": _qualified(type(parts.optimizer)) if parts.optimizer is not None else None,
                   "steps_per_epoch": len(parts.train_sampler)}
+    if parts.communicator is not None:
+        parts.info.update({"distributed": _qualified(type(parts.optimizer)),
+                           "communicator": _qualified(type(parts.communicator)),
+                           "rank": parts.communicator.rank, "ranks": parts.communicator.size,
+                           "global_batch_size": int(cfg["batch_size"]) * parts.communicator.size})
     return parts
 
 
@@ -1069,6 +1157,31 @@ class RecipeRun:
         return out
 
 
+class _DistributedSteps:
+    """Adds the distributed optimizer's figures of each step to its record in ``stats.steps``:
+    ``communication_time`` and ``compute_time`` (= ``step_time`` - ``communication_time``),
+    seconds, and ``bytes_sent`` by this rank."""
+
+    def __init__(self, optimizer):
+        self.optimizer = optimizer
+
+    def after_training_batch(self, trainer, stats, batch, outputs):
+        rec = stats.steps[-1]
+        comm = float(getattr(self.optimizer, "communication_seconds", math.nan))
+        rec["communication_time"] = comm
+        rec["compute_time"] = rec["step_time"] - comm
+        rec["bytes_sent"] = int(getattr(self.optimizer, "bytes_per_step", 0))
+
+
+def _distributed_section(parts) -> dict:
+    comm, opt = parts.communicator, parts.optimizer
+    return {"rank": comm.rank, "ranks": comm.size, "optimizer": _qualified(type(opt)),
+            "communicator": _qualified(type(comm)), "bytes_sent": comm.bytes_sent,
+            "bytes_received": comm.bytes_received, "communication_seconds": comm.seconds,
+            "operations": {k: dict(v) for k, v in comm.stats.items()},
+            "staleness": list(getattr(opt, "staleness", []) or []) or None}
+
+
 class _ParameterDigest:
     """Records a SHA-256 of all parameters after every step (for the determinism check)."""
 
@@ -1127,6 +1240,12 @@ def train_recipe(recipe, seed: int | None = None, *, events: Sequence = (), prog
             div = {"reference": "reference", "error": f"{type(exc).__name__}: {exc}", "outputs": None,
                    "gradients": None}
     parts = _build(recipe, seed)
+    comm = parts.communicator
+    if comm is not None and comm.size > 1:
+        if comm.rank != 0:
+            progress = None  # one progress display per job
+        if out is not None:
+            out = os.path.join(os.fspath(out), f"rank{comm.rank}")
     judged = [_fresh(a.metric) for a in recipe.metrics]
     target = recipe.accuracy_target()
     internal = {"test_accuracy": TestAccuracy(), "train_accuracy": TrainingAccuracy(), "throughput": Throughput(),
@@ -1140,6 +1259,8 @@ def train_recipe(recipe, seed: int | None = None, *, events: Sequence = (), prog
         run_events.insert(0, writer)
     if _digest is not None:
         run_events.append(_digest)
+    if comm is not None:
+        run_events.insert(0, _DistributedSteps(parts.optimizer))
     if out is not None:
         from deep500lite.lv2.events import CSVSummaryWriter
 
@@ -1155,12 +1276,16 @@ def train_recipe(recipe, seed: int | None = None, *, events: Sequence = (), prog
     except NonFiniteLossError as exc:
         error, stats = str(exc), exc.stats
         values = [m.measure(None, stats, None) for m in metrics]
+    if comm is not None and hasattr(parts.optimizer, "finalize"):
+        parts.optimizer.finalize()  # collective: asynchronous optimizers settle their messages
     user_values = list(values[:len(judged)])
     verdicts = [_judge(a, v) for a, v in zip(recipe.metrics, user_values)]
     passed = error is None and all(v.passed is not False for v in verdicts)
     finished = time.time()
     results = res.build_results(recipe, parts, stats, judged, user_values, verdicts, internal, passed, error,
                                 seed, started, finished, divergence=div, environment=environment)
+    if comm is not None:
+        results["distributed"] = res.jsonable(_distributed_section(parts))
     if writer is not None:
         writer.run_stop(passed)
     path = None

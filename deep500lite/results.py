@@ -19,6 +19,12 @@ Layout (``"format": "deep500lite-results"``, ``"version": 1``)::
     verdicts      one per acceptable metric: measured, required, direction, passed
     passed        every acceptable metric held; error: what stopped training, or null
     divergence    first-step output and gradient differences from the reference executor, or null
+    distributed   only for a recipe with a ``distributed`` component: this rank, the ranks, the
+                  optimizer and communicator, bytes sent and received, seconds inside
+                  communication, per-operation counts; each step record then also has
+                  communication_time, compute_time and bytes_sent (summarized in summaries).
+                  The aggregate of a ``run -n N`` job adds per_rank, aggregate, baseline,
+                  speedup and scaling_efficiency (:mod:`deep500lite.lv3.runs`)
     environment   collect_environment() (packages, frameworks, CPU and GPU model, thread
                   variables, MPI library, git commit of the working folder), the git commit of
                   the recipe's folder, the thread counts the frameworks use, the command line
@@ -130,6 +136,8 @@ def build_results(recipe, parts, stats, judged, values, verdicts, internal, pass
         "data_time": _summary([s["data_time"] for s in steps[warmup:]]),
         "forward_backward_time": _summary([s["forward_backward_time"] for s in steps[warmup:]]),
         "optimizer_time": _summary([s["optimizer_time"] for s in steps[warmup:]]),
+        **{key: _summary([s[key] for s in steps[warmup:]]) for key in ("communication_time", "compute_time",
+                                                                         "bytes_sent") if steps and key in steps[0]},
         "throughput": {"samples_per_second": throughput.measure(None, stats, None),
                        "per_step": _summary(throughput.samples[warmup:])},
         "final_test_accuracy": stats.test_accuracy,

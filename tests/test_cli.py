@@ -126,6 +126,8 @@ def test_cli_reference_documents_every_command_and_option():
     for name, p in found:
         assert f"## `{name}`" in doc, name
         for action in p._actions:
+            if action.help == argparse.SUPPRESS:  # internal options (run --rank-job) are not for users
+                continue
             for opt in action.option_strings:
                 if opt not in ("-h", "--help"):
                     assert f"`{opt}`" in doc, f"{name} {opt}"

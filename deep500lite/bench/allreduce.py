@@ -17,9 +17,6 @@ import dataclasses
 import json
 import os
 import re
-import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,8 +25,9 @@ import numpy as np
 
 from deep500lite.errors import UserError, format_choices
 from deep500lite.lv3.allreduce import ALGORITHMS, P2P_ALGORITHMS
+from deep500lite.lv3.launch import find_mpiexec, run_job
 
-__all__ = ["AllreduceBenchmark", "DEFAULT_ALGORITHMS", "find_mpiexec", "message_sizes", "parse_bytes",
+__all__ = ["AllreduceBenchmark", "DEFAULT_ALGORITHMS", "message_sizes", "parse_bytes",
            "parse_algorithms", "run_allreduce_benchmark", "worker_main"]
 
 DEFAULT_ALGORITHMS = ALGORITHMS
@@ -72,15 +70,6 @@ def parse_algorithms(text: str) -> list[str]:
         raise UserError(f"Unknown allreduce algorithm(s). Allowed values are {format_choices(ALGORITHMS)}. "
                         f"Received: {text!r}")
     return names
-
-
-def find_mpiexec() -> str:
-    """The ``mpiexec`` beside this Python (a virtual environment's mpich wheel), else on PATH."""
-    found = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
-    if not found:
-        raise UserError("bench allreduce needs mpiexec and mpi4py: pip install 'deep500lite[mpi]' "
-                        "(mpi4py and the mpich wheel) or put your MPI's mpiexec on PATH.")
-    return found
 
 
 def bus_factor(p: int) -> float:
@@ -186,7 +175,7 @@ def run_allreduce_benchmark(ranks: int, sizes, algorithms=DEFAULT_ALGORITHMS, ma
     if any(s < _ITEMSIZE or s % _ITEMSIZE for s in sizes):
         raise UserError(f"Message sizes must be positive multiples of {_ITEMSIZE} bytes. Received: {sizes}")
     algorithms = parse_algorithms(",".join(algorithms))
-    launcher = mpiexec or find_mpiexec()
+    launcher = find_mpiexec(mpiexec, "bench allreduce")
     with tempfile.TemporaryDirectory(prefix="d5-allreduce-") as tmp:
         config = {"sizes": sizes, "algorithms": algorithms, "max_time": max_time, "timeout": comm_timeout,
                   "progress": progress, "output": os.path.join(tmp, "result.json")}
@@ -195,18 +184,7 @@ def run_allreduce_benchmark(ranks: int, sizes, algorithms=DEFAULT_ALGORITHMS, ma
             json.dump(config, f)
         cmd = [launcher, "-n", str(ranks), sys.executable, "-m", "mpi4py", "-m", "deep500lite.bench.allreduce",
                config_path]
-        proc = subprocess.Popen(cmd, start_new_session=True)
-        try:
-            rc = proc.wait(timeout=job_timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            raise RuntimeError(f"the allreduce benchmark job did not end within {job_timeout} s: "
-                               f"{' '.join(cmd)}") from None
-        except BaseException:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            raise
+        rc = run_job(cmd, timeout=job_timeout)
         if rc != 0 or not os.path.exists(config["output"]):
             raise RuntimeError(f"the allreduce benchmark job failed (exit status {rc}): {' '.join(cmd)}; "
                                f"its ranks' errors are printed above.")

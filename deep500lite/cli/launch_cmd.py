@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
-import subprocess
 import sys
 
 from deep500lite.errors import Deep500Error, UserError
+from deep500lite.lv3.launch import JobTimeout, find_mpiexec, run_job
 
 __all__ = ["add_parser", "run", "build_command", "main", "EXIT_TIMEOUT"]
 
@@ -76,22 +75,6 @@ def build_command(command: list[str]) -> list[str]:
     return command
 
 
-def _find_mpiexec(given: str | None) -> str:
-    import shutil
-
-    if given is not None:
-        found = shutil.which(given)
-        if not found:
-            raise UserError(f"--mpiexec is not an executable program. Received: --mpiexec {given!r}")
-        return found
-    found = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
-    if not found:
-        raise UserError("deep500lite launch needs mpiexec: pip install 'deep500lite[mpi]' (mpi4py and the mpich "
-                        "wheel), put your MPI's mpiexec on PATH, or pass --mpiexec PATH. Received: no mpiexec beside "
-                        f"{sys.executable} nor on PATH")
-    return found
-
-
 def run(args) -> int:
     """Launch the job; returns its exit status (124 on timeout, 128 + N when killed by signal N)."""
     if isinstance(args.ranks, bool) or args.ranks < 1:
@@ -100,32 +83,16 @@ def run(args) -> int:
         if value is not None and not value > 0:
             raise UserError(f"{option} must be a number of seconds > 0. Received: {option} {value}")
     per_rank = build_command(args.command)
-    cmd = [_find_mpiexec(args.mpiexec), "-n", str(args.ranks), *per_rank]
+    cmd = [find_mpiexec(args.mpiexec, "deep500lite launch"), "-n", str(args.ranks), *per_rank]
     env = dict(os.environ)
     if args.comm_timeout is not None:
         env["DEEP500LITE_COMM_TIMEOUT"] = str(args.comm_timeout)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
     try:
-        rc = proc.wait(timeout=args.timeout)
-    except subprocess.TimeoutExpired:
-        _kill(proc)
+        return run_job(cmd, timeout=args.timeout, env=env)
+    except JobTimeout:
         print(f"deep500lite launch: the job did not end within {args.timeout:g} s and was killed: {' '.join(cmd)}",
               file=sys.stderr)
         return EXIT_TIMEOUT
-    except BaseException:
-        _kill(proc)
-        raise
-    return 128 - rc if rc < 0 else rc
-
-
-def _kill(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
 
 
 def main(argv=None) -> int:

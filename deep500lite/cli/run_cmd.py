@@ -11,6 +11,9 @@ import argparse
 import os
 import sys
 
+from deep500lite.cli.args import positive_int
+from deep500lite.errors import Deep500Error
+
 __all__ = ["add_parser", "run", "default_out", "main"]
 
 PROGRESS = ("auto", "bar", "lines", "none")
@@ -49,6 +52,21 @@ def add_parser(subparsers):
     p.add_argument("--plots", action="store_true", help="also write loss.png and accuracy.png to DIR")
     p.add_argument("--progress", choices=PROGRESS, default="auto",
                    help="auto: a bar on a terminal, else one line per epoch; lines: one line per epoch on stdout")
+    d = p.add_argument_group("distributed recipes (a 'distributed' component; docs/distributed.md)")
+    d.add_argument("-n", "--ranks", type=positive_int, default=None, metavar="N",
+                   help="train on N MPI ranks (mpiexec underneath); writes DIR/rank<r>/ per rank and the aggregate "
+                        "DIR/results.json: compute/communication split, bytes per step, scaling efficiency")
+    d.add_argument("--no-baseline", action="store_true",
+                   help="with -n N > 1: skip the 1-rank baseline run (no speedup or scaling efficiency)")
+    d.add_argument("--mpiexec", default=None, metavar="PATH",
+                   help="with -n: the MPI launcher (default: the mpiexec beside this Python, else on PATH)")
+    d.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                   help="with -n: kill a job running longer than this (default: no limit)")
+    d.add_argument("--comm-timeout", type=float, default=None, metavar="SECONDS",
+                   help="with -n: a communication waiting longer ends the job with an error naming the rank and "
+                        "operation (default 300)")
+    p.add_argument("--rank-job", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--max-steps", type=positive_int, default=None, help=argparse.SUPPRESS)
     p.set_defaults(func=run)
     return p
 
@@ -69,12 +87,64 @@ def _resolve(args):
     return recipe.resolve(overrides)
 
 
+def _run_ranks(args, resolved, out: str, progress) -> int:
+    from deep500lite.errors import UserError
+    from deep500lite.lv3.runs import DEFAULT_COMM_TIMEOUT, run_distributed
+
+    if resolved.config.get("distributed") is None:
+        raise UserError(f"-n {args.ranks} needs a recipe with a 'distributed' component (a distributed optimizer such "
+                        f"as 'ConsistentDecentralized'; see recipes/digits_mlp_distributed.py). Received: recipe "
+                        f"{resolved.name} has none")
+    for flag, on in (("--check-determinism", args.check_determinism), ("--mllog", args.mllog),
+                     ("--divergence", args.divergence), ("--plots", args.plots)):
+        if on:
+            raise UserError(f"{flag} is not available with -n (a multi-rank job). Received: {flag} -n {args.ranks}")
+    for flag, value in (("--timeout", args.timeout), ("--comm-timeout", args.comm_timeout)):
+        if value is not None and not value > 0:
+            raise UserError(f"{flag} must be a number of seconds > 0. Received: {flag} {value}")
+    comm_timeout = DEFAULT_COMM_TIMEOUT if args.comm_timeout is None else args.comm_timeout
+    result = run_distributed(args.recipe, args.ranks, out, sets=args.sets, seed=args.seed,
+                             progress="lines" if progress == "auto" else progress, baseline=not args.no_baseline,
+                             mpiexec=args.mpiexec, timeout=args.timeout, comm_timeout=comm_timeout)
+    for line in result.lines():
+        print(line)
+    print(f"results: {result.results_path}")
+    return 0 if result.passed else 1
+
+
+def _rank_job(args, resolved, out: str, progress) -> int:
+    """One rank of a ``run -n`` job: train and write results; the parent judges. Errors end the whole job."""
+    from deep500lite.lv2.events import StepBudgetStop
+    from deep500lite.recipe import train_recipe
+
+    try:
+        events = [StepBudgetStop(args.max_steps)] if args.max_steps else []
+        train_recipe(resolved, args.seed, progress=progress, out=out, events=events)
+    except BaseException as exc:  # noqa: BLE001 - any failure must end every rank, not leave them waiting
+        from mpi4py import MPI
+
+        world = MPI.COMM_WORLD
+        detail = str(exc) if not isinstance(exc, KeyboardInterrupt) else "interrupted"
+        print(f"deep500lite run: rank {world.Get_rank()} of {world.Get_size()}: error: {type(exc).__name__}: "
+              f"{detail}", file=sys.stderr, flush=True)
+        if not isinstance(exc, (Deep500Error, KeyboardInterrupt)):
+            import traceback
+
+            traceback.print_exc()
+        world.Abort(2)
+    return 0
+
+
 def run(args) -> int:
     from deep500lite.recipe import check_determinism, train_recipe
 
     resolved = _resolve(args)
     out = args.out or default_out(resolved.name, resolved.framework)
     progress = None if args.progress == "none" else args.progress
+    if args.rank_job:
+        return _rank_job(args, resolved, out, progress)
+    if args.ranks is not None:
+        return _run_ranks(args, resolved, out, progress)
     mllog = os.path.join(out, "mllog.log") if args.mllog else None
     print(f"recipe {resolved.name}: {resolved.framework}, seed {args.seed}"
           + (f", set {', '.join(args.sets)}" if args.sets else ""), flush=True)

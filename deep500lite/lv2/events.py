@@ -33,10 +33,13 @@ import sys
 import time
 from typing import Callable, Sequence
 
+import numpy as np
+
 from deep500lite.utils import atomic_write_bytes, atomic_write_text, is_package_available
 
 __all__ = ["TrainingEvent", "TerminalBarEvent", "EpochHPSchedule", "StepHPSchedule", "piecewise",
            "step_decay", "cosine_decay", "linear_warmup", "TargetAccuracyStop", "TimeBudgetStop",
+           "StepBudgetStop",
            "CSVSummaryWriter", "JSONSummaryWriter", "PlotWriter", "HOOKS", "set_hyperparameter"]
 
 #: Every hook name, in the order a training step reaches them.
@@ -465,6 +468,33 @@ class TimeBudgetStop(TrainingEvent):
 
     def after_training_batch(self, trainer, stats, batch, outputs):
         return self._check()
+
+
+class StepBudgetStop(TrainingEvent):
+    """Stop after ``steps`` training steps (counted over all epochs).
+
+    The validation set is still evaluated at the end of the epoch the budget ends in. Ranks of a
+    distributed run stop at the same step (a time budget would stop them at different ones).
+
+    Args:
+        steps: the number of training steps, at least 1.
+    """
+
+    def __init__(self, steps: int):
+        if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
+            raise ValueError(f"steps must be an integer >= 1. Received: {steps!r}")
+        self.steps = int(steps)
+        self._done = 0
+
+    def before_training(self, trainer, stats):
+        self._done = 0
+
+    def after_training_batch(self, trainer, stats, batch, outputs):
+        self._done += 1
+        if self._done >= self.steps:
+            self.stop_reason = f"the step budget of {self.steps} steps is spent"
+            return False
+        return None
 
 
 # ------------------------------------------------------------------------------------ summaries

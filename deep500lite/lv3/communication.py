@@ -10,15 +10,40 @@ and :attr:`CommunicationNetwork.bytes_received`, and per operation to
 from __future__ import annotations
 
 import abc
+import functools
+import time
 
 import numpy as np
 
 from deep500lite.errors import Deep500Error, UserError, format_choices
 from deep500lite.lv3.allreduce import REDUCTIONS
 
-__all__ = ["CommunicationNetwork", "CommunicationTimeout", "ALLREDUCE_OPS"]
+__all__ = ["CommunicationNetwork", "CommunicationTimeout", "Request", "ALLREDUCE_OPS", "TIMED_OPERATIONS"]
 
 ALLREDUCE_OPS = ("sum", "mean", "max", "min", "prod")
+
+#: Methods whose wall time is added to :attr:`CommunicationNetwork.seconds` (in every subclass
+#: that defines them; a call made inside another timed call is not counted twice).
+TIMED_OPERATIONS = ("allreduce", "broadcast", "gather", "allgather", "reduce_scatter", "send", "recv",
+                    "recv_any", "neighbor_exchange", "barrier", "isend", "irecv", "sync_all_at_root",
+                    "calibrate")
+
+
+def _timed(method):
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        if self._timing_depth:
+            return method(self, *args, **kwargs)
+        self._timing_depth += 1
+        start = time.perf_counter()
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self.seconds += time.perf_counter() - start
+            self._timing_depth -= 1
+
+    wrapper._deep500lite_timed = True
+    return wrapper
 
 
 class CommunicationTimeout(Deep500Error, TimeoutError):
@@ -26,6 +51,65 @@ class CommunicationTimeout(Deep500Error, TimeoutError):
 
     The message names the rank that waited, the operation and the peer (or peers) it waited for.
     """
+
+
+class Request(abc.ABC):
+    """A non-blocking send or receive in flight (from :meth:`CommunicationNetwork.isend` or
+    :meth:`CommunicationNetwork.irecv`).
+
+    Its bytes are counted (under ``isend`` / ``irecv`` in the communicator's ``stats``) when it
+    completes, and the time spent in :meth:`wait` is added to the communicator's
+    :attr:`~CommunicationNetwork.seconds`. Implementations provide ``_poll`` and ``_block``.
+
+    Attributes:
+        buffer: the array being sent (a private copy), or the array being received into
+            (valid once complete).
+        peer: the rank on the other end.
+        done: True once complete.
+    """
+
+    def __init__(self, owner: "CommunicationNetwork", buffer: np.ndarray, peer: int, sending: bool):
+        self.owner, self.buffer, self.peer, self.sending = owner, buffer, peer, sending
+        self.done = False
+
+    @abc.abstractmethod
+    def _poll(self) -> bool:
+        """Whether the transfer has completed (never blocks)."""
+
+    @abc.abstractmethod
+    def _block(self) -> None:
+        """Wait for the transfer (raising CommunicationTimeout past the communicator's timeout)."""
+
+    def _finish(self) -> None:
+        self.done = True
+        n = self.buffer.nbytes
+        if self.sending:
+            self.owner._count("isend", sent=n)
+        else:
+            self.owner._count("irecv", received=n)
+
+    def test(self) -> bool:
+        """True once the operation has completed (never blocks)."""
+        if not self.done and self._poll():
+            self._finish()
+        return self.done
+
+    def wait(self) -> np.ndarray:
+        """Block until the operation completes (or the communicator's timeout passes, raising
+        :class:`CommunicationTimeout`); return :attr:`buffer`."""
+        if not self.done:
+            owner = self.owner
+            outer = owner._timing_depth == 0
+            owner._timing_depth += 1
+            start = time.perf_counter()
+            try:
+                self._block()
+            finally:
+                owner._timing_depth -= 1
+                if outer:
+                    owner.seconds += time.perf_counter() - start
+            self._finish()
+        return self.buffer
 
 
 class CommunicationNetwork(abc.ABC):
@@ -38,20 +122,34 @@ class CommunicationNetwork(abc.ABC):
         bytes_received: bytes this rank has received since then.
         stats: per operation name (``"allreduce"``, ``"broadcast"``, ...), a dict with
             ``calls``, ``bytes_sent`` and ``bytes_received`` since the last reset.
+        seconds: wall time spent inside communication calls since the last reset (the
+            operations in :data:`TIMED_OPERATIONS` and :meth:`Request.wait`); it includes
+            waiting for slower ranks.
     """
 
     rank: int = 0
     size: int = 1
 
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        for name in TIMED_OPERATIONS:
+            method = cls.__dict__.get(name)
+            if callable(method) and not getattr(method, "_deep500lite_timed", False) \
+                    and not getattr(method, "__isabstractmethod__", False):
+                setattr(cls, name, _timed(method))
+
     def __init__(self):
         self.bytes_sent = 0
         self.bytes_received = 0
+        self.seconds = 0.0
+        self._timing_depth = 0
         self.stats: dict[str, dict[str, int]] = {}
 
     def reset_counters(self) -> None:
-        """Set the byte counters and :attr:`stats` back to zero."""
+        """Set the byte counters, :attr:`seconds` and :attr:`stats` back to zero."""
         self.bytes_sent = 0
         self.bytes_received = 0
+        self.seconds = 0.0
         self.stats = {}
 
     def _count(self, op: str, sent: int = 0, received: int = 0, call: bool = False) -> None:
@@ -112,6 +210,22 @@ class CommunicationNetwork(abc.ABC):
 
         Returns:
             ``(array, source_rank)``.
+        """
+
+    @abc.abstractmethod
+    def isend(self, x: np.ndarray, dest: int, tag: int = 0) -> Request:
+        """Start sending ``x`` to rank ``dest`` and return at once.
+
+        ``x`` is copied first, so the caller may change it right away. Messages between two
+        ranks with the same tag arrive in the order they were sent.
+        """
+
+    @abc.abstractmethod
+    def irecv(self, like: np.ndarray, source: int, tag: int = 0) -> Request:
+        """Start receiving an array shaped and typed like ``like`` from rank ``source``.
+
+        Returns:
+            A :class:`Request`; ``request.wait()`` returns the received array.
         """
 
     @abc.abstractmethod

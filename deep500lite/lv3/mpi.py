@@ -17,7 +17,7 @@ import numpy as np
 
 from deep500lite.errors import UserError, format_choices
 from deep500lite.lv3 import allreduce as _ar
-from deep500lite.lv3.communication import ALLREDUCE_OPS, CommunicationNetwork, CommunicationTimeout
+from deep500lite.lv3.communication import ALLREDUCE_OPS, CommunicationNetwork, CommunicationTimeout, Request
 
 __all__ = ["MPICommunicator", "TIMEOUT_ENV", "install_abort_on_exception"]
 
@@ -81,6 +81,20 @@ class _Transport:
 
     def exchange(self, sends, recvs, what: str) -> None:
         self.owner._exchange(self.owner._p2p, sends, recvs, _TAG_ALGO, self.op, what)
+
+
+class _MPIRequest(Request):
+    def __init__(self, owner: MPICommunicator, req, buffer, peer: int, sending: bool, what: str):
+        super().__init__(owner, buffer, peer, sending)
+        self._req, self._what = req, what
+
+    def _poll(self) -> bool:
+        return self._req.Test()
+
+    def _block(self) -> None:
+        desc = (f"rank {self.peer} to receive {self.buffer.nbytes} bytes" if self.sending
+                else f"a message from rank {self.peer} ({self.buffer.nbytes} bytes)")
+        self.owner._wait([self._req], [desc], self._what)
 
 
 class MPICommunicator(CommunicationNetwork):
@@ -407,6 +421,22 @@ class MPICommunicator(CommunicationNetwork):
         self._exchange(self.comm, [], [(out, source)], tag, "recv", f"recv(source={source}, tag={tag})")
         self._count("recv", call=True)
         return out
+
+    def isend(self, x: np.ndarray, dest: int, tag: int = 0) -> Request:
+        """Start sending a copy of ``x`` to rank ``dest``; see :meth:`CommunicationNetwork.isend`."""
+        self._check_rank(dest, "dest")
+        buf = np.array(x, copy=True, order="C")
+        self._count("isend", call=True)
+        return _MPIRequest(self, self.comm.Isend(buf, dest, tag), buf, dest, True,
+                           f"isend(dest={dest}, tag={tag})")
+
+    def irecv(self, like: np.ndarray, source: int, tag: int = 0) -> Request:
+        """Start receiving an array like ``like`` from rank ``source``; see :meth:`CommunicationNetwork.irecv`."""
+        self._check_rank(source, "source")
+        buf = np.empty_like(np.asarray(like), order="C")
+        self._count("irecv", call=True)
+        return _MPIRequest(self, self.comm.Irecv(buf, source, tag), buf, source, False,
+                           f"irecv(source={source}, tag={tag})")
 
     def recv_any(self, like: np.ndarray, tag: int = 0) -> tuple[np.ndarray, int]:
         """Receive an array shaped and typed like ``like`` from whichever rank sends first.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+import time
 
 import numpy as np
 
@@ -39,8 +40,10 @@ class DistributedOptimizer(Optimizer, abc.ABC):
     """Trains one network replica per rank with a base optimizer, communicating between steps.
 
     Subclasses implement :meth:`step`. After each step, :attr:`bytes_per_step` holds the bytes
-    this rank sent during it (from the communicator's counters) and :attr:`steps` the number of
-    steps taken.
+    this rank sent during it (from the communicator's counters), :attr:`step_seconds` its wall
+    time, :attr:`communication_seconds` the part of it spent inside communication calls
+    (including waiting for slower ranks; the rest is computation), and :attr:`steps` the number
+    of steps taken.
 
     Args:
         optimizer: the base (single-process) optimizer; its executor and loss are used.
@@ -56,6 +59,8 @@ class DistributedOptimizer(Optimizer, abc.ABC):
         self.steps = 0
         self.bytes_per_step = 0
         self.bytes_sent = 0
+        self.step_seconds = 0.0
+        self.communication_seconds = 0.0
 
     @abc.abstractmethod
     def step(self, inputs):
@@ -70,11 +75,16 @@ class DistributedOptimizer(Optimizer, abc.ABC):
         """
 
     # ---------------------------------------------------------------- helpers for subclasses
-    def _begin(self) -> int:
-        return self.communication.bytes_sent
+    def _begin(self) -> tuple:
+        comm = self.communication
+        return comm.bytes_sent, comm.seconds, time.perf_counter()
 
-    def _end(self, start: int) -> None:
-        self.bytes_per_step = self.communication.bytes_sent - start
+    def _end(self, start: tuple) -> None:
+        sent, seconds, clock = start
+        comm = self.communication
+        self.step_seconds = time.perf_counter() - clock
+        self.communication_seconds = comm.seconds - seconds
+        self.bytes_per_step = comm.bytes_sent - sent
         self.bytes_sent += self.bytes_per_step
         self.steps += 1
 

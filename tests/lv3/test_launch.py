@@ -16,6 +16,7 @@ import pytest
 
 from deep500lite.cli import launch_cmd
 from deep500lite.errors import UserError
+from deep500lite.lv3 import launch as launch_module
 from test_mpi import HERE, REPO, requires_mpi
 
 SCRIPT = os.path.join(HERE, "launch_check.py")
@@ -88,10 +89,10 @@ def test_launch_rejects_bad_input():
 
 
 def test_missing_mpiexec_is_a_clear_error(monkeypatch):
-    monkeypatch.setattr(launch_cmd.sys, "executable", "/nonexistent/bin/python")
+    monkeypatch.setattr(launch_module.sys, "executable", "/nonexistent/bin/python")
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(UserError, match="needs mpiexec: pip install 'deep500lite\\[mpi\\]'"):
-        launch_cmd._find_mpiexec(None)
+        launch_module.find_mpiexec(None, "deep500lite launch")
 
 
 def test_build_command_runs_python_under_mpi4py():

@@ -1,0 +1,114 @@
+"""``deep500lite run RECIPE -n N``: real mpiexec jobs of a distributed recipe, aggregated results."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from test_mpi import REPO, requires_mpi
+
+RECIPE = os.path.join(REPO, "recipes", "digits_mlp_distributed.py")
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def cli(*argv: str, timeout: float = 240):
+    """``deep500lite ARGV`` in a child process: (exit status, output, seconds)."""
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "deep500lite", *argv], capture_output=True, text=True, cwd=REPO,
+                          timeout=timeout, start_new_session=True)
+    return proc.returncode, proc.stdout + proc.stderr, time.monotonic() - start
+
+
+def _medians_of_slowest(rank_files, key="step_time"):
+    runs = [json.load(open(f)) for f in rank_files]
+    warm = runs[0]["summaries"]["warmup_steps"]
+    n = min(len(r["samples"]["steps"]) for r in runs)
+    return runs, [max(r["samples"]["steps"][i][key] for r in runs) for i in range(warm, n)]
+
+
+@pytest.mark.mpi
+@requires_mpi
+def test_run_on_three_ranks_aggregates_per_rank_results_and_scaling(tmp_path):
+    out = tmp_path / "job"
+    rc, text, _ = cli("run", RECIPE, "-n", "3", "--set", "epochs=1", "--set", "executor=reference",
+                      "--set", "optimizer_kwargs={'learning_rate': 0.1, 'momentum': 0.9}", "--out", str(out),
+                      "--progress", "none")
+    assert rc in (0, 1), text
+    assert "scaling efficiency" in text and "communication" in text, text
+    agg = json.load(open(out / "results.json"))
+    d = agg["distributed"]
+    assert [row["rank"] for row in d["per_rank"]] == [0, 1, 2]
+    files = [out / f"rank{r}" / "results.json" for r in range(3)]
+    runs, slowest = _medians_of_slowest(files)
+    # Every rank: 1347 training digits in 3 shards of 449 -> 14 batches of 32.
+    assert all(r["summaries"]["steps_done"] == 14 for r in runs)
+    # Consistent SGD: identical replicas, so identical test accuracy on every rank.
+    accs = {row["final_test_accuracy"] for row in d["per_rank"]}
+    assert len(accs) == 1, d["per_rank"]
+    # Bytes: one fused native allreduce of every float32 gradient per step, counted 2(p-1)/p n per rank.
+    n = runs[0]["components"]["parameters"] * 4
+    for r in runs:
+        assert {s["bytes_sent"] for s in r["samples"]["steps"]} == {2 * 2 * n // 3}
+        for s in r["samples"]["steps"]:
+            assert 0 <= s["communication_time"] <= s["step_time"]
+            assert s["compute_time"] == pytest.approx(s["step_time"] - s["communication_time"])
+    assert d["aggregate"]["bytes_per_step"]["median"] == 3 * (2 * 2 * n // 3)
+    assert d["aggregate"]["step_time"]["median"] == pytest.approx(float(np.median(slowest)))
+    assert d["aggregate"]["global_batch_size"] == 96
+    # The baseline: 1 rank, the same 14 steps, batch 32.
+    base = json.load(open(out / "baseline" / "results.json"))
+    assert base["distributed"]["ranks"] == 1 and base["summaries"]["steps_done"] == 14
+    b_med = base["summaries"]["step_time"]["median"]
+    speedup = (96 / d["aggregate"]["step_time"]["median"]) / (32 / b_med)
+    assert d["speedup"] == pytest.approx(speedup)
+    assert d["scaling_efficiency"] == pytest.approx(speedup / 3)
+    # The verdict covers every rank.
+    assert agg["verdicts"][0]["per_rank"] == [row["final_test_accuracy"] for row in d["per_rank"]]
+    assert agg["passed"] == all(row["passed"] for row in d["per_rank"]) == (rc == 0)
+
+
+@pytest.mark.mpi
+@requires_mpi
+def test_a_failing_rank_ends_the_run_with_its_error(tmp_path):
+    rc, text, seconds = cli("run", os.path.join(HERE, "recipe_failing_rank.py"), "-n", "2", "--out",
+                            str(tmp_path / "f"), "--no-baseline", timeout=120)
+    assert rc == 2, text
+    assert "rank 1 of 2: error: RuntimeError: rank 1 fails on purpose" in text, text
+    assert "The 2-rank job failed" in text, text
+    assert seconds < 60, seconds
+
+
+def test_ranks_need_a_distributed_recipe():
+    rc, text, _ = cli("run", "digits_lenet", "-n", "2", timeout=60)
+    assert rc == 2 and text.count("\n") == 1, text
+    assert "-n 2 needs a recipe with a 'distributed' component" in text and "digits_lenet has none" in text, text
+
+
+def test_ranks_refuse_options_of_single_runs():
+    rc, text, _ = cli("run", RECIPE, "-n", "2", "--check-determinism", timeout=60)
+    assert rc == 2 and "--check-determinism is not available with -n" in text, text
+    rc, text, _ = cli("run", RECIPE, "-n", "0", timeout=60)
+    assert rc == 2 and "expected a positive integer" in text, text
+
+
+def test_unknown_distributed_optimizer_and_communicator_are_named():
+    rc, text, _ = cli("run", RECIPE, "--set", "distributed=Gossip", timeout=60)
+    assert rc == 2 and "Unknown distributed optimizer 'Gossip'" in text and "ConsistentDecentralized" in text, text
+    rc, text, _ = cli("run", RECIPE, "--set", "communicator=nccl2", timeout=60)
+    assert rc == 2 and "Unknown communicator 'nccl2'" in text and "'mpi'" in text, text
+
+
+@requires_mpi
+def test_a_distributed_recipe_runs_in_process_on_one_rank(tmp_path):
+    rc, text, _ = cli("run", RECIPE, "--set", "epochs=1", "--set", "executor=reference", "--out",
+                      str(tmp_path / "one"), "--progress", "none", timeout=120)
+    res = json.load(open(tmp_path / "one" / "results.json"))
+    assert res["distributed"]["ranks"] == 1 and res["distributed"]["bytes_sent"] == 0
+    assert res["summaries"]["steps_done"] == 1347 // 32
+    assert rc in (0, 1), text
