@@ -14,6 +14,7 @@ Bandwidths follow the nccl-tests definitions: ``algbw = S / t`` and
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import os
 import re
@@ -142,6 +143,66 @@ class AllreduceBenchmark:
         return {"benchmark": "allreduce", "ranks": self.ranks, "model": self.model,
                 "mpi_library": self.mpi_library, "bandwidth": "nccl-tests: algbw = S/t, busbw = algbw*2(p-1)/p",
                 "rows": rows}
+
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "AllreduceBenchmark":
+        """Rebuild the results from :meth:`to_dict`'s JSON (``bench allreduce --json``)."""
+        keys = ("bytes", "algorithm", "chosen", "samples", "predicted", "wrong", "bytes_sent")
+        try:
+            rows = [{k: row[k] for k in keys} for row in data["rows"]]
+            return cls(ranks=int(data["ranks"]), model=dict(data["model"]), rows=rows,
+                       mpi_library=data.get("mpi_library", ""))
+        except (KeyError, TypeError) as exc:
+            raise UserError(f"Not the JSON of 'deep500lite bench allreduce --json': missing {exc}.") from None
+
+    def plot(self, path) -> str:
+        """Write a PNG: per algorithm, the median time (95% CI bars) and the alpha-beta prediction
+        (dashed) against the message size, and the bus bandwidth. Needs matplotlib.
+
+        Returns:
+            ``path``.
+        """
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+
+        from deep500lite.utils import atomic_write_bytes
+
+        fig = Figure(figsize=(11, 4.4))
+        FigureCanvasAgg(fig)
+        ax_t, ax_bw = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
+        summaries = self.summaries()
+        names = list(dict.fromkeys(row["algorithm"] for row, *_ in summaries))
+        colors = dict(zip(names, ["#222222", "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"]))
+        for name in names:
+            part = [(row, s, busbw) for row, s, _, busbw in summaries if row["algorithm"] == name]
+            x = [row["bytes"] for row, _, _ in part]
+            med = np.array([s.median for _, s, _ in part])
+            err = np.array([[s.median - s.ci_low for _, s, _ in part], [s.ci_high - s.median for _, s, _ in part]])
+            label = name if name != "auto" else "auto (chosen by the model)"
+            ax_t.errorbar(x, med, yerr=err, color=colors[name], marker="o", markersize=3, linewidth=1.2,
+                          capsize=2, label=label)
+            predicted = [(row["bytes"], row["predicted"]) for row, _, _ in part if row["predicted"] is not None]
+            if predicted and name != "auto":
+                ax_t.plot(*zip(*predicted), color=colors[name], linestyle="--", linewidth=0.9)
+            ax_bw.plot(x, [b / 1e9 for _, _, b in part], color=colors[name], marker="o", markersize=3, label=label)
+        for ax in (ax_t, ax_bw):
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("message size (bytes)")
+            ax.grid(True, which="major", linewidth=0.3)
+        ax_t.set_yscale("log")
+        ax_t.set_ylabel("time per allreduce (s)")
+        ax_t.set_title(f"{self.ranks} ranks: median [95% CI]; dashed: alpha-beta model", fontsize=9)
+        ax_bw.set_ylabel("busbw (GB/s) = S/t * 2(p-1)/p")
+        m = self.model
+        ax_bw.set_title(f"bus bandwidth; model: alpha = {m['alpha'] * 1e6:.3g} us, 1/beta = "
+                        f"{1e-9 / m['beta'] if m['beta'] > 0 else float('inf'):.3g} GB/s", fontsize=9)
+        ax_t.legend(fontsize=7, loc="upper left")
+        fig.tight_layout()
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=100)
+        atomic_write_bytes(path, buf.getvalue())
+        return os.fspath(path)
 
 
 def _format_bytes(n: int) -> str:

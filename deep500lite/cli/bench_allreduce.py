@@ -17,7 +17,7 @@ def add_subparser(sub):
         "allreduce", help="allreduce algorithms over MPI: time, algbw/busbw and the alpha-beta prediction",
         description=("Launch an MPI job on N ranks (mpiexec underneath) and time each allreduce algorithm (native, "
                      "ring, recursive_doubling, rabenseifner, tree, auto) for each message size; print the median "
-                     "with its 95%% CI, algbw and busbw (nccl-tests definitions), the alpha-beta model's prediction "
+                     "with its 95% CI, algbw and busbw (nccl-tests definitions), the alpha-beta model's prediction "
                      "and the number of wrong elements. See docs/distributed.md."))
     p.add_argument("-n", "--ranks", type=int, default=2, help="number of MPI ranks (default 2)")
     p.add_argument("--algorithms", default=",".join(_default_algorithms()),
@@ -34,6 +34,9 @@ def add_subparser(sub):
     p.add_argument("--format", default="table", help="table, markdown or csv (default table)")
     p.add_argument("--json", default=None, metavar="FILE",
                    help="write every raw sample, the model and the environment here")
+    p.add_argument("--plot", default=None, metavar="FILE",
+                   help="write a PNG: time per size and algorithm with the alpha-beta prediction, and busbw "
+                        "(needs matplotlib)")
     p.set_defaults(func=run)
     return p
 
@@ -72,4 +75,6 @@ def run(args) -> int:
         payload["environment"] = collect_environment()
         atomic_write_text(args.json, json.dumps(payload, indent=1, default=str))
         print(f"wrote {args.json}", file=text)
+    if args.plot:
+        print(f"wrote {result.plot(args.plot)}", file=text)
     return 1 if wrong else 0

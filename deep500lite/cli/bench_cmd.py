@@ -15,7 +15,7 @@ def add_parser(subparsers):
     o = sub.add_parser("overhead", help="deep500lite executor vs the framework's own call",
                        description=("Time LeNet and ResNet-20 through the deep500lite executor and through the "
                                     "framework's native call, in alternation, and print the ratio "
-                                    "deep500lite/native with its 95%% CI (target <= 1.05)."))
+                                    "deep500lite/native with its 95% CI (target <= 1.05)."))
     o.add_argument("--framework", "-f", default=None,
                    help="torch, tensorflow or onnxruntime (with --training also reference); with --op a "
                         "comma-separated list (default: every installed framework)")

@@ -25,7 +25,7 @@ def add_subparser(sub):
         "dataset", help="many small files vs the packed shard format, and data loading vs compute",
         description=("Write N samples as N small files and as one packed shard, measure random-access read "
                      "throughput (samples/s) of both, cold-ish and warm, print the ratio shard/files with its "
-                     "95%% CI (target >= 10x) and an epoch's data-loading time against LeNet forward+backward "
+                     "95% CI (target >= 10x) and an epoch's data-loading time against LeNet forward+backward "
                      "compute time."))
     p.add_argument("--samples", type=positive_int, default=4096, metavar="N", help="samples (files) to write "
                    "(default 4096)")

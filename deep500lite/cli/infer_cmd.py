@@ -14,7 +14,7 @@ def add_parser(subparsers):
     p = subparsers.add_parser(
         "infer", help="run an ONNX model's inference on one or more frameworks and time it",
         description=("Run MODEL.onnx on a framework (random inputs unless --inputs is given), print "
-                     "its outputs' names and shapes and the median latency with its 95%% CI. With "
+                     "its outputs' names and shapes and the median latency with its 95% CI. With "
                      "several frameworks, print one table with each one's largest absolute error "
                      "against the reference executor."))
     p.add_argument("model", metavar="MODEL.onnx", help="the ONNX model file")
