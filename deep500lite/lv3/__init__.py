@@ -6,11 +6,11 @@ Re-exported as ``deep500lite.distributed``. Nothing here imports mpi4py or torch
 
 from deep500lite.lv3 import compression
 from deep500lite.lv3.allreduce import ALGORITHMS, AlphaBeta, allreduce_cost, choose_algorithm
-from deep500lite.lv3.communication import ALLREDUCE_OPS, CommunicationNetwork, CommunicationTimeout
+from deep500lite.lv3.communication import ALLREDUCE_OPS, CommunicationNetwork, CommunicationTimeout, Request
 from deep500lite.lv3.distributed_optimizers import (ConsistentDecentralized, ConsistentNeighbors,
                                                     ConsistentParameterServer, ElasticAveraging,
-                                                    ModelAverageDecentralized,
-                                                    broadcast_parameters)
+                                                    InconsistentParameterServer, ModelAverageDecentralized,
+                                                    StaleSynchronous, broadcast_parameters)
 from deep500lite.lv3.mpi import MPICommunicator, install_abort_on_exception
 from deep500lite.lv3.optimizer import DistributedOptimizer, fuse_buckets
 from deep500lite.lv3.sampler import DistributedSampler, PartitionedDistributedSampler
@@ -18,13 +18,16 @@ from deep500lite.lv3.sampler import DistributedSampler, PartitionedDistributedSa
 __all__ = [
     "CommunicationNetwork",
     "CommunicationTimeout",
+    "Request",
     "MPICommunicator",
     "DistributedOptimizer",
     "ConsistentDecentralized",
     "ConsistentParameterServer",
+    "InconsistentParameterServer",
     "ModelAverageDecentralized",
     "ConsistentNeighbors",
     "ElasticAveraging",
+    "StaleSynchronous",
     "broadcast_parameters",
     "fuse_buckets",
     "DistributedSampler",

@@ -13,6 +13,12 @@ on every rank for a given length, so they can be all-gathered without pickling) 
 With error feedback (the default), each rank adds to its gradient what compression dropped in
 the previous step (``e <- v - decode(encode(v))`` with ``v = grad + e``), so no part of a
 gradient is lost for good, only delayed.
+
+Where compression happens: :class:`CompressedDecentralized` compresses the whole flat gradient,
+or each fused bucket separately (``bucket_bytes=``, with one error-feedback residual per
+bucket); :class:`~deep500lite.lv3.distributed_optimizers.ConsistentParameterServer` and
+:class:`~deep500lite.lv3.distributed_optimizers.InconsistentParameterServer` take
+``compressor=`` for the gradients the workers send to the server.
 """
 
 from __future__ import annotations
@@ -24,8 +30,8 @@ import numpy as np
 from deep500lite.errors import UserError
 from deep500lite.lv2.optimizer import Optimizer
 from deep500lite.lv3.communication import CommunicationNetwork
-from deep500lite.lv3.distributed_optimizers import _flatten, _unflatten
-from deep500lite.lv3.optimizer import DistributedOptimizer
+from deep500lite.lv3.distributed_optimizers import _check_bucket, _flatten, _unflatten
+from deep500lite.lv3.optimizer import DistributedOptimizer, fuse_buckets
 
 __all__ = ["Compressor", "TopK", "QSGD", "SignSGD", "Ternary", "ErrorFeedback", "CompressedDecentralized"]
 
@@ -158,10 +164,17 @@ class ErrorFeedback:
 
 
 class CompressedDecentralized(DistributedOptimizer):
-    """Data-parallel SGD on compressed gradients: each rank compresses its flat gradient (with
-    error feedback), all ranks all-gather the compressed parts, and each decodes and averages
-    them, then applies the base update. Every rank decodes the same parts, so replicas stay
+    """Data-parallel SGD on compressed gradients: each rank compresses its gradients (with error
+    feedback), all ranks all-gather the compressed parts, and each decodes and averages them,
+    then applies the base update. Every rank decodes the same parts, so replicas stay
     identical; bytes sent shrink by the compression ratio.
+
+    Without ``bucket_bytes`` the whole flat gradient is compressed at once. With it, the
+    gradients are fused into buckets of at most ``bucket_bytes`` (as
+    :func:`~deep500lite.lv3.optimizer.fuse_buckets` groups them) and each bucket is compressed
+    and exchanged on its own, with its own error-feedback residual: top-k then keeps the
+    ``ratio`` largest entries of each bucket, and sign/QSGD/ternary scale each bucket by its own
+    norm (one 8-byte scale per bucket on the wire).
 
     Args:
         optimizer: the base :class:`~deep500lite.lv2.optimizer.ThreeStepOptimizer`.
@@ -169,10 +182,12 @@ class CompressedDecentralized(DistributedOptimizer):
         compressor: a :class:`Compressor` (:class:`TopK`, :class:`QSGD`, :class:`SignSGD`,
             :class:`Ternary`).
         error_feedback: keep and re-add what compression dropped.
+        bucket_bytes: None (compress the whole flat gradient), or tensor fusion: buckets of at
+            most this many bytes, each compressed separately (0: each gradient on its own).
     """
 
     def __init__(self, optimizer: Optimizer, comm: CommunicationNetwork, compressor: Compressor,
-                 error_feedback: bool = True):
+                 error_feedback: bool = True, bucket_bytes: int | None = None):
         super().__init__(optimizer, comm)
         self._three_step()
         if not isinstance(compressor, Compressor):
@@ -180,16 +195,29 @@ class CompressedDecentralized(DistributedOptimizer):
                             f"Received: {type(compressor).__name__}")
         self.compressor = compressor
         self.feedback = ErrorFeedback(compressor) if error_feedback else None
+        self.bucket_bytes = None if bucket_bytes is None else _check_bucket(bucket_bytes)
+
+    def buckets(self, grads: list[np.ndarray]) -> list[list[int]]:
+        """The indices of the gradients compressed together, bucket by bucket."""
+        if self.bucket_bytes is None:
+            return [list(range(len(grads)))]
+        return fuse_buckets(grads, self.bucket_bytes)
 
     def step(self, inputs):
         start = self._begin()
         outputs, names, params, grads = self._gradients(inputs)
-        flat = _flatten(grads)
-        parts = self.feedback.encode("all", flat) if self.feedback else self.compressor.encode(flat)
-        gathered = [self.communication.allgather(np.ascontiguousarray(part)) for part in parts]
-        total = np.zeros(flat.size, np.float64)
-        for r in range(self.communication.size):
-            total += self.compressor.decode(tuple(g[r] for g in gathered), flat.size, np.float64)
-        self._apply(names, params, _unflatten(total / self.communication.size, grads))
+        averaged: list[np.ndarray] = [None] * len(grads)
+        for b, bucket in enumerate(self.buckets(grads)):
+            members = [grads[i] for i in bucket]
+            flat = _flatten(members)
+            key = "all" if self.bucket_bytes is None else f"bucket{b}"
+            parts = self.feedback.encode(key, flat) if self.feedback else self.compressor.encode(flat)
+            gathered = [self.communication.allgather(np.ascontiguousarray(part)) for part in parts]
+            total = np.zeros(flat.size, np.float64)
+            for r in range(self.communication.size):
+                total += self.compressor.decode(tuple(g[r] for g in gathered), flat.size, np.float64)
+            for i, value in zip(bucket, _unflatten(total / self.communication.size, members)):
+                averaged[i] = value
+        self._apply(names, params, averaged)
         self._end(start)
         return outputs

@@ -8,11 +8,17 @@ optimizer's ``update_rule``: the base optimizer must be a
 on every executor). Parameter-averaging ones (:class:`ModelAverageDecentralized`) call the base
 optimizer's own ``step`` and take any :class:`~deep500lite.lv2.optimizer.Optimizer`.
 
+The asynchronous ones (:class:`InconsistentParameterServer`, :class:`StaleSynchronous`) let
+ranks run apart; every rank must call ``step`` the same number of times and then
+``finalize()`` (on every rank) before reading or saving the parameters.
+
 All ranks must start from the same parameters (the zoo's ``create_model`` with one seed gives
 that; otherwise broadcast them first with :func:`broadcast_parameters`).
 """
 
 from __future__ import annotations
+
+import collections
 
 import numpy as np
 
@@ -22,10 +28,47 @@ from deep500lite.lv3.allreduce import ALGORITHMS
 from deep500lite.lv3.communication import CommunicationNetwork
 from deep500lite.lv3.optimizer import DistributedOptimizer, fuse_buckets
 
-__all__ = ["ConsistentDecentralized", "ConsistentParameterServer", "ModelAverageDecentralized",
-           "ConsistentNeighbors", "ElasticAveraging", "broadcast_parameters"]
+__all__ = ["ConsistentDecentralized", "ConsistentParameterServer", "InconsistentParameterServer",
+           "ModelAverageDecentralized", "ConsistentNeighbors", "ElasticAveraging", "StaleSynchronous",
+           "broadcast_parameters"]
 
 DEFAULT_BUCKET_BYTES = 1 << 20
+#: Default message tags of the asynchronous optimizers (point-to-point messages on the user's
+#: communicator): the asynchronous parameter server uses ``tag`` (gradients) and ``tag + 1``
+#: (parameters); stale-synchronous SGD uses ``tag``. Give two optimizers that run at once on one
+#: communicator different tags.
+ASYNC_PS_TAG = 0x5D50
+SSP_TAG = 0x5D60
+_MAX_TAG = 32767  # the least MPI_TAG_UB that MPI guarantees
+
+
+def _check_root(root, comm) -> int:
+    if isinstance(root, bool) or not isinstance(root, (int, np.integer)) or not 0 <= root < comm.size:
+        raise UserError(f"root must be a rank from 0 to {comm.size - 1}. Received: root={root!r}")
+    return int(root)
+
+
+def _check_tag(tag, span: int = 1) -> int:
+    if isinstance(tag, bool) or not isinstance(tag, (int, np.integer)) or not 0 <= tag <= _MAX_TAG - span + 1:
+        raise UserError(f"tag must be an integer from 0 to {_MAX_TAG - span + 1}"
+                        f"{' (it uses tag and tag + 1)' if span > 1 else ''}. Received: tag={tag!r}")
+    return int(tag)
+
+
+def _check_compressor(compressor, error_feedback):
+    """``(compressor, ErrorFeedback or None)``; ``(None, None)`` without compression."""
+    from deep500lite.lv3 import compression  # compression imports this module
+    if compressor is None:
+        return None, None
+    if not isinstance(compressor, compression.Compressor):
+        raise TypeError("compressor must be None or a deep500lite Compressor (compression.TopK, QSGD, SignSGD, "
+                        f"Ternary). Received: {type(compressor).__name__}")
+    return compressor, (compression.ErrorFeedback(compressor) if error_feedback else None)
+
+
+def _encode(compressor, feedback, key: str, flat: np.ndarray) -> tuple[np.ndarray, ...]:
+    parts = feedback.encode(key, flat) if feedback is not None else compressor.encode(flat)
+    return tuple(np.ascontiguousarray(part) for part in parts)
 
 
 def _check_bucket(bucket_bytes) -> int:
@@ -110,27 +153,50 @@ class ConsistentParameterServer(DistributedOptimizer):
     Rank ``root`` both computes (on its own minibatch) and serves. All gradients travel as one
     flat message per step, and so do the parameters.
 
+    With a ``compressor``, every other rank sends its flat gradient compressed (with error
+    feedback unless ``error_feedback=False``; the compressed parts have shapes that depend only on
+    the gradient's length, so they are gathered like plain arrays); ``root`` decodes them and
+    averages them with its own, uncompressed gradient. The parameters still travel dense.
+
     Args:
         optimizer: the base :class:`~deep500lite.lv2.optimizer.ThreeStepOptimizer` (its state
             lives on ``root``).
         comm: the communicator.
         root: the server rank.
+        compressor: None, or a :class:`~deep500lite.lv3.compression.Compressor` for the
+            gradients sent to ``root``.
+        error_feedback: with a compressor, add what the last compression dropped to the next
+            gradient (per rank).
     """
 
-    def __init__(self, optimizer: Optimizer, comm: CommunicationNetwork, root: int = 0):
+    def __init__(self, optimizer: Optimizer, comm: CommunicationNetwork, root: int = 0, compressor=None,
+                 error_feedback: bool = True):
         super().__init__(optimizer, comm)
         self._three_step()
-        if isinstance(root, bool) or not isinstance(root, (int, np.integer)) or not 0 <= root < comm.size:
-            raise UserError(f"root must be a rank from 0 to {comm.size - 1}. Received: root={root!r}")
-        self.root = int(root)
+        self.root = _check_root(root, comm)
+        self.compressor, self.feedback = _check_compressor(compressor, error_feedback)
 
     def step(self, inputs):
         start = self._begin()
         comm = self.communication
         outputs, names, params, grads = self._gradients(inputs)
-        gathered = comm.gather(_flatten(grads), self.root)
+        flat = _flatten(grads)
+        if self.compressor is None:
+            gathered = comm.gather(flat, self.root)
+            if comm.rank == self.root:
+                mean = np.mean(np.stack(gathered), axis=0)
+        else:
+            # The root's own gradient needs no compression; it sends same-shaped placeholder parts.
+            parts = (self.compressor.encode(np.zeros_like(flat)) if comm.rank == self.root
+                     else _encode(self.compressor, self.feedback, "all", flat))
+            gathered = [comm.gather(np.ascontiguousarray(part), self.root) for part in parts]
+            if comm.rank == self.root:
+                total = flat.astype(np.float64)
+                for r in range(comm.size):
+                    if r != self.root:
+                        total += self.compressor.decode(tuple(g[r] for g in gathered), flat.size, np.float64)
+                mean = total / comm.size
         if comm.rank == self.root:
-            mean = np.mean(np.stack(gathered), axis=0)
             self._apply(names, params, _unflatten(mean, grads))
             flat = _flatten(self.network.fetch_tensors(names))
         else:
@@ -141,6 +207,106 @@ class ConsistentParameterServer(DistributedOptimizer):
                 self.network.feed_tensor(name, value)
         self._end(start)
         return outputs
+
+
+class InconsistentParameterServer(DistributedOptimizer):
+    """Asynchronous parameter server (Hogwild-style, as in DistBelief's Downpour SGD).
+
+    Every rank other than ``root`` (a worker) computes a gradient on its current parameters,
+    sends it to ``root`` and takes the parameters ``root`` sends back; it never waits for the
+    other workers. ``root`` both computes and serves: each :meth:`step` applies its own gradient
+    with the base update, then serves exactly ``size - 1`` requests in the order they arrive
+    (from any workers, a fast worker possibly several times): it applies that gradient with the
+    base update and sends its current parameters back to that worker.
+
+    A worker's gradient was taken on parameters that ``root`` has updated since; its
+    *staleness* is the number of updates ``root`` applied between sending those parameters and
+    applying the gradient (0 when a fast worker is served twice within one of ``root``'s steps;
+    its first request always waits for ``root``'s own first update, so it is at least 1).
+    :attr:`staleness` keeps it for every served request (on ``root``). There is no bound: a
+    worker that is slower than the others sees larger staleness (use :class:`StaleSynchronous`
+    for a bound). Momentum-type base optimizers are sensitive to it (asynchrony acts like extra
+    momentum); lower their momentum or learning rate.
+
+    Constraints: every rank calls :meth:`step` the same number of times (``root`` serves
+    ``size - 1`` requests per step, every worker sends one per step, so the totals match and
+    every request is served), then :meth:`finalize` on every rank, which gives every rank
+    ``root``'s parameters. Messages use tags ``tag`` and ``tag + 1`` on the user's communicator.
+
+    With two ranks the order is fixed: ``root`` applies its own gradient, then the worker's,
+    which was taken on the parameters of one update before.
+
+    Args:
+        optimizer: the base :class:`~deep500lite.lv2.optimizer.ThreeStepOptimizer` (its state
+            lives on ``root``; every served gradient is one base update, with ``new_input``).
+        comm: the communicator.
+        root: the server rank.
+        compressor: None, or a :class:`~deep500lite.lv3.compression.Compressor` for the
+            gradients workers send.
+        error_feedback: with a compressor, keep and re-add what compression dropped (per worker).
+        tag: the message tag (gradients; parameters use ``tag + 1``).
+
+    Attributes:
+        staleness: on ``root``, the staleness of every served gradient, in serving order.
+        served_ranks: on ``root``, the worker of every served gradient, in serving order.
+        updates: on ``root``, the base updates applied so far (``size`` per step).
+    """
+
+    def __init__(self, optimizer: Optimizer, comm: CommunicationNetwork, root: int = 0, compressor=None,
+                 error_feedback: bool = True, tag: int = ASYNC_PS_TAG):
+        super().__init__(optimizer, comm)
+        self._three_step()
+        self.root = _check_root(root, comm)
+        self.tag = _check_tag(tag, span=2)
+        self.compressor, self.feedback = _check_compressor(compressor, error_feedback)
+        self.staleness: list[int] = []
+        self.served_ranks: list[int] = []
+        self.updates = 0
+        self._sent_version = dict.fromkeys(range(comm.size), 0)
+
+    @property
+    def max_staleness(self) -> int:
+        """The largest staleness served so far (0 before any request, and on workers)."""
+        return max(self.staleness, default=0)
+
+    def step(self, inputs):
+        start = self._begin()
+        comm = self.communication
+        outputs, names, params, grads = self._gradients(inputs)
+        flat = _flatten(grads)
+        if comm.rank != self.root:
+            if self.compressor is None:
+                comm.send(flat, self.root, self.tag)
+            else:
+                for part in _encode(self.compressor, self.feedback, "all", flat):
+                    comm.send(part, self.root, self.tag)
+            new = comm.recv(_flatten(params), self.root, self.tag + 1)
+            for name, value in zip(names, _unflatten(new, params)):
+                self.network.feed_tensor(name, value)
+        else:
+            self._apply(names, params, grads)
+            self.updates += 1
+            like = self.compressor.encode(np.zeros_like(flat)) if self.compressor is not None else (flat,)
+            for _ in range(comm.size - 1):
+                first, source = comm.recv_any(like[0], self.tag)
+                parts = (first,) + tuple(comm.recv(p, source, self.tag) for p in like[1:])
+                grad = first if self.compressor is None else self.compressor.decode(parts, flat.size, flat.dtype)
+                self.staleness.append(self.updates - self._sent_version[source])
+                self.served_ranks.append(source)
+                self.base_optimizer.new_input()
+                current = self.network.fetch_tensors(names)
+                self._apply(names, current, _unflatten(grad, grads))
+                self.updates += 1
+                comm.send(_flatten(self.network.fetch_tensors(names)), source, self.tag + 1)
+                self._sent_version[source] = self.updates
+        self._end(start)
+        return outputs
+
+    def finalize(self) -> None:
+        """Give every rank ``root``'s parameters (collective: call on every rank after the last step)."""
+        sent = self.communication.bytes_sent
+        broadcast_parameters(self, self.root)
+        self.bytes_sent += self.communication.bytes_sent - sent
 
 
 class ModelAverageDecentralized(DistributedOptimizer):
@@ -247,3 +413,114 @@ class ElasticAveraging(DistributedOptimizer):
                 self.center[name] = self.center[name] + self.alpha * total
         self._end(start)
         return outputs
+
+
+class StaleSynchronous(DistributedOptimizer):
+    """Stale-synchronous (bounded-staleness) decentralized SGD (Ho et al., 2013, SSP).
+
+    Each step, every rank computes its gradient, sends it to every other rank (non-blocking) and
+    applies, in one base update, the mean contribution ``sum / size`` of its own gradient and
+    every peer gradient that has arrived (a peer's gradient of step ``u`` is applied no earlier
+    than this rank's step ``u``). Before ending step ``t`` it waits until it has applied every
+    peer's gradients of steps ``<= t - staleness``; so the gradient of step ``t`` is taken on
+    parameters that miss at most the peers' last ``staleness`` steps, and a rank never runs more
+    than ``staleness`` steps ahead of the slowest. :attr:`observed_staleness` records, for each
+    applied peer gradient, ``t - u`` (never more than ``staleness``).
+
+    ``staleness=0`` is synchronous SGD: every rank applies the mean of all step-``t`` gradients,
+    summed in rank order (so replicas stay bitwise identical), and takes the same steps as
+    :class:`ConsistentDecentralized` with any base optimizer, up to float rounding (it sends
+    ``(size - 1) · n`` bytes per step, where an allreduce sends ``2 (size - 1) / size · n``). For
+    ``staleness > 0`` each rank applies every gradient (each divided by ``size``) once by
+    :meth:`finalize`, so with plain gradient descent the replicas agree after it (up to float
+    rounding); stateful base optimizers (momentum) see a different grouping on each rank.
+
+    Constraints: every rank calls :meth:`step` the same number of times, then :meth:`finalize`
+    on every rank (it waits for the gradients still in flight and applies them). Messages use
+    tag ``tag`` on the user's communicator. A send's bytes are counted when it completes, so
+    :attr:`bytes_per_step` may show a send in a later step; after :meth:`finalize`,
+    :attr:`bytes_sent` is ``(size - 1) · n`` per step.
+
+    Args:
+        optimizer: the base :class:`~deep500lite.lv2.optimizer.ThreeStepOptimizer`.
+        comm: the communicator.
+        staleness: the bound ``s >= 0`` on how many steps a peer's gradient may lag.
+        tag: the message tag.
+
+    Attributes:
+        observed_staleness: ``t - u`` for each peer gradient of step ``u`` applied in step ``t``.
+    """
+
+    def __init__(self, optimizer: Optimizer, comm: CommunicationNetwork, staleness: int = 1, tag: int = SSP_TAG):
+        super().__init__(optimizer, comm)
+        self._three_step()
+        if isinstance(staleness, bool) or not isinstance(staleness, (int, np.integer)) or staleness < 0:
+            raise UserError(f"staleness must be an integer >= 0 (0: synchronous). Received: staleness={staleness!r}")
+        self.staleness = int(staleness)
+        self.tag = _check_tag(tag)
+        self.observed_staleness: list[int] = []
+        self._peers = [q for q in range(comm.size) if q != comm.rank]
+        self._pending = {q: collections.deque() for q in self._peers}  # (step, receive request), in step order
+        self._sends: list = []
+
+    @property
+    def max_observed_staleness(self) -> int:
+        """The largest staleness observed so far (0 before any peer gradient)."""
+        return max(self.observed_staleness, default=0)
+
+    def _collect(self, need: int, record_at: int | None) -> list[tuple[int, int, np.ndarray]]:
+        """Peer gradients received: every one of step <= ``need`` (waiting), and the others that
+        have arrived. Returns ``(step, rank, flat gradient)``."""
+        out = []
+        for q in self._peers:
+            queue = self._pending[q]
+            while queue:
+                u, req = queue[0]
+                if u <= need:
+                    req.wait()
+                elif not req.test():
+                    break
+                queue.popleft()
+                out.append((u, q, req.buffer))
+                if record_at is not None:
+                    self.observed_staleness.append(record_at - u)
+        return out
+
+    def _apply_mean(self, names, params, like, contributions) -> None:
+        total = np.zeros(like.size, np.float64)
+        for _, _, g in sorted(contributions, key=lambda c: (c[0], c[1])):
+            total += g
+        self._apply(names, params, _unflatten(total / self.communication.size, params))
+
+    def step(self, inputs):
+        start = self._begin()
+        comm = self.communication
+        t = self.steps
+        outputs, names, params, grads = self._gradients(inputs)
+        flat = _flatten(grads)
+        for q in self._peers:
+            self._sends.append(comm.isend(flat, q, self.tag))
+            # Messages from one rank with one tag arrive in order: this receive gets q's step t.
+            self._pending[q].append((t, comm.irecv(flat, q, self.tag)))
+        received = self._collect(t - self.staleness, record_at=t)
+        self._apply_mean(names, params, flat, received + [(t, comm.rank, flat)])
+        self._sends = [req for req in self._sends if not req.test()]
+        self._end(start)
+        return outputs
+
+    def finalize(self) -> None:
+        """Wait for every gradient still in flight and apply it; wait for this rank's sends.
+
+        Call on every rank after the last step (every rank must have taken the same number of
+        steps). With plain gradient descent the replicas then agree.
+        """
+        sent = self.communication.bytes_sent
+        received = self._collect(self.steps, record_at=None)
+        if received:
+            names, params = self._parameters()
+            self.base_optimizer.new_input()
+            self._apply_mean(names, params, _flatten(params), received)
+        for req in self._sends:
+            req.wait()
+        self._sends = []
+        self.bytes_sent += self.communication.bytes_sent - sent

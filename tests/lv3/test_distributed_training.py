@@ -1,8 +1,10 @@
-"""Distributed samplers and optimizers; synchronous data-parallel SGD checked against one rank.
+"""Distributed samplers and optimizers; synchronous data-parallel SGD checked against one rank,
+the asynchronous optimizers against their sequential order and their bounds.
 
-The MPI tests run ``mpi_check_training.py`` on P ranks with ``mpirun`` from test_mpi.py (own
-process group, timeout); the single-rank reference is computed here, in the test process, with
-the base optimizer alone (no deep500lite.lv3 code).
+The MPI tests share three jobs (2, 3 and 4 ranks): each runs ``mpi_check_training.py`` with
+every kind of its list in turn, with ``mpirun`` from test_mpi.py (own process group, timeout).
+The single-rank references are computed here, in the test process, with the base optimizer
+alone (no deep500lite.lv3 code).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from deep500lite.errors import UserError
 from deep500lite.lv3 import DistributedSampler, PartitionedDistributedSampler, compression
 from deep500lite.lv3.optimizer import fuse_buckets
 from test_mpi import mpirun, requires_mpi
-from training_setup import GLOBAL_BATCH, global_batch, make_optimizer
+from training_setup import BUCKET_BYTES, GLOBAL_BATCH, base_kind, global_batch, make_optimizer
 
 
 # ------------------------------------------------------------------------------------ samplers
@@ -103,10 +105,33 @@ def reference_parameters(kind: str) -> dict[str, np.ndarray]:
     return dict(zip(names, opt.network.fetch_tensors(names)))
 
 
-def run_training(tmp_path, kind, p, steps=STEPS):
-    rc, out, seconds = mpirun(p, "mpi_check_training.py", kind, str(tmp_path), str(steps), timeout=120)
+def run_jobs(tmp_path, kinds, p, steps=STEPS) -> dict[str, list[dict]]:
+    """One mpiexec job running each of ``kinds`` in turn; per kind, every rank's saved arrays."""
+    rc, out, _ = mpirun(p, "mpi_check_training.py", ",".join(kinds), str(tmp_path), str(steps), timeout=150)
     assert rc == 0, out[-5000:]
-    return [dict(np.load(tmp_path / f"rank{r}.npz")) for r in range(p)], seconds
+    names = [kind.split(":")[0] for kind in kinds]
+    return {kind: [dict(np.load(tmp_path / f"{kind}-rank{r}.npz")) for r in range(p)] for kind in names}
+
+
+# Three jobs (2, 3 and 4 ranks) run every kind in turn (starting a job costs more than the
+# training); "elastic:1" takes one step.
+JOBS = {2: ["decentralized", "parameter_server", "compressed_topk_all", "async_ps", "async_ps_topk_all", "ssp0",
+            "ps_topk_all", "ps_sign", "bucketed_topk_all", "bucketed_sign", "bad_input"],
+        3: ["decentralized", "decentralized_ring", "parameter_server", "model_average", "compressed_sign",
+            "elastic:1", "async_ps_sgd", "ssp0", "ssp2", "ps_topk_all"],
+        4: ["decentralized", "parameter_server", "neighbors"]}
+
+
+@pytest.fixture(scope="module")
+def jobs(tmp_path_factory):
+    """``jobs(p)[kind]``: every rank's saved arrays (each job runs once per test session)."""
+    cache = {}
+
+    def get(p):
+        if p not in cache:
+            cache[p] = run_jobs(tmp_path_factory.mktemp(f"p{p}"), JOBS[p], p)
+        return cache[p]
+    return get
 
 
 @pytest.mark.mpi
@@ -117,8 +142,8 @@ def run_training(tmp_path, kind, p, steps=STEPS):
     ("parameter_server", 2, "momentum"), ("parameter_server", 3, "momentum"), ("parameter_server", 4, "momentum"),
     ("model_average", 3, "sgd"), ("compressed_topk_all", 2, "sgd"),
 ])
-def test_data_parallel_sgd_on_p_ranks_equals_one_rank_with_the_whole_batch(tmp_path, kind, p, base):
-    ranks, _ = run_training(tmp_path, kind, p)
+def test_data_parallel_sgd_on_p_ranks_equals_one_rank_with_the_whole_batch(jobs, kind, p, base):
+    ranks = jobs(p)[kind]
     expected = reference_parameters(base)
     start = make_optimizer(base)
     for name, value in expected.items():
@@ -137,8 +162,8 @@ def test_data_parallel_sgd_on_p_ranks_equals_one_rank_with_the_whole_batch(tmp_p
 
 @pytest.mark.mpi
 @requires_mpi
-def test_ring_neighbors_average_with_neighbours_only(tmp_path):
-    ranks, _ = run_training(tmp_path, "neighbors", 4)
+def test_ring_neighbors_average_with_neighbours_only(jobs):
+    ranks = jobs(4)["neighbors"]
     expected = reference_parameters("sgd")
     name = next(iter(expected))
     # Ranks see different neighbour sets, so replicas differ from one another and from the big batch.
@@ -148,9 +173,9 @@ def test_ring_neighbors_average_with_neighbours_only(tmp_path):
 
 @pytest.mark.mpi
 @requires_mpi
-def test_sign_compressed_sgd_keeps_replicas_identical_and_sends_one_bit_per_entry(tmp_path):
+def test_sign_compressed_sgd_keeps_replicas_identical_and_sends_one_bit_per_entry(jobs):
     p = 3
-    ranks, _ = run_training(tmp_path, "compressed_sign", p)
+    ranks = jobs(p)["compressed_sign"]
     start = make_optimizer("sgd")
     names = [k for k in ranks[0] if k not in ("bytes", "total")]
     n = sum(ranks[0][k].size for k in names)
@@ -164,9 +189,9 @@ def test_sign_compressed_sgd_keeps_replicas_identical_and_sends_one_bit_per_entr
 
 @pytest.mark.mpi
 @requires_mpi
-def test_elastic_averaging_pulls_replicas_toward_the_center(tmp_path):
+def test_elastic_averaging_pulls_replicas_toward_the_center(jobs):
     p, alpha = 3, 0.2
-    ranks, _ = run_training(tmp_path, "elastic", p, steps=1)
+    ranks = jobs(p)["elastic"]
     local = GLOBAL_BATCH // p
     start = make_optimizer("sgd")
     names = [n for n, _ in start.network.gradient(start.loss)]
@@ -182,6 +207,172 @@ def test_elastic_averaging_pulls_replicas_toward_the_center(tmp_path):
         for r, got in enumerate(ranks):
             np.testing.assert_allclose(got[name], stepped[r][name] - alpha * diffs[r], rtol=1e-5, atol=1e-6)
             np.testing.assert_allclose(got[f"center:{name}"], center, rtol=1e-5, atol=1e-6)
+
+
+# ------------------------------------ asynchronous optimizers, compressed parameter server, buckets
+def _names(saved):
+    return [k for k in saved if ":" not in k and k not in ("bytes", "total", "staleness", "served_ranks",
+                                                           "observed_staleness", "updates", "errors")]
+
+
+def _nfloats(saved):
+    return sum(saved[k].size for k in _names(saved))
+
+
+def _initial():
+    start = make_optimizer("sgd")
+    names = [n for n, _ in start.network.gradient(start.loss)]
+    return dict(zip(names, start.network.fetch_tensors(names)))
+
+
+def _assert_moved(saved):
+    for name, value in _initial().items():
+        assert not np.allclose(saved[name], value), f"{name} did not move: the check would be vacuous"
+
+
+@pytest.mark.mpi
+@requires_mpi
+@pytest.mark.parametrize("p,kind", [(2, "ssp0"), (3, "ssp0"), (2, "ps_topk_all"), (3, "ps_topk_all"),
+                                    (2, "bucketed_topk_all")])
+def test_ssp0_compressed_ps_and_bucketed_topk_all_equal_one_rank(jobs, p, kind):
+    """Stale-synchronous with staleness 0 is synchronous SGD; top-k keeping everything is no compression."""
+    ranks = jobs(p)[kind]
+    expected = reference_parameters(base_kind(kind))
+    _assert_moved(ranks[0])
+    for name, value in expected.items():
+        for r, got in enumerate(ranks):
+            np.testing.assert_allclose(got[name], value, rtol=1e-4, atol=2e-6, err_msg=f"rank {r} {name}")
+    n = 4 * _nfloats(ranks[0])
+    if kind == "ssp0":  # every rank isends its gradient to every other rank each step
+        assert [int(g["total"]) for g in ranks] == [STEPS * (p - 1) * n] * p
+        assert all(g["observed_staleness"].tolist() == [0] * (STEPS * (p - 1)) for g in ranks)
+        for got in ranks[1:]:  # the same sums in the same (rank) order: bitwise equal replicas
+            for name in expected:
+                np.testing.assert_array_equal(got[name], ranks[0][name])
+    if kind == "ps_topk_all":  # workers: int32 indices + float32 values of all n entries; root p-1: broadcast
+        assert [int(g["bytes"][-1]) for g in ranks] == [2 * n] * (p - 1) + [(p - 1) * n]
+
+
+@pytest.mark.mpi
+@requires_mpi
+def test_async_parameter_server_on_two_ranks_follows_the_sequential_order(jobs):
+    """Root (rank 1) applies its own gradient, then the worker's, taken one update earlier."""
+    ranks = jobs(2)["async_ps"]
+    opt = make_optimizer("momentum")
+    net, ex = opt.network, opt.executor
+    names = [n for n, _ in net.gradient(opt.loss)]
+    grads = [g for _, g in net.gradient(opt.loss)]
+    local = GLOBAL_BATCH // 2
+
+    def gradient_at(params, batch):
+        for name, value in zip(names, params):
+            net.feed_tensor(name, value)
+        ex.inference_and_backprop(batch, opt.loss)
+        return net.fetch_tensors(grads)
+
+    def update(params, g):
+        return [np.asarray(opt.update_rule(gi, xi, name), dtype=xi.dtype) for gi, xi, name in zip(g, params, names)]
+
+    x = net.fetch_tensors(names)
+    worker = x
+    for k in range(STEPS):
+        batch = global_batch(k)
+        x = update(x, gradient_at(x, {n: v[local:] for n, v in batch.items()}))          # root's own
+        x = update(x, gradient_at(worker, {n: v[:local] for n, v in batch.items()}))     # the worker's
+        worker = x
+    root = ranks[1]
+    assert root["staleness"].tolist() == [1] * STEPS and int(root["updates"]) == 2 * STEPS
+    _assert_moved(root)
+    for name, value in zip(names, x):
+        np.testing.assert_allclose(root[f"before:{name}"], value, rtol=1e-4, atol=2e-6, err_msg=name)
+        np.testing.assert_array_equal(ranks[0][name], root[name])  # after finalize
+    n = 4 * _nfloats(root)  # per step: the worker sends its gradient, the root the parameters
+    assert [g["bytes"].tolist() for g in ranks] == [[n] * STEPS] * 2
+    # The worker's gradient compressed with top-k keeping everything: the same steps; it sends
+    # int32 indices and float32 values.
+    topk = jobs(2)["async_ps_topk_all"]
+    for name, value in zip(names, x):
+        np.testing.assert_allclose(topk[1][name], value, rtol=1e-4, atol=2e-6, err_msg=name)
+    assert [g["bytes"].tolist() for g in topk] == [[2 * n] * STEPS, [n] * STEPS]
+
+
+@pytest.mark.mpi
+@requires_mpi
+def test_async_parameter_server_on_three_ranks(jobs):
+    ranks = jobs(3)["async_ps_sgd"]  # plain SGD: momentum 0.9 with stale gradients overshoots here
+    root, p = ranks[2], 3
+    assert int(root["updates"]) == p * STEPS  # its own + every worker gradient, each once
+    staleness = root["staleness"].tolist()
+    # 0 when a worker is served twice in one root step; a first request waits for root's own update.
+    assert len(staleness) == (p - 1) * STEPS and all(0 <= s < p * STEPS for s in staleness), staleness
+    served = root["served_ranks"].tolist()
+    assert sorted(served) == [0] * STEPS + [1] * STEPS, served
+    assert all(staleness[served.index(w)] >= 1 for w in (0, 1)), (served, staleness)
+    assert all(g["staleness"].size == 0 for g in ranks[:2])
+    _assert_moved(root)
+    for name in _names(root):
+        np.testing.assert_array_equal(root[name], root[f"before:{name}"])
+        for got in ranks[:2]:
+            np.testing.assert_array_equal(got[name], root[name])
+    # The loss on the batches seen went down.
+    opt = make_optimizer("sgd")
+
+    def loss(params):
+        for name, value in params.items():
+            opt.network.feed_tensor(name, value)
+        return sum(float(opt.executor.inference(global_batch(k))["loss"]) for k in range(STEPS))
+
+    before = loss(_initial())
+    after = loss({name: root[name] for name in _names(root)})
+    assert after < before, (before, after)
+
+
+@pytest.mark.mpi
+@requires_mpi
+def test_stale_synchronous_keeps_the_bound_and_finalize_makes_replicas_agree(jobs):
+    ranks = jobs(3)["ssp2"]  # rank 0 sleeps 0.3 s per step: ranks 1 and 2 run up to 2 steps ahead
+    p, s = 3, 2
+    seen = [g["observed_staleness"].tolist() for g in ranks]
+    assert all(0 <= x <= s for obs in seen for x in obs), seen
+    assert max(max(obs) for obs in seen) == s, seen  # the fast ranks did run ahead, up to the bound
+    _assert_moved(ranks[0])
+    for name in _names(ranks[0]):  # every rank applied every gradient once (plain SGD)
+        for got in ranks[1:]:
+            np.testing.assert_allclose(got[name], ranks[0][name], rtol=1e-5, atol=1e-6)
+    assert [int(g["total"]) for g in ranks] == [STEPS * (p - 1) * 4 * _nfloats(ranks[0])] * p
+
+
+@pytest.mark.mpi
+@requires_mpi
+def test_compressed_ps_and_bucketed_sign_send_the_compressed_bytes(jobs):
+    p = 2
+    ps, bucketed = jobs(p)["ps_sign"], jobs(p)["bucketed_sign"]
+    names = _names(ps[0])
+    n = _nfloats(ps[0])
+    for ranks in (ps, bucketed):
+        _assert_moved(ranks[0])
+        for name in names:
+            np.testing.assert_array_equal(ranks[1][name], ranks[0][name])
+    # Parameter server, root 0: the worker sends an 8-byte scale and n/8 bytes of signs.
+    assert [int(g["bytes"][-1]) for g in ps] == [(p - 1) * 4 * n, 8 + -(-n // 8)]
+    # Per bucket: its own scale and signs, all-gathered.
+    shapes = [ps[0][k] for k in names]
+    buckets = fuse_buckets(shapes, BUCKET_BYTES)
+    assert buckets == [[0], [1, 2, 3]], buckets  # fc1.weight alone; fc1.bias, fc2.weight, fc2.bias fused
+    sizes = [sum(shapes[i].size for i in b) for b in buckets]
+    assert [int(g["bytes"][-1]) for g in bucketed] == [(p - 1) * sum(8 + -(-m // 8) for m in sizes)] * p
+
+
+@pytest.mark.mpi
+@requires_mpi
+def test_new_optimizers_reject_bad_arguments(jobs):
+    errors = str(jobs(2)["bad_input"][0]["errors"])
+    for expected in ("staleness must be an integer >= 0 (0: synchronous). Received: staleness=-1",
+                     "root must be a rank from 0 to 1. Received: root=2",
+                     "tag must be an integer from 0 to 32766 (it uses tag and tag + 1). Received: tag=32767",
+                     "compressor must be None or a deep500lite Compressor",
+                     "bucket_bytes must be an integer >= 0 (0: no fusion). Received: bucket_bytes=-5"):
+        assert expected in errors, errors
 
 
 # ------------------------------------------------------------------------------- compressors

@@ -8,6 +8,13 @@ from deep500lite.datasets import dataset_loss, load_dataset
 from frameworks import reference as d5ref
 
 GLOBAL_BATCH = 24  # divisible by 2, 3 and 4
+BUCKET_BYTES = 800  # the mlp's gradients (4096, 64, 640, 40 bytes) in 2 buckets: fc1.weight; the other three
+MOMENTUM_KINDS = ("parameter_server", "decentralized_ring", "async_ps", "async_ps_topk_all", "ps_topk_all")
+
+
+def base_kind(kind: str) -> str:
+    """The base optimizer ("sgd" or "momentum") a distributed check kind uses."""
+    return "momentum" if kind in MOMENTUM_KINDS else "sgd"
 
 
 def make_optimizer(kind: str, batch: int | None = None):
