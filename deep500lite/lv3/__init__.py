@@ -14,12 +14,14 @@ from deep500lite.lv3.distributed_optimizers import (ConsistentDecentralized, Con
 from deep500lite.lv3.mpi import MPICommunicator, install_abort_on_exception
 from deep500lite.lv3.optimizer import DistributedOptimizer, fuse_buckets
 from deep500lite.lv3.sampler import DistributedSampler, PartitionedDistributedSampler
+from deep500lite.lv3.torch_dist import TorchDistributedCommunicator
 
 __all__ = [
     "CommunicationNetwork",
     "CommunicationTimeout",
     "Request",
     "MPICommunicator",
+    "TorchDistributedCommunicator",
     "DistributedOptimizer",
     "ConsistentDecentralized",
     "ConsistentParameterServer",

@@ -15,14 +15,12 @@ import traceback
 
 import numpy as np
 
-from deep500lite.errors import UserError, format_choices
+from deep500lite.lv3 import _common
 from deep500lite.lv3 import allreduce as _ar
-from deep500lite.lv3.communication import ALLREDUCE_OPS, CommunicationNetwork, CommunicationTimeout, Request
+from deep500lite.lv3._common import TIMEOUT_ENV
+from deep500lite.lv3.communication import CommunicationNetwork, Request
 
 __all__ = ["MPICommunicator", "TIMEOUT_ENV", "install_abort_on_exception"]
-
-#: Environment variable giving the default timeout (seconds) of :class:`MPICommunicator`.
-TIMEOUT_ENV = "DEEP500LITE_COMM_TIMEOUT"
 
 _TAG_ALGO = 0
 _TAG_RIGHT = 1
@@ -97,7 +95,7 @@ class _MPIRequest(Request):
         self.owner._wait([self._req], [desc], self._what)
 
 
-class MPICommunicator(CommunicationNetwork):
+class MPICommunicator(_common.AlgorithmChoice, CommunicationNetwork):
     """A :class:`CommunicationNetwork` over an MPI communicator (mpi4py).
 
     Args:
@@ -137,15 +135,7 @@ class MPICommunicator(CommunicationNetwork):
         self._p2p = self.comm.Dup()  # algorithm messages never match the user's own sends
         self.rank = self.comm.Get_rank()
         self.size = self.comm.Get_size()
-        if timeout is None and os.environ.get(TIMEOUT_ENV):
-            try:
-                timeout = float(os.environ[TIMEOUT_ENV])
-            except ValueError:
-                raise UserError(f"{TIMEOUT_ENV} must be a number of seconds. "
-                                f"Received: {os.environ[TIMEOUT_ENV]!r}") from None
-        if timeout is not None and not timeout > 0:
-            raise UserError(f"timeout must be a positive number of seconds or None. Received: {timeout!r}")
-        self.timeout = timeout
+        self.timeout = _common.resolve_timeout(timeout)
         self.cost_model = cost_model
         self._auto_choices: dict = {}
         self._ops = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN, "prod": MPI.PROD, "mean": MPI.SUM}
@@ -178,10 +168,7 @@ class MPICommunicator(CommunicationNetwork):
                 time.sleep(pause)
                 pause = min(max(pause * 2, 1e-5), 1e-3)
         pending = [peer for req, peer in zip(reqs, peers) if req != MPI.REQUEST_NULL and not req.Test()]
-        raise CommunicationTimeout(
-            f"rank {self.rank} of {self.size}: {what} timed out after {self.timeout:g} s waiting for "
-            f"{', '.join(pending) or 'the other ranks'}. A rank that skipped the operation, raised or "
-            f"is much slower stalls the others; raise the timeout ({TIMEOUT_ENV}) if it is just slow.")
+        raise _common.timeout_error(self.rank, self.size, what, self.timeout, pending)
 
     def _exchange(self, comm, sends, recvs, tag: int, op: str, what: str) -> None:
         """Post every receive and send at once, wait for all, count their bytes under ``op``."""
@@ -199,17 +186,10 @@ class MPICommunicator(CommunicationNetwork):
         self._wait([req], ["the other ranks (collective)"], what)
 
     # ------------------------------------------------------------ checking
-    def _check_op(self, op: str, x: np.ndarray) -> None:
-        if op not in ALLREDUCE_OPS:
-            raise UserError(f"Unknown reduction op. Allowed values are {format_choices(ALLREDUCE_OPS)}. "
-                            f"Received: op={op!r}")
-        if op == "mean" and not np.issubdtype(x.dtype, np.inexact):
-            raise UserError(f"op='mean' needs a floating-point or complex array. Received: dtype={x.dtype}; "
-                            f"use op='sum' and divide, or cast first.")
+    _check_op = staticmethod(_common.check_op)
 
     def _check_rank(self, rank, name: str) -> None:
-        if not isinstance(rank, (int, np.integer)) or not 0 <= rank < self.size:
-            raise UserError(f"{name} must be a rank from 0 to {self.size - 1}. Received: {name}={rank!r}")
+        _common.check_rank(rank, self.size, name)
 
     @staticmethod
     def _array(x) -> np.ndarray:
@@ -232,23 +212,6 @@ class MPICommunicator(CommunicationNetwork):
         self.cost_model = _ar.calibrate(transport, share=share, **kwargs)
         return self.cost_model
 
-    def choose_algorithm(self, nbytes: int) -> str:
-        """The allreduce algorithm ``auto`` uses for ``nbytes`` bytes (calibrates first if needed; collective then)."""
-        if self.size == 1:
-            return "native"
-        if self.cost_model is None:
-            self.calibrate()
-        key = (nbytes, self.cost_model)
-        if key not in self._auto_choices:
-            self._auto_choices[key] = _ar.choose_algorithm(nbytes, self.size, self.cost_model)
-        return self._auto_choices[key]
-
-    def predict(self, algorithm: str, nbytes: int) -> float:
-        """Predicted seconds of one allreduce of ``nbytes`` bytes with :attr:`cost_model`."""
-        if self.cost_model is None:
-            raise UserError("No cost model yet: call calibrate() on every rank first, or pass cost_model=.")
-        return _ar.allreduce_cost(algorithm, nbytes, self.size, self.cost_model)
-
     def allreduce(self, x: np.ndarray, op: str = "sum", algorithm: str = "native") -> np.ndarray:
         """Combine ``x`` element-wise over all ranks; every rank gets the result.
 
@@ -266,9 +229,7 @@ class MPICommunicator(CommunicationNetwork):
         """
         x = np.asarray(x)
         self._check_op(op, x)
-        if algorithm not in _ar.ALGORITHMS:
-            raise UserError(f"Unknown allreduce algorithm. Allowed values are {format_choices(_ar.ALGORITHMS)}. "
-                            f"Received: algorithm={algorithm!r}")
+        _common.check_algorithm(algorithm, _ar.ALGORITHMS)
         self._count("allreduce", call=True)
         if algorithm == "auto":
             algorithm = self.choose_algorithm(x.nbytes)
@@ -279,8 +240,7 @@ class MPICommunicator(CommunicationNetwork):
             send = self._array(x)
             out = np.empty_like(send)
             self._collective(self.comm.Iallreduce(send, out, op=self._ops[op]), "allreduce(native)")
-            volume = 2 * (self.size - 1) * x.nbytes // self.size
-            self._count("allreduce", volume, volume)
+            self._count("allreduce", *_common.native_volume("allreduce", x.nbytes, self.size, self.rank))
         else:
             out = _ar.run_allreduce(_Transport(self, "allreduce"), x, reduce_op, algorithm)
         if op == "mean":
@@ -293,11 +253,8 @@ class MPICommunicator(CommunicationNetwork):
         self._check_rank(root, "root")
         buf = np.array(x, copy=True, order="C")
         self._collective(self.comm.Ibcast(buf, root=root), f"broadcast(root={root})")
-        if self.size > 1:
-            if self.rank == root:
-                self._count("broadcast", sent=(self.size - 1) * buf.nbytes, call=True)
-            else:
-                self._count("broadcast", received=buf.nbytes, call=True)
+        self._count("broadcast", *_common.native_volume("broadcast", buf.nbytes, self.size, self.rank, root),
+                    call=True)
         return buf
 
     def gather(self, x: np.ndarray, root: int = 0) -> list[np.ndarray] | None:
@@ -309,11 +266,7 @@ class MPICommunicator(CommunicationNetwork):
         send = self._array(x)
         recv = np.empty((self.size,) + send.shape, send.dtype) if self.rank == root else None
         self._collective(self.comm.Igather(send, recv, root=root), f"gather(root={root})")
-        if self.size > 1:
-            if self.rank == root:
-                self._count("gather", received=(self.size - 1) * send.nbytes, call=True)
-            else:
-                self._count("gather", sent=send.nbytes, call=True)
+        self._count("gather", *_common.native_volume("gather", send.nbytes, self.size, self.rank, root), call=True)
         return None if recv is None else list(recv)
 
     def sync_all_at_root(self, x: np.ndarray, root: int = 0) -> np.ndarray | None:
@@ -322,11 +275,7 @@ class MPICommunicator(CommunicationNetwork):
         send = self._array(x)
         recv = np.empty_like(send) if self.rank == root else None
         self._collective(self.comm.Ireduce(send, recv, op=self._MPI.SUM, root=root), f"reduce(root={root})")
-        if self.size > 1:
-            if self.rank == root:
-                self._count("reduce", received=(self.size - 1) * send.nbytes, call=True)
-            else:
-                self._count("reduce", sent=send.nbytes, call=True)
+        self._count("reduce", *_common.native_volume("reduce", send.nbytes, self.size, self.rank, root), call=True)
         return recv
 
     def allgather(self, x: np.ndarray) -> list[np.ndarray]:
@@ -334,8 +283,7 @@ class MPICommunicator(CommunicationNetwork):
         send = self._array(x)
         recv = np.empty((self.size,) + send.shape, send.dtype)
         self._collective(self.comm.Iallgather(send, recv), "allgather")
-        volume = (self.size - 1) * send.nbytes
-        self._count("allgather", volume, volume, call=True)
+        self._count("allgather", *_common.native_volume("allgather", send.nbytes, self.size, self.rank), call=True)
         return list(recv)
 
     def reduce_scatter(self, x: np.ndarray, op: str = "sum", algorithm: str = "native") -> np.ndarray:
@@ -351,9 +299,7 @@ class MPICommunicator(CommunicationNetwork):
         """
         x = np.asarray(x)
         self._check_op(op, x)
-        if algorithm not in ("native", "ring"):
-            raise UserError(f"Unknown reduce_scatter algorithm. Allowed values are 'native', 'ring'. "
-                            f"Received: algorithm={algorithm!r}")
+        _common.check_algorithm(algorithm, ("native", "ring"), "reduce_scatter")
         self._count("reduce_scatter", call=True)
         b = _ar.block_bounds(x.size, self.size)
         lo, hi = b[self.rank], b[self.rank + 1]
@@ -370,7 +316,8 @@ class MPICommunicator(CommunicationNetwork):
             counts = [b[i + 1] - b[i] for i in range(self.size)]
             self._collective(self.comm.Ireduce_scatter(send, out, counts, op=self._ops[op]),
                              "reduce_scatter(native)")
-            self._count("reduce_scatter", sent=send.nbytes - out.nbytes, received=(self.size - 1) * out.nbytes)
+            self._count("reduce_scatter", *_common.native_volume("reduce_scatter", send.nbytes, self.size, self.rank,
+                                                                 own_bytes=out.nbytes))
         if op == "mean":
             out /= self.size
         return out
@@ -381,10 +328,7 @@ class MPICommunicator(CommunicationNetwork):
 
         With one rank both results are copies of ``x``.
         """
-        left = (self.rank - 1) % self.size if left is None else left
-        right = (self.rank + 1) % self.size if right is None else right
-        self._check_rank(left, "left")
-        self._check_rank(right, "right")
+        left, right = _common.ring_neighbors(self.rank, self.size, left, right)
         send = self._array(x)
         from_left, from_right = np.empty_like(send), np.empty_like(send)
         self._count("neighbor_exchange", call=True)

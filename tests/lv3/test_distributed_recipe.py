@@ -112,3 +112,24 @@ def test_a_distributed_recipe_runs_in_process_on_one_rank(tmp_path):
     assert res["distributed"]["ranks"] == 1 and res["distributed"]["bytes_sent"] == 0
     assert res["summaries"]["steps_done"] == 1347 // 32
     assert rc in (0, 1), text
+
+
+@pytest.mark.mpi
+@requires_mpi
+def test_run_with_the_torch_communicator_matches_the_mpi_one(tmp_path):
+    pytest.importorskip("torch")
+    accs, sent = {}, {}
+    for comm in ("mpi", "torch"):
+        out = tmp_path / comm
+        rc, text, _ = cli("run", RECIPE, "-n", "2", "--set", "epochs=1", "--set", "executor=reference",
+                          "--set", f"communicator={comm}", "--no-baseline", "--out", str(out), "--progress", "none")
+        assert rc in (0, 1), text
+        agg = json.load(open(out / "results.json"))
+        assert agg["distributed"]["communicator"].endswith({"mpi": "MPICommunicator",
+                                                            "torch": "TorchDistributedCommunicator"}[comm])
+        assert agg["distributed"]["baseline"] is None and agg["distributed"]["scaling_efficiency"] is None
+        accs[comm] = [row["final_test_accuracy"] for row in agg["distributed"]["per_rank"]]
+        sent[comm] = agg["distributed"]["aggregate"]["bytes_sent"]
+    # Same data, same seed, same mean gradients: the same replicas whichever library moves the bytes.
+    assert accs["mpi"] == accs["torch"] and len(set(accs["mpi"])) == 1
+    assert sent["mpi"] == sent["torch"]
