@@ -1179,7 +1179,18 @@ def _distributed_section(parts) -> dict:
             "communicator": _qualified(type(comm)), "bytes_sent": comm.bytes_sent,
             "bytes_received": comm.bytes_received, "communication_seconds": comm.seconds,
             "operations": {k: dict(v) for k, v in comm.stats.items()},
-            "staleness": list(getattr(opt, "staleness", []) or []) or None}
+            # Asynchronous optimizers: every served / applied gradient's staleness, and the bound if any.
+            "staleness": _staleness(opt),
+            "staleness_bound": getattr(opt, "staleness", None) if isinstance(getattr(opt, "staleness", None), int)
+            else None}
+
+
+def _staleness(opt) -> list | None:
+    for name in ("observed_staleness", "staleness"):
+        value = getattr(opt, name, None)
+        if isinstance(value, (list, tuple)):
+            return list(value)
+    return None
 
 
 class _ParameterDigest:

@@ -10,6 +10,20 @@ import tempfile
 __all__ = ["atomic_write_bytes", "atomic_write_text", "is_package_available", "package_version"]
 
 
+def _umask() -> int:
+    """The process's umask, read without changing it where Linux shows it (/proc/self/status)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)  # elsewhere: set and restore (not thread-safe, but only a permission default)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write_bytes(path, data: bytes) -> None:
     """Write ``data`` to ``path`` through a temporary file and a rename, so readers never see a
     half-written file and an interrupted write leaves the old file in place."""
@@ -18,6 +32,8 @@ def atomic_write_bytes(path, data: bytes) -> None:
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
     try:
+        # mkstemp makes the file private (0600); give it the permissions open() would (0666 - umask).
+        os.chmod(tmp, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()

@@ -133,3 +133,25 @@ def test_run_with_the_torch_communicator_matches_the_mpi_one(tmp_path):
     # Same data, same seed, same mean gradients: the same replicas whichever library moves the bytes.
     assert accs["mpi"] == accs["torch"] and len(set(accs["mpi"])) == 1
     assert sent["mpi"] == sent["torch"]
+
+
+@pytest.mark.mpi
+@requires_mpi
+@pytest.mark.parametrize("optimizer", ["InconsistentParameterServer", "StaleSynchronous"])
+def test_asynchronous_optimizers_run_as_recipes_and_record_staleness(tmp_path, optimizer):
+    out = tmp_path / optimizer
+    rc, text, _ = cli("run", RECIPE, "-n", "2", "--set", "epochs=1", "--set", "executor=reference",
+                      "--set", f"distributed={optimizer}", "--set", "distributed_kwargs={}", "--no-baseline",
+                      "--out", str(out), "--progress", "none")
+    assert rc in (0, 1), text
+    ranks = [json.load(open(out / f"rank{r}" / "results.json"))["distributed"] for r in range(2)]
+    assert all(d["optimizer"].endswith(optimizer) for d in ranks)
+    if optimizer == "InconsistentParameterServer":
+        # Root (rank 0) serves one request per step; with 2 ranks each is one update old.
+        assert ranks[0]["staleness"] == [1] * 21 and ranks[1]["staleness"] == []
+    else:
+        bound = ranks[0]["staleness_bound"]
+        assert bound == 1 and all(0 <= s <= bound for d in ranks for s in d["staleness"])
+        # Peer gradients applied during the 21 steps (those still in flight at the end are applied
+        # by finalize() and not recorded): with bound 1, at least those of steps 0..19.
+        assert all(21 - bound <= len(d["staleness"]) <= 21 for d in ranks), [len(d["staleness"]) for d in ranks]
