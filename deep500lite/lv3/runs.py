@@ -250,12 +250,14 @@ def describe(results: dict) -> list[str]:
              _fmt_bytes(row["bytes_per_step"]),
              "n/a" if row["final_test_accuracy"] is None else f"{row['final_test_accuracy']:.2f}%",
              "PASS" if row["passed"] else "FAIL"] for row in d["per_rank"]]
+    p = len(d["per_rank"])
+    ranks = "rank 0" if p == 1 else f"ranks 0..{p - 1}"
     lines = [format_table(["rank", "step (median)", "compute", "communication", "sent/step", "test acc", "metrics"],
                           rows)]
     agg = d["aggregate"]
     st = agg["step_time"]
     if st:
-        lines.append(f"job: {len(d['per_rank'])} ranks, {d['optimizer'].rsplit('.', 1)[-1]} over "
+        lines.append(f"job: {p} rank{'s' if p > 1 else ''}, {d['optimizer'].rsplit('.', 1)[-1]} over "
                      f"{d['communicator'].rsplit('.', 1)[-1]}; slowest rank's step {sec(st['median'])} "
                      f"[{sec(st['ci_low'])}, {sec(st['ci_high'])}], communication "
                      f"{100 * (agg['communication_fraction'] or 0):.1f}% of it; "
@@ -270,11 +272,11 @@ def describe(results: dict) -> list[str]:
     for v in results.get("verdicts", []):
         values = ", ".join("n/a" if x is None else f"{x:.4g}" for x in v["per_rank"])
         if v.get("required") is None:
-            lines.append(f"{v['metric']}: {values} (ranks 0..{len(v['per_rank']) - 1}; measured only)")
+            lines.append(f"{v['metric']}: {values} ({ranks}; measured only)")
             continue
         sign = ">=" if v["direction"] == "higher" else "<="
         verdict = "PASS" if v["passed"] else f"FAIL (ranks {', '.join(map(str, v['failed_ranks']))})"
-        lines.append(f"{v['metric']}: {values} on ranks 0..{len(v['per_rank']) - 1}, required {sign} "
+        lines.append(f"{v['metric']}: {values} on {ranks}, required {sign} "
                      f"{v['required']:g}: {verdict}")
     if results.get("error"):
         lines.append(f"training stopped: {results['error']}")
