@@ -1175,14 +1175,14 @@ class _DistributedSteps:
 
 def _distributed_section(parts) -> dict:
     comm, opt = parts.communicator, parts.optimizer
+    bound = getattr(opt, "staleness", None)  # StaleSynchronous's bound (a list of values elsewhere)
     return {"rank": comm.rank, "ranks": comm.size, "optimizer": _qualified(type(opt)),
             "communicator": _qualified(type(comm)), "bytes_sent": comm.bytes_sent,
             "bytes_received": comm.bytes_received, "communication_seconds": comm.seconds,
             "operations": {k: dict(v) for k, v in comm.stats.items()},
             # Asynchronous optimizers: every served / applied gradient's staleness, and the bound if any.
             "staleness": _staleness(opt),
-            "staleness_bound": getattr(opt, "staleness", None) if isinstance(getattr(opt, "staleness", None), int)
-            else None}
+            "staleness_bound": bound if isinstance(bound, int) else None}
 
 
 def _staleness(opt) -> list | None:

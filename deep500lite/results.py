@@ -48,7 +48,7 @@ from deep500lite.errors import UserError
 from deep500lite.utils import atomic_write_text
 
 __all__ = ["RESULTS_FORMAT", "RESULTS_VERSION", "build_results", "write_results", "read_results", "find_results",
-           "jsonable", "MLLogEvent", "runtime_threads", "step_times"]
+           "jsonable", "summary_of", "MLLogEvent", "runtime_threads", "step_times"]
 
 RESULTS_FORMAT = "deep500lite-results"
 RESULTS_VERSION = 1
@@ -96,7 +96,8 @@ def runtime_threads() -> dict:
     return out
 
 
-def _summary(values) -> dict | None:
+def summary_of(values) -> dict | None:
+    """The :func:`~deep500lite.metrics.statistics.summarize` dict of the finite values, or None if there are none."""
     from deep500lite.metrics.statistics import summarize
 
     kept = [float(v) for v in values if v is not None and math.isfinite(v)]
@@ -132,14 +133,14 @@ def build_results(recipe, parts, stats, judged, values, verdicts, internal, pass
     throughput = internal["throughput"]
     summaries = {
         "warmup_steps": warmup,
-        "step_time": _summary([s["step_time"] for s in steps[warmup:]]),
-        "data_time": _summary([s["data_time"] for s in steps[warmup:]]),
-        "forward_backward_time": _summary([s["forward_backward_time"] for s in steps[warmup:]]),
-        "optimizer_time": _summary([s["optimizer_time"] for s in steps[warmup:]]),
-        **{key: _summary([s[key] for s in steps[warmup:]]) for key in ("communication_time", "compute_time",
+        "step_time": summary_of([s["step_time"] for s in steps[warmup:]]),
+        "data_time": summary_of([s["data_time"] for s in steps[warmup:]]),
+        "forward_backward_time": summary_of([s["forward_backward_time"] for s in steps[warmup:]]),
+        "optimizer_time": summary_of([s["optimizer_time"] for s in steps[warmup:]]),
+        **{key: summary_of([s[key] for s in steps[warmup:]]) for key in ("communication_time", "compute_time",
                                                                          "bytes_sent") if steps and key in steps[0]},
         "throughput": {"samples_per_second": throughput.measure(None, stats, None),
-                       "per_step": _summary(throughput.samples[warmup:])},
+                       "per_step": summary_of(throughput.samples[warmup:])},
         "final_test_accuracy": stats.test_accuracy,
         "final_train_accuracy": stats.train_accuracy,
         "final_train_loss": last.get("train_loss"),

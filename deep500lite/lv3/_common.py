@@ -103,6 +103,26 @@ def timeout_error(rank: int, size: int, what: str, timeout: float, pending) -> C
         f"is much slower stalls the others; raise the timeout ({TIMEOUT_ENV}) if it is just slow.")
 
 
+#: Tag of the allreduce algorithms' messages (on the communicator's private group, so they never
+#: match the user's own sends).
+ALGO_TAG = 0
+
+
+class Transport:
+    """The point-to-point transport a communicator hands to the allreduce algorithms.
+
+    ``exchange`` goes to ``owner._exchange(owner._p2p, sends, recvs, ALGO_TAG, op, what)``, which
+    posts every message, waits (with the owner's timeout) and counts the bytes under ``op``.
+    """
+
+    def __init__(self, owner, op: str):
+        self.owner, self.op = owner, op
+        self.rank, self.size = owner.rank, owner.size
+
+    def exchange(self, sends, recvs, what: str) -> None:
+        self.owner._exchange(self.owner._p2p, sends, recvs, ALGO_TAG, self.op, what)
+
+
 class AlgorithmChoice:
     """``choose_algorithm`` and ``predict`` for a communicator with ``size``, ``cost_model``,
     ``_auto_choices`` (a dict) and a collective ``calibrate()``."""

@@ -22,7 +22,6 @@ from deep500lite.lv3.communication import CommunicationNetwork, Request
 
 __all__ = ["MPICommunicator", "TIMEOUT_ENV", "install_abort_on_exception"]
 
-_TAG_ALGO = 0
 _TAG_RIGHT = 1
 _TAG_LEFT = 2
 _SPIN_SECONDS = 0.05
@@ -68,17 +67,6 @@ def install_abort_on_exception() -> None:
 
     sys.excepthook = hook
     _HOOK_INSTALLED = True
-
-
-class _Transport:
-    """Point-to-point transport handed to the allreduce algorithms (counts under one op name)."""
-
-    def __init__(self, owner: MPICommunicator, op: str):
-        self.owner, self.op = owner, op
-        self.rank, self.size = owner.rank, owner.size
-
-    def exchange(self, sends, recvs, what: str) -> None:
-        self.owner._exchange(self.owner._p2p, sends, recvs, _TAG_ALGO, self.op, what)
 
 
 class _MPIRequest(Request):
@@ -208,7 +196,7 @@ class MPICommunicator(_common.AlgorithmChoice, CommunicationNetwork):
             self._collective(req, "calibrate (broadcast)")
             return values
 
-        transport = _Transport(self, "calibrate")
+        transport = _common.Transport(self, "calibrate")
         self.cost_model = _ar.calibrate(transport, share=share, **kwargs)
         return self.cost_model
 
@@ -242,7 +230,7 @@ class MPICommunicator(_common.AlgorithmChoice, CommunicationNetwork):
             self._collective(self.comm.Iallreduce(send, out, op=self._ops[op]), "allreduce(native)")
             self._count("allreduce", *_common.native_volume("allreduce", x.nbytes, self.size, self.rank))
         else:
-            out = _ar.run_allreduce(_Transport(self, "allreduce"), x, reduce_op, algorithm)
+            out = _ar.run_allreduce(_common.Transport(self, "allreduce"), x, reduce_op, algorithm)
         if op == "mean":
             out /= self.size
         return out
@@ -307,7 +295,7 @@ class MPICommunicator(_common.AlgorithmChoice, CommunicationNetwork):
             out = np.array(x, copy=True, order="C").reshape(-1)
         elif algorithm == "ring":
             buf = np.array(x, copy=True, order="C").reshape(-1)
-            _ar.ring_reduce_scatter(_Transport(self, "reduce_scatter"), buf,
+            _ar.ring_reduce_scatter(_common.Transport(self, "reduce_scatter"), buf,
                                     _ar.REDUCTIONS["sum" if op == "mean" else op])
             out = buf[lo:hi].copy()
         else:

@@ -137,13 +137,6 @@ def _median(summary) -> float:
     return float(summary["median"]) if summary else math.nan
 
 
-def _summary(values):
-    from deep500lite.metrics.statistics import summarize
-
-    kept = [float(v) for v in values if v is not None and math.isfinite(v)]
-    return summarize(kept).to_dict() if kept else None
-
-
 def aggregate(per_rank: list[dict], baseline: dict | None = None) -> dict:
     """Combine the results dicts of every rank (and of the 1-rank baseline) into one.
 
@@ -157,6 +150,7 @@ def aggregate(per_rank: list[dict], baseline: dict | None = None) -> dict:
         ``speedup`` and ``scaling_efficiency`` (see the module documentation).
     """
     from deep500lite.results import jsonable
+    from deep500lite.results import summary_of as _summary
 
     if not per_rank:
         raise UserError("aggregate needs the results of at least one rank. Received none.")

@@ -31,7 +31,6 @@ BACKENDS = ("gloo", "nccl")
 #: numpy dtypes the native reductions accept (gloo and NCCL reject unsigned integers wider than 8 bits).
 _REDUCIBLE = tuple(np.dtype(t) for t in (np.float16, np.float32, np.float64, np.int8, np.int16, np.int32,
                                          np.int64, np.uint8, np.complex64, np.complex128))
-_TAG_ALGO = 0
 _TAG_RIGHT = 1
 _TAG_LEFT = 2
 _TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
@@ -107,17 +106,6 @@ class _Staged:
     def download(self) -> None:
         if self.tensor is not self.host:
             self.host.copy_(self.tensor)
-
-
-class _Transport:
-    """Point-to-point transport handed to the allreduce algorithms (counts under one op name)."""
-
-    def __init__(self, owner: TorchDistributedCommunicator, op: str):
-        self.owner, self.op = owner, op
-        self.rank, self.size = owner.rank, owner.size
-
-    def exchange(self, sends, recvs, what: str) -> None:
-        self.owner._exchange(self.owner._p2p, sends, recvs, _TAG_ALGO, self.op, what)
 
 
 class _TorchRequest(Request):
@@ -460,7 +448,7 @@ class TorchDistributedCommunicator(_common.AlgorithmChoice, CommunicationNetwork
             staged.download()
             return values
 
-        self.cost_model = _ar.calibrate(_Transport(self, "calibrate"), share=share, **kwargs)
+        self.cost_model = _ar.calibrate(_common.Transport(self, "calibrate"), share=share, **kwargs)
         return self.cost_model
 
     def allreduce(self, x: np.ndarray, op: str = "sum", algorithm: str = "native") -> np.ndarray:
@@ -494,7 +482,7 @@ class TorchDistributedCommunicator(_common.AlgorithmChoice, CommunicationNetwork
         elif algorithm == "native" or self.size == 1:
             out = np.array(x, copy=True, order="C")
         else:
-            out = _ar.run_allreduce(_Transport(self, "allreduce"), x, "sum" if op == "mean" else op, algorithm)
+            out = _ar.run_allreduce(_common.Transport(self, "allreduce"), x, "sum" if op == "mean" else op, algorithm)
         if op == "mean":
             out /= self.size
         return out
@@ -589,7 +577,7 @@ class TorchDistributedCommunicator(_common.AlgorithmChoice, CommunicationNetwork
             out = np.array(x, copy=True, order="C").reshape(-1)
         elif algorithm == "ring":
             buf = np.array(x, copy=True, order="C").reshape(-1)
-            _ar.ring_reduce_scatter(_Transport(self, "reduce_scatter"), buf,
+            _ar.ring_reduce_scatter(_common.Transport(self, "reduce_scatter"), buf,
                                     _ar.REDUCTIONS["sum" if op == "mean" else op])
             out = buf[lo:hi].copy()
         else:
