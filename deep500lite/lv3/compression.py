@@ -177,7 +177,8 @@ class CompressedDecentralized(DistributedOptimizer):
     norm (one 8-byte scale per bucket on the wire).
 
     Args:
-        optimizer: the base :class:`~deep500lite.lv2.optimizer.ThreeStepOptimizer`.
+        optimizer: the base any base :class:`~deep500lite.lv2.optimizer.Optimizer` (as for
+            :class:`~deep500lite.lv3.distributed_optimizers.ConsistentDecentralized`).
         comm: the communicator.
         compressor: a :class:`Compressor` (:class:`TopK`, :class:`QSGD`, :class:`SignSGD`,
             :class:`Ternary`).
@@ -189,7 +190,6 @@ class CompressedDecentralized(DistributedOptimizer):
     def __init__(self, optimizer: Optimizer, comm: CommunicationNetwork, compressor: Compressor,
                  error_feedback: bool = True, bucket_bytes: int | None = None):
         super().__init__(optimizer, comm)
-        self._three_step()
         if not isinstance(compressor, Compressor):
             raise TypeError(f"compressor must be a deep500lite Compressor (TopK, QSGD, SignSGD, Ternary). "
                             f"Received: {type(compressor).__name__}")
@@ -205,7 +205,11 @@ class CompressedDecentralized(DistributedOptimizer):
 
     def step(self, inputs):
         start = self._begin()
-        outputs, names, params, grads = self._gradients(inputs)
+        outputs = self._exchange_step(inputs, self._exchange)
+        self._end(start)
+        return outputs
+
+    def _exchange(self, names, params, grads) -> list[np.ndarray]:
         averaged: list[np.ndarray] = [None] * len(grads)
         for b, bucket in enumerate(self.buckets(grads)):
             members = [grads[i] for i in bucket]
@@ -218,6 +222,4 @@ class CompressedDecentralized(DistributedOptimizer):
                 total += self.compressor.decode(tuple(g[r] for g in gathered), flat.size, np.float64)
             for i, value in zip(bucket, _unflatten(total / self.communication.size, members)):
                 averaged[i] = value
-        self._apply(names, params, averaged)
-        self._end(start)
-        return outputs
+        return averaged

@@ -1,12 +1,15 @@
 """Level 3: distributed optimizers (Deep500's names) over any base optimizer and executor.
 
-Gradient-exchanging optimizers (:class:`ConsistentDecentralized`,
-:class:`ConsistentParameterServer`, :class:`ConsistentNeighbors`) run the forward and backward
-pass themselves with the base optimizer's hooks, exchange the gradients, then apply the base
-optimizer's ``update_rule``: the base optimizer must be a
-:class:`~deep500lite.lv2.optimizer.ThreeStepOptimizer` (every reference optimizer is, and works
-on every executor). Parameter-averaging ones (:class:`ModelAverageDecentralized`) call the base
-optimizer's own ``step`` and take any :class:`~deep500lite.lv2.optimizer.Optimizer`.
+Decentralized gradient exchangers (:class:`ConsistentDecentralized`, :class:`ConsistentNeighbors`,
+:class:`~deep500lite.lv3.compression.CompressedDecentralized`) take any base optimizer: a
+:class:`~deep500lite.lv2.optimizer.ThreeStepOptimizer` (every reference optimizer, on every
+executor) runs in its three steps with the exchange in between; any other (the frameworks' native
+optimizers) runs its own ``step`` with the exchange put in its ``gradient_modifier``
+(:meth:`~deep500lite.lv3.optimizer.DistributedOptimizer._exchange_step`). The parameter servers and
+:class:`StaleSynchronous` apply updates outside the base's own step (on the server, or for
+gradients arriving later), so they need a ``ThreeStepOptimizer``. Parameter-averaging ones
+(:class:`ModelAverageDecentralized`, :class:`ElasticAveraging`) call the base optimizer's own
+``step`` and take any :class:`~deep500lite.lv2.optimizer.Optimizer`.
 
 The asynchronous ones (:class:`InconsistentParameterServer`, :class:`StaleSynchronous`) let
 ranks run apart; every rank must call ``step`` the same number of times and then
@@ -123,7 +126,8 @@ class ConsistentDecentralized(DistributedOptimizer):
     with batches of ``B/P`` take the same steps as one rank with batch ``B``.
 
     Args:
-        optimizer: the base :class:`~deep500lite.lv2.optimizer.ThreeStepOptimizer`.
+        optimizer: any base :class:`~deep500lite.lv2.optimizer.Optimizer` (a framework's native one
+            through its ``gradient_modifier``; see the module documentation).
         comm: the communicator.
         bucket_bytes: tensor fusion: consecutive gradients are packed into flat buckets of at
             most this many bytes, one allreduce each (0: one allreduce per gradient).
@@ -133,15 +137,13 @@ class ConsistentDecentralized(DistributedOptimizer):
     def __init__(self, optimizer: Optimizer, comm: CommunicationNetwork, bucket_bytes: int = DEFAULT_BUCKET_BYTES,
                  algorithm: str = "native"):
         super().__init__(optimizer, comm)
-        self._three_step()
         self.bucket_bytes = _check_bucket(bucket_bytes)
         self.algorithm = _check_algorithm(algorithm)
 
     def step(self, inputs):
         start = self._begin()
-        outputs, names, params, grads = self._gradients(inputs)
-        grads = _fused_allreduce(self.communication, grads, self.bucket_bytes, self.algorithm, "mean")
-        self._apply(names, params, grads)
+        outputs = self._exchange_step(inputs, lambda names, params, grads: _fused_allreduce(
+            self.communication, grads, self.bucket_bytes, self.algorithm, "mean"))
         self._end(start)
         return outputs
 
@@ -351,19 +353,15 @@ class ConsistentNeighbors(DistributedOptimizer):
     Replicas are not identical across ranks; information spreads one neighbour per step.
 
     Args:
-        optimizer: the base :class:`~deep500lite.lv2.optimizer.ThreeStepOptimizer`.
+        optimizer: the base any base :class:`~deep500lite.lv2.optimizer.Optimizer` (as for
+            :class:`~deep500lite.lv3.distributed_optimizers.ConsistentDecentralized`).
         comm: the communicator.
     """
 
-    def __init__(self, optimizer: Optimizer, comm: CommunicationNetwork):
-        super().__init__(optimizer, comm)
-        self._three_step()
-
     def step(self, inputs):
         start = self._begin()
-        outputs, names, params, grads = self._gradients(inputs)
-        averaged = self.communication.reduce_from_neighbors(_flatten(grads), op="mean")
-        self._apply(names, params, _unflatten(averaged, grads))
+        outputs = self._exchange_step(inputs, lambda names, params, grads: _unflatten(
+            self.communication.reduce_from_neighbors(_flatten(grads), op="mean"), grads))
         self._end(start)
         return outputs
 

@@ -119,6 +119,54 @@ class DistributedOptimizer(Optimizer, abc.ABC):
                 grad = self.gradient_modifier(pname, grad, param)
             self.network.feed_tensor(pname, np.asarray(base.update_rule(grad, param, pname), dtype=param.dtype))
 
+    def _exchange_step(self, inputs, exchange):
+        """One step that replaces each gradient by ``exchange(names, params, grads)`` before the
+        base update, for any base optimizer.
+
+        A :class:`~deep500lite.lv2.optimizer.ThreeStepOptimizer` base runs here in its three
+        steps (:meth:`_gradients`, exchange, :meth:`_apply`). Any other base (the frameworks'
+        native optimizers) runs its own ``step`` with a ``gradient_modifier`` put in place for the
+        step: its first call fetches every gradient after the backward pass, exchanges them all at
+        once (so fusion and compression see the whole set), and each call returns its parameter's
+        exchanged gradient (through the user's own ``gradient_modifier``, if any).
+
+        Returns:
+            The base step's outputs.
+
+        Raises:
+            UserError: the base optimizer never called its ``gradient_modifier`` (so nothing was
+                exchanged).
+        """
+        base = self.base_optimizer
+        if isinstance(base, ThreeStepOptimizer):
+            outputs, names, params, grads = self._gradients(inputs)
+            self._apply(names, params, exchange(names, params, grads))
+            return outputs
+        user = self.gradient_modifier
+        exchanged: dict[str, np.ndarray] = {}
+
+        def modifier(name, grad, param):
+            if not exchanged:
+                pairs = self.network.gradient(self.loss)
+                values = self.network.fetch_tensors([n for pair in pairs for n in pair])
+                names = [p for p, _ in pairs]
+                exchanged.update(zip(names, exchange(names, values[0::2], values[1::2])))
+            new = np.asarray(exchanged[name], dtype=grad.dtype)
+            return new if user is None else user(name, new, param)
+
+        previous = base.gradient_modifier
+        base.gradient_modifier = modifier
+        try:
+            outputs = base.step(inputs)
+        finally:
+            base.gradient_modifier = previous
+        if not exchanged:
+            raise UserError(f"{type(self).__name__} exchanges gradients through the base optimizer's "
+                            f"gradient_modifier, which {type(base).__name__}.step never called. Use a "
+                            "ThreeStepOptimizer (the reference optimizers), a framework's native optimizer, or an "
+                            "optimizer that applies gradient_modifier to every gradient.")
+        return outputs
+
     def _parameters(self) -> tuple[list[str], list[np.ndarray]]:
         names = [p for p, _ in self.network.gradient(self.loss)]
         return names, self.network.fetch_tensors(names)

@@ -3,7 +3,7 @@
 Usage: mpi_check_training.py KINDS OUT_DIR [STEPS]. KINDS is a comma-separated list; each kind
 runs in turn on a fresh model, in one job (KIND:N runs N steps instead of STEPS): decentralized,
 decentralized_ring, parameter_server, model_average, compressed_topk_all, compressed_sign,
-elastic, neighbors, async_ps, async_ps_sgd, async_ps_topk_all, ssp0, ssp2, ps_topk_all, ps_sign, bucketed_topk_all,
+elastic, neighbors, decentralized_torch, bucketed_topk_all_torch, async_ps, async_ps_sgd, async_ps_topk_all, ssp0, ssp2, ps_topk_all, ps_sign, bucketed_topk_all,
 bucketed_sign, bad_input. Each rank writes OUT_DIR/KIND-rank{r}.npz (training_setup.py has the
 model, data and base optimizer, shared with the single-rank reference in
 test_distributed_training.py).
@@ -31,6 +31,10 @@ def build(kind):
     base = make_optimizer(base_kind(kind))
     if kind == "decentralized":
         return dopt.ConsistentDecentralized(base, comm)
+    if kind == "decentralized_torch":  # torch's native optimizer: the exchange goes through gradient_modifier
+        return dopt.ConsistentDecentralized(base, comm)
+    if kind == "bucketed_topk_all_torch":
+        return compression.CompressedDecentralized(base, comm, compression.TopK(1.0), bucket_bytes=BUCKET_BYTES)
     if kind == "decentralized_ring":
         return dopt.ConsistentDecentralized(base, comm, bucket_bytes=256, algorithm="ring")
     if kind == "parameter_server":

@@ -116,7 +116,8 @@ def run_jobs(tmp_path, kinds, p, steps=STEPS) -> dict[str, list[dict]]:
 # Three jobs (2, 3 and 4 ranks) run every kind in turn (starting a job costs more than the
 # training); "elastic:1" takes one step.
 JOBS = {2: ["decentralized", "parameter_server", "compressed_topk_all", "async_ps", "async_ps_topk_all", "ssp0",
-            "ps_topk_all", "ps_sign", "bucketed_topk_all", "bucketed_sign", "bad_input"],
+            "ps_topk_all", "ps_sign", "bucketed_topk_all", "bucketed_sign", "decentralized_torch",
+            "bucketed_topk_all_torch", "bad_input"],
         3: ["decentralized", "decentralized_ring", "parameter_server", "model_average", "compressed_sign",
             "elastic:1", "async_ps_sgd", "ssp0", "ssp2", "ps_topk_all"],
         4: ["decentralized", "parameter_server", "neighbors"]}
@@ -141,6 +142,8 @@ def jobs(tmp_path_factory):
     ("decentralized_ring", 3, "momentum"),
     ("parameter_server", 2, "momentum"), ("parameter_server", 3, "momentum"), ("parameter_server", 4, "momentum"),
     ("model_average", 3, "sgd"), ("compressed_topk_all", 2, "sgd"),
+    # torch's own momentum optimizer (not a ThreeStepOptimizer): the exchange runs in its gradient_modifier
+    ("decentralized_torch", 2, "torch_momentum"), ("bucketed_topk_all_torch", 2, "torch_momentum"),
 ])
 def test_data_parallel_sgd_on_p_ranks_equals_one_rank_with_the_whole_batch(jobs, kind, p, base):
     ranks = jobs(p)[kind]
@@ -425,3 +428,20 @@ def test_compressors_reject_bad_settings():
         compression.TopK(0)
     with pytest.raises(UserError, match="levels must be an integer from 1 to 127. Received: levels=300"):
         compression.QSGD(300)
+
+
+def test_a_base_optimizer_that_ignores_gradient_modifier_is_refused():
+    """The decentralized optimizers exchange through the base's gradient_modifier when the base is
+    not a ThreeStepOptimizer; a base that never calls it would skip the exchange silently."""
+    pytest.importorskip("torch")
+    from deep500lite.lv2.optimizer import Optimizer
+    from deep500lite.lv3 import ConsistentDecentralized, TorchDistributedCommunicator
+
+    class BackpropOnly(Optimizer):
+        def step(self, inputs):
+            return self.executor.inference_and_backprop(inputs, self.loss)
+
+    comm = TorchDistributedCommunicator()  # one process: size 1, no process group
+    opt = ConsistentDecentralized(BackpropOnly(make_optimizer("sgd").executor), comm)
+    with pytest.raises(UserError, match="gradient_modifier, which BackpropOnly.step never called"):
+        opt.step(global_batch(0))

@@ -10,17 +10,26 @@ from frameworks import reference as d5ref
 GLOBAL_BATCH = 24  # divisible by 2, 3 and 4
 BUCKET_BYTES = 800  # the mlp's gradients (4096, 64, 640, 40 bytes) in 2 buckets: fc1.weight; the other three
 MOMENTUM_KINDS = ("parameter_server", "decentralized_ring", "async_ps", "async_ps_topk_all", "ps_topk_all")
+#: Kinds whose base is torch's native momentum optimizer on the torch executor (not a ThreeStepOptimizer).
+TORCH_KINDS = ("decentralized_torch", "bucketed_topk_all_torch")
 
 
 def base_kind(kind: str) -> str:
-    """The base optimizer ("sgd" or "momentum") a distributed check kind uses."""
+    """The base optimizer ("sgd", "momentum" or "torch_momentum") a distributed check kind uses."""
+    if kind in TORCH_KINDS:
+        return "torch_momentum"
     return "momentum" if kind in MOMENTUM_KINDS else "sgd"
 
 
 def make_optimizer(kind: str, batch: int | None = None):
-    """A fresh mlp (same seed, same weights) on the reference executor with a reference optimizer."""
+    """A fresh mlp (same seed, same weights): on the reference executor with a reference optimizer,
+    or (``torch_momentum``) on the torch executor with torch's own momentum optimizer."""
     net, _, out = networks.create_model("mlp", batch, classes=10, shape=(1, 8, 8), seed=3, hidden=(16,))
     net.add_operation(dataset_loss("digits")([out, "label"], "loss"))
+    if kind == "torch_momentum":
+        from deep500lite.frameworks import torch as d5torch
+
+        return d5torch.MomentumOptimizer(d5torch.from_model(net), learning_rate=0.3, momentum=0.9)
     ex = d5ref.from_model(net)
     if kind == "sgd":
         return d5ref.GradientDescent(ex, learning_rate=0.5)
