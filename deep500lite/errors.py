@@ -1,20 +1,61 @@
-"""Errors raised by deep500lite.
+"""Errors raised by deep500lite: one hierarchy, rooted at :class:`Deep500Error`.
 
-Every error says what was wrong, what is allowed and what was received. The CLI catches
-:class:`UserError` (and the standard ``ValueError``/``TypeError``/``ImportError`` raised for bad
-input) once, in :func:`deep500lite.cli.main`, and prints it in one line.
+Every exception class deep500lite defines lives here and derives from :class:`Deep500Error`;
+where it helps callers, a class also derives from the matching built-in (``ValueError``,
+``TypeError``, ``ImportError``, ``TimeoutError``, ...) so ``except ValueError`` keeps working.
+
+Every message says what was wrong, what is allowed and what was received, in that order, the
+received value last as ``Received: ...``. The CLI (:func:`deep500lite.cli.main`) prints any
+:class:`Deep500Error` in one line and exits with status 2; any other exception is a bug in
+deep500lite and is shown as ``internal error: ... (rerun with --traceback)`` with exit status 1.
+
+Hierarchy::
+
+    Deep500Error
+    ├── UserError (ValueError)             a mistake the user can fix
+    │   ├── UserTypeError (TypeError)      an argument of the wrong kind
+    │   ├── ModelError                     an ONNX model that cannot be read or is invalid
+    │   ├── FeedError                      feeds that do not match the network's inputs
+    │   ├── UnsupportedOperatorError (NotImplementedError)
+    │   ├── DeviceError                    a malformed or absent device
+    │   ├── MissingDatasetError (FileNotFoundError)
+    │   ├── CorruptFileError               a data file that is truncated or malformed
+    │   ├── ExampleParseError              bytes that are not a tf.train.Example
+    │   ├── CompilationError               a custom C++/CUDA operator the compiler rejected
+    │   └── CheckpointError                a checkpoint missing, corrupt or not fitting
+    ├── FrameworkNotAvailableError (ImportError)
+    ├── CppOpError (RuntimeError)          a C++ operator that failed while running
+    ├── NonFiniteLossError (FloatingPointError)
+    ├── CommunicationTimeout (TimeoutError)
+    └── JobTimeout (RuntimeError)          an MPI job killed at its time limit
 """
 
 from __future__ import annotations
 
+import os
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:  # pragma: no cover - for annotations only
+    from deep500lite.lv2.trainer import TrainingStats
+
 __all__ = [
     "Deep500Error",
     "UserError",
+    "UserTypeError",
     "ModelError",
     "FeedError",
     "UnsupportedOperatorError",
     "FrameworkNotAvailableError",
     "DeviceError",
+    "MissingDatasetError",
+    "CorruptFileError",
+    "ExampleParseError",
+    "CompilationError",
+    "CheckpointError",
+    "CppOpError",
+    "NonFiniteLossError",
+    "CommunicationTimeout",
+    "JobTimeout",
     "format_choices",
 ]
 
@@ -25,6 +66,10 @@ class Deep500Error(Exception):
 
 class UserError(Deep500Error, ValueError):
     """A mistake the user can fix: a bad argument, file, name or value."""
+
+
+class UserTypeError(UserError, TypeError):
+    """An argument of the wrong kind (a list where a dict is needed, a string where a Network is)."""
 
 
 class ModelError(UserError):
@@ -45,6 +90,95 @@ class FrameworkNotAvailableError(Deep500Error, ImportError):
 
 class DeviceError(UserError):
     """A device that is malformed or not present on this machine."""
+
+
+class MissingDatasetError(UserError, FileNotFoundError):
+    """A dataset file that is not where deep500lite looks (the message says where to put it)."""
+
+
+class CorruptFileError(UserError):
+    """A dataset file that cannot be what it claims: bad magic number, wrong length, CRC mismatch.
+
+    Attributes:
+        path: the file.
+        offset: the byte offset of the fault, when known.
+    """
+
+    def __init__(self, path, fault: str, offset: int | None = None):
+        self.path, self.offset = os.fspath(path), offset
+        where = f" at byte offset {offset}" if offset is not None else ""
+        super().__init__(f"Corrupt dataset file '{self.path}'{where}: {fault}")
+
+
+class ExampleParseError(UserError):
+    """Bytes that are not a valid serialized ``tf.train.Example``."""
+
+
+class CompilationError(UserError):
+    """The compiler rejected a custom operator's source.
+
+    The message's first line names the operator, the file and the first error; then come the
+    offending source lines, the command and the full compiler output.
+
+    Attributes:
+        source_path: the source file that was compiled.
+        line: the line of the first error in ``source_path`` (None when unknown).
+        command: the compiler command, as a list.
+        compiler_output: everything the compiler printed.
+    """
+
+    def __init__(self, message: str, *, source_path: str, line: int | None, command: Sequence[str],
+                 compiler_output: str):
+        super().__init__(message)
+        self.source_path = source_path
+        self.line = line
+        self.command = list(command)
+        self.compiler_output = compiler_output
+
+
+class CheckpointError(UserError):
+    """A checkpoint that is missing, corrupt, or does not fit the trainer (names the file and the fault)."""
+
+
+class CppOpError(Deep500Error, RuntimeError):
+    """A C++ operator failed while running: it threw a C++ exception or a CUDA call failed.
+
+    Attributes:
+        op_name: the operator's name.
+        member: the member that failed (``create_new_op``, ``forward``, ``backward_cuda``, ...).
+    """
+
+    def __init__(self, message: str, *, op_name: str, member: str):
+        super().__init__(message)
+        self.op_name = op_name
+        self.member = member
+
+
+class NonFiniteLossError(Deep500Error, FloatingPointError):
+    """The training loss became NaN or infinite; training stopped.
+
+    Attributes:
+        stats: the :class:`~deep500lite.TrainingStats` up to and including the offending step
+            (summaries and metrics for the steps before it are kept).
+        epoch: the epoch of the step (from 0).
+        step: the step within the epoch (from 0).
+        global_step: the step counted over the whole training (from 0).
+    """
+
+    def __init__(self, message: str, stats: "TrainingStats", epoch: int, step: int, global_step: int):
+        super().__init__(message)
+        self.stats, self.epoch, self.step, self.global_step = stats, epoch, step, global_step
+
+
+class CommunicationTimeout(Deep500Error, TimeoutError):
+    """A communication that waited longer than the communicator's timeout.
+
+    The message names the rank that waited, the operation and the peer (or peers) it waited for.
+    """
+
+
+class JobTimeout(Deep500Error, RuntimeError):
+    """An MPI job ran past its time limit and was killed (every process of it)."""
 
 
 def format_choices(choices) -> str:

@@ -11,7 +11,7 @@ import os
 
 import numpy as np
 
-from deep500lite.errors import UserError
+from deep500lite.errors import MissingDatasetError, CorruptFileError  # noqa: F401 - defined in errors, re-exported here
 from deep500lite.lv2.dataset import Dataset
 
 __all__ = ["DATA_ENV", "default_root", "resolve_root", "MissingDatasetError", "CorruptFileError",
@@ -36,24 +36,6 @@ def default_root(name: str) -> str:
 def resolve_root(name: str, root) -> str:
     """``root`` as an absolute path, or :func:`default_root` of ``name`` when ``root`` is None."""
     return os.path.abspath(os.path.expanduser(os.fspath(root))) if root is not None else default_root(name)
-
-
-class MissingDatasetError(UserError, FileNotFoundError):
-    """A dataset file that is not where deep500lite looks (the message says where to put it)."""
-
-
-class CorruptFileError(UserError):
-    """A dataset file that cannot be what it claims: bad magic number, wrong length, CRC mismatch.
-
-    Attributes:
-        path: the file.
-        offset: the byte offset of the fault, when known.
-    """
-
-    def __init__(self, path, fault: str, offset: int | None = None):
-        self.path, self.offset = os.fspath(path), offset
-        where = f" at byte offset {offset}" if offset is not None else ""
-        super().__init__(f"Corrupt dataset file '{self.path}'{where}: {fault}")
 
 
 def missing_file_error(dataset: str, path: str, source: str, root_given: bool, also: str = "") -> MissingDatasetError:

@@ -37,6 +37,7 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
+from deep500lite.errors import ExampleParseError  # noqa: F401 - defined in errors, re-exported here
 from deep500lite.datasets.common import CorruptFileError
 from deep500lite.errors import UserError, format_choices
 
@@ -282,10 +283,6 @@ def write_tfrecord(path, records: Iterable[bytes], compression: str | None = Non
             if key == "GZIP":
                 f.close()
     return n
-
-
-class ExampleParseError(UserError):
-    """Bytes that are not a valid serialized ``tf.train.Example``."""
 
 
 def _varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:

@@ -44,7 +44,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from deep500lite.errors import Deep500Error, DeviceError, UserError
+from deep500lite.errors import CompilationError, CppOpError  # noqa: F401 - defined in errors, re-exported here
+from deep500lite.errors import DeviceError, UserError
 from deep500lite.lv0.operator import CustomOp
 from deep500lite.lv0.tensordesc import TensorDescriptor
 from deep500lite.utils import atomic_write_text
@@ -86,42 +87,6 @@ _CTYPE_NAMES = {
     np.dtype(np.uint32): "uint32_t", np.dtype(np.uint64): "uint64_t", np.dtype(np.float32): "float",
     np.dtype(np.float64): "double", np.dtype(np.bool_): "bool",
 }
-
-
-class CompilationError(UserError):
-    """The compiler rejected a custom operator's source.
-
-    The message's first line names the operator, the file and the first error; then come the
-    offending source lines, the command and the full compiler output.
-
-    Attributes:
-        source_path: the source file that was compiled.
-        line: the line of the first error in ``source_path`` (None when unknown).
-        command: the compiler command, as a list.
-        compiler_output: everything the compiler printed.
-    """
-
-    def __init__(self, message: str, *, source_path: str, line: int | None, command: Sequence[str],
-                 compiler_output: str):
-        super().__init__(message)
-        self.source_path = source_path
-        self.line = line
-        self.command = list(command)
-        self.compiler_output = compiler_output
-
-
-class CppOpError(Deep500Error, RuntimeError):
-    """A C++ operator failed while running: it threw a C++ exception or a CUDA call failed.
-
-    Attributes:
-        op_name: the operator's name.
-        member: the member that failed (``create_new_op``, ``forward``, ``backward_cuda``, ...).
-    """
-
-    def __init__(self, message: str, *, op_name: str, member: str):
-        super().__init__(message)
-        self.op_name = op_name
-        self.member = member
 
 
 def include_dir() -> str:

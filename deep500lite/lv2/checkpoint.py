@@ -37,7 +37,7 @@ import os
 
 import numpy as np
 
-from deep500lite.errors import UserError
+from deep500lite.errors import CheckpointError  # noqa: F401 - defined in errors, re-exported here
 from deep500lite.lv2.events import TrainingEvent
 from deep500lite.utils import atomic_write_bytes, atomic_write_text
 
@@ -46,10 +46,6 @@ __all__ = ["save_checkpoint", "load_checkpoint", "CheckpointEvent", "CheckpointE
 _FORMAT = "deep500lite-checkpoint"
 _VERSION = 1
 _SKIP = {"executor", "network", "gradient_modifier", "loss"}
-
-
-class CheckpointError(UserError):
-    """A checkpoint that is missing, corrupt, or does not fit the trainer (names the file and the fault)."""
 
 
 def _paths(path) -> tuple[str, str]:

@@ -29,25 +29,10 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from deep500lite.errors import Deep500Error, UserError
+from deep500lite.errors import NonFiniteLossError  # noqa: F401 - defined in errors, re-exported here
+from deep500lite.errors import UserError
 
 __all__ = ["Trainer", "TrainingStats", "TrainingResults", "NonFiniteLossError", "test_training"]
-
-
-class NonFiniteLossError(Deep500Error, FloatingPointError):
-    """The training loss became NaN or infinite; training stopped.
-
-    Attributes:
-        stats: the :class:`TrainingStats` up to and including the offending step (summaries and
-            metrics for the steps before it are kept).
-        epoch: the epoch of the step (from 0).
-        step: the step within the epoch (from 0).
-        global_step: the step counted over the whole training (from 0).
-    """
-
-    def __init__(self, message: str, stats: "TrainingStats", epoch: int, step: int, global_step: int):
-        super().__init__(message)
-        self.stats, self.epoch, self.step, self.global_step = stats, epoch, step, global_step
 
 
 @dataclasses.dataclass

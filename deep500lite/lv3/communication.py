@@ -15,7 +15,8 @@ import time
 
 import numpy as np
 
-from deep500lite.errors import Deep500Error, UserError, format_choices
+from deep500lite.errors import CommunicationTimeout  # noqa: F401 - defined in errors, re-exported here
+from deep500lite.errors import UserError, format_choices
 from deep500lite.lv3.allreduce import REDUCTIONS
 
 __all__ = ["CommunicationNetwork", "CommunicationTimeout", "Request", "ALLREDUCE_OPS", "TIMED_OPERATIONS"]
@@ -44,13 +45,6 @@ def _timed(method):
 
     wrapper._deep500lite_timed = True
     return wrapper
-
-
-class CommunicationTimeout(Deep500Error, TimeoutError):
-    """A communication that waited longer than the communicator's timeout.
-
-    The message names the rank that waited, the operation and the peer (or peers) it waited for.
-    """
 
 
 class Request(abc.ABC):

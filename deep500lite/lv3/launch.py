@@ -11,13 +11,10 @@ import signal
 import subprocess
 import sys
 
+from deep500lite.errors import JobTimeout  # noqa: F401 - defined in errors, re-exported here
 from deep500lite.errors import UserError
 
 __all__ = ["find_mpiexec", "run_job", "JobTimeout"]
-
-
-class JobTimeout(RuntimeError):
-    """An MPI job ran past its time limit and was killed (every process of it)."""
 
 
 def find_mpiexec(given: str | None = None, what: str = "this command") -> str:
