@@ -9,15 +9,17 @@ training (:mod:`deep500lite.lv2`), distributed training (:mod:`deep500lite.lv3`,
 """
 
 from deep500lite import lv3 as distributed
-from deep500lite.errors import (Deep500Error, DeviceError, FeedError, FrameworkNotAvailableError,
-                                ModelError, UnsupportedOperatorError, UserError)
+from deep500lite.errors import (CheckpointError, CommunicationTimeout, CorruptFileError, Deep500Error, DeviceError,
+                                ExampleParseError, FeedError, FrameworkNotAvailableError, JobTimeout,
+                                MissingDatasetError, ModelError, UnsupportedOperatorError, UserAttributeError,
+                                UserError, UserKeyError, UserTypeError)
 from deep500lite.lv0 import (CUSTOM_DOMAIN, CompilationError, CppOp, CppOpError, CustomOp, CustomPythonOp, Operator,
                              TensorDescriptor, compile_custom_cppop, compile_custom_cppop_inline, custom_node,
                              register_op, registered_op, tensordesc, unregister_op)
-from deep500lite.lv0 import (DeterminismResult, FrameworkOp, OpTestResult, framework_op, test_op_determinism,
-                             test_op_forward, test_op_gradient)
-from deep500lite.lv1 import (CPUDevice, Device, ExecutorComparison, GPUDevice, GraphExecutor, Network, load_model,
-                             test_executor_backprop, test_executor_inference)
+from deep500lite.lv0 import (DeterminismResult, OpTestResult, test_op_determinism, test_op_forward,
+                             test_op_gradient)
+from deep500lite.lv1 import (CPUDevice, Device, ExecutorComparison, FrameworkOp, GPUDevice, GraphExecutor, Network,
+                             framework_op, load_model, test_executor_backprop, test_executor_inference)
 from deep500lite.lv2 import (BucketSampler, Dataset, NumpyDataset, Optimizer, OrderedSampler, Sampler,
                              ShuffleSampler, ThreeStepOptimizer, UpdateRuleOptimizer)
 from deep500lite.lv2 import (CheckpointEvent, CSVSummaryWriter, EpochHPSchedule, JSONSummaryWriter, NonFiniteLossError,
@@ -32,7 +34,7 @@ from deep500lite.metrics import (L1Error, L2Error, MaxError, Measurement, Relati
 from deep500lite.recipe import check_determinism, load_recipe, run_recipe, train_recipe
 from deep500lite.registry import FRAMEWORKS, executor, is_framework_available
 
-__version__ = "0.1.0"
+from deep500lite.version import __version__  # noqa: E402
 
 __all__ = [
     "__version__",
@@ -60,5 +62,7 @@ __all__ = [
     "TimeToAccuracy", "Throughput", "StepTimeBreakdown", "PeakMemory",
     # errors
     "Deep500Error", "UserError", "ModelError", "FeedError", "UnsupportedOperatorError",
-    "FrameworkNotAvailableError", "DeviceError",
+    "FrameworkNotAvailableError", "DeviceError", "UserTypeError", "UserKeyError", "UserAttributeError",
+    "MissingDatasetError", "CorruptFileError", "ExampleParseError", "CheckpointError", "CommunicationTimeout",
+    "JobTimeout",
 ]

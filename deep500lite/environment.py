@@ -96,7 +96,7 @@ def collect_environment(folder=None, include_mpi: bool = True) -> dict:
         affinity = len(os.sched_getaffinity(0))
     except AttributeError:
         affinity = os.cpu_count()
-    from deep500lite import __version__
+    from deep500lite.version import __version__
 
     return {
         "deep500lite": __version__,

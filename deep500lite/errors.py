@@ -14,6 +14,8 @@ Hierarchy::
     Deep500Error
     ├── UserError (ValueError)             a mistake the user can fix
     │   ├── UserTypeError (TypeError)      an argument of the wrong kind
+    │   ├── UserAttributeError (AttributeError)  a name the object does not have (a hyperparameter)
+    │   ├── UserKeyError (KeyError)        a name that is not in a collection (a tensor, an output)
     │   ├── ModelError                     an ONNX model that cannot be read or is invalid
     │   ├── FeedError                      feeds that do not match the network's inputs
     │   ├── UnsupportedOperatorError (NotImplementedError)
@@ -42,6 +44,8 @@ __all__ = [
     "Deep500Error",
     "UserError",
     "UserTypeError",
+    "UserAttributeError",
+    "UserKeyError",
     "ModelError",
     "FeedError",
     "UnsupportedOperatorError",
@@ -72,6 +76,20 @@ class UserTypeError(UserError, TypeError):
     """An argument of the wrong kind (a list where a dict is needed, a string where a Network is)."""
 
 
+class UserAttributeError(UserError, AttributeError):
+    """A name the object does not have, such as an unknown hyperparameter of an optimizer."""
+
+
+class UserKeyError(UserError, KeyError):
+    """A name that is not in a collection, such as a tensor an executor does not hold.
+
+    Unlike a plain ``KeyError``, its message is shown as written, not quoted.
+    """
+
+    def __str__(self) -> str:
+        return BaseException.__str__(self)
+
+
 class ModelError(UserError):
     """An ONNX model that cannot be read or is not valid (names the file and the fault)."""
 
@@ -85,7 +103,10 @@ class UnsupportedOperatorError(UserError, NotImplementedError):
 
 
 class FrameworkNotAvailableError(Deep500Error, ImportError):
-    """A framework whose Python package is not installed (names the extra to install)."""
+    """A framework (or another optional package, such as scikit-learn) that is not installed.
+
+    The message names the extra to install.
+    """
 
 
 class DeviceError(UserError):

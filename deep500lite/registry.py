@@ -1,7 +1,8 @@
 """The table of frameworks, resolved with importlib on first use.
 
 Listing frameworks imports nothing; ``d5.executor(network, "torch")`` imports
-``deep500lite.frameworks.torch`` (and so torch) only then.
+``deep500lite.frameworks.torch`` (and so torch) only then. Core modules that need a framework's
+role module (its benchmark runners, say) get it with :func:`framework_module`, also at run time.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import importlib
 import types
 
-from deep500lite.errors import FrameworkNotAvailableError, UserError, format_choices
+from deep500lite.errors import FrameworkNotAvailableError, UserError, UserTypeError, format_choices
 from deep500lite.utils import is_package_available, package_version
 
 __all__ = [
@@ -19,6 +20,7 @@ __all__ = [
     "is_framework_available",
     "framework_version",
     "import_framework",
+    "framework_module",
     "executor",
     "executors_supporting",
 ]
@@ -88,6 +90,41 @@ def import_framework(name: str) -> types.ModuleType:
             f"{_install_hint(key)}"
         )
     return importlib.import_module(module)
+
+
+def framework_module(name: str, module: str | None = None) -> types.ModuleType:
+    """Import one role module of a framework package, such as ``deep500lite.frameworks.torch.bench``.
+
+    Core code reaches framework-specific code only through this function (or
+    :func:`import_framework`), at run time, so that importing the core imports no framework.
+
+    Args:
+        name: the framework's key or alias (``torch``, ``pytorch``, ``tensorflow``, ...).
+        module: the module inside the framework package (``"bench"``, ``"models"``, ``"ops.linalg"``);
+            None for the package itself, as :func:`import_framework` gives it.
+
+    Returns:
+        The imported module.
+
+    Raises:
+        UserError: unknown framework, or a module name that is not a dotted Python name.
+        UserTypeError: ``module`` is not a string.
+        FrameworkNotAvailableError: the framework's package is not installed (the message names the extra).
+        ModuleNotFoundError: the framework package has no such module.
+
+    >>> from deep500lite.registry import framework_module
+    >>> framework_module("pytorch", "bench").op_runner  # doctest: +SKIP
+    """
+    key = canonical_framework(name)
+    if module is not None:
+        if not isinstance(module, str):
+            raise UserTypeError(f"A framework module is named by a string, such as 'bench'. "
+                                f"Received: {type(module).__name__}")
+        if not all(part.isidentifier() for part in module.split(".")):
+            raise UserError(f"A framework module is named by a dotted Python name, such as 'bench'. "
+                            f"Received: {module!r}")
+    package = import_framework(key)
+    return package if module is None else importlib.import_module(f"{package.__name__}.{module}")
 
 
 def executor(network, framework: str, device=None, **kwargs):

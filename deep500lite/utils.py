@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import argparse
 import importlib.metadata
 import importlib.util
 import os
 import tempfile
 
-__all__ = ["atomic_write_bytes", "atomic_write_text", "is_package_available", "package_version"]
+from deep500lite.errors import UserError
+
+__all__ = [
+    "atomic_write_bytes", "atomic_write_text", "is_package_available", "package_version", "positive_int",
+    "nonnegative_int",
+]
 
 
 def _umask() -> int:
@@ -26,11 +32,19 @@ def _umask() -> int:
 
 def atomic_write_bytes(path, data: bytes) -> None:
     """Write ``data`` to ``path`` through a temporary file and a rename, so readers never see a
-    half-written file and an interrupted write leaves the old file in place."""
+    half-written file and an interrupted write leaves the old file in place.
+
+    Raises:
+        UserError: ``path`` cannot be written (its folder cannot be made or written, ``path`` is a
+            folder, the disk is full); the old file, if any, is left as it was.
+    """
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
+    try:
+        os.makedirs(folder, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
+    except OSError as exc:
+        raise _cannot_write(path, exc) from exc
     try:
         # mkstemp makes the file private (0600); give it the permissions open() would (0666 - umask).
         os.chmod(tmp, 0o666 & ~_umask())
@@ -39,10 +53,17 @@ def atomic_write_bytes(path, data: bytes) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise _cannot_write(path, exc) from exc
         raise
+
+
+def _cannot_write(path: str, exc: OSError) -> UserError:
+    return UserError(f"Cannot write '{path}': {exc.strerror or exc}; the path must be a file in a writable folder "
+                     f"(with room left on its disk). Received: {path!r}")
 
 
 def atomic_write_text(path, text: str) -> None:
@@ -64,3 +85,44 @@ def package_version(dist: str) -> str | None:
         return importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
         return None
+
+
+# The one integer argument type of every command line (the CLI's and the recipe worker's).
+def _integer_at_least(text: str, minimum: int, wording: str) -> int:
+    try:
+        value = int(text)
+    except (TypeError, ValueError):
+        value = None
+    if value is None or value < minimum:
+        raise argparse.ArgumentTypeError(f"must be {wording}. Received: {text!r}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1.
+
+    Args:
+        text: the command-line value.
+
+    Returns:
+        The integer.
+
+    Raises:
+        argparse.ArgumentTypeError: anything else (argparse reports it as a usage error).
+    """
+    return _integer_at_least(text, 1, "a positive integer (1, 2, 3, ...)")
+
+
+def nonnegative_int(text: str) -> int:
+    """An argparse type: an integer >= 0 (a seed, a count that may be zero).
+
+    Args:
+        text: the command-line value.
+
+    Returns:
+        The integer.
+
+    Raises:
+        argparse.ArgumentTypeError: anything else (argparse reports it as a usage error).
+    """
+    return _integer_at_least(text, 0, "an integer >= 0 (0, 1, 2, ...)")

@@ -18,6 +18,15 @@ metric                     samples                       ``measure`` returns    
 :class:`StepTimeBreakdown` per step, s, for each part    dict of medians             lower
 :class:`PeakMemory`        per epoch, bytes              peak bytes                  lower
 =========================  ============================  ==========================  ======
+
+Why the hooks are declared here: ``deep500lite.metrics`` is a leaf that imports no level, so
+:class:`TrainingMetric` cannot subclass :class:`deep500lite.lv2.events.TrainingEvent`. The trainer
+needs no base class: it calls each hook by name on any object that has it (``getattr``, never
+``isinstance``), and ``test_training`` treats a metric with ``after_epoch`` or
+``after_training_batch`` as an event. So :class:`TrainingMetric` declares the same no-op hooks
+itself (a test keeps the two lists equal) and stays a training event by its methods. Keeping
+``TrainingEvent`` in level 2, where the trainer and its documentation are, was preferred over
+moving a training concept into the metrics package.
 """
 
 from __future__ import annotations
@@ -25,7 +34,6 @@ from __future__ import annotations
 import math
 import sys
 
-from deep500lite.lv2.events import TrainingEvent
 from deep500lite.metrics.base import TestMetric
 from deep500lite.metrics.statistics import Summary, summarize
 
@@ -33,16 +41,66 @@ __all__ = ["TrainingMetric", "TrainingAccuracy", "TestAccuracy", "TimeToAccuracy
            "StepTimeBreakdown", "PeakMemory"]
 
 
-class TrainingMetric(TestMetric, TrainingEvent):
+class TrainingMetric(TestMetric):
     """Base of the training metrics: a :class:`TestMetric` that is also a training event.
+
+    It has every hook of :class:`deep500lite.lv2.events.TrainingEvent` (same names, signatures
+    and no-op defaults), so the trainer calls it like any event; subclasses override the hooks
+    they measure in.
 
     Attributes:
         samples: every raw sample, in the order measured.
+        stop_reason: as on a training event (metrics never ask to stop).
     """
+
+    stop_reason: str | None = None
 
     def __init__(self):
         super().__init__(reruns=1)
         self.samples: list[float] = []
+
+    # The training-event hooks (deep500lite.lv2.events.HOOKS), all no-ops here.
+    def before_training(self, trainer, stats):
+        """Called once, before the first epoch."""
+
+    def after_training(self, trainer, stats):
+        """Called once, after the last epoch (also after an early stop)."""
+
+    def before_epoch(self, trainer, stats, epoch: int):
+        """Called before the epoch's first batch."""
+
+    def after_epoch(self, trainer, stats, epoch: int):
+        """Called after the epoch's validation, once ``stats.epochs[-1]`` describes it."""
+
+    def before_sampling(self, trainer, stats):
+        """Called before the next training batch is loaded."""
+
+    def after_sampling(self, trainer, stats, batch):
+        """Called after a training batch was loaded (``batch``: the dict of feeds)."""
+
+    def before_training_batch(self, trainer, stats, batch):
+        """Called before a training step on ``batch``."""
+
+    def after_training_batch(self, trainer, stats, batch, outputs):
+        """Called after a training step, once ``stats.steps[-1]`` describes it."""
+
+    def before_optimizer_step(self, trainer, stats, batch):
+        """Called right before ``optimizer.step(batch)``."""
+
+    def after_optimizer_step(self, trainer, stats, batch, outputs):
+        """Called right after ``optimizer.step``; ``outputs`` are the network outputs of the step."""
+
+    def before_test_set(self, trainer, stats):
+        """Called before the validation set is evaluated."""
+
+    def after_test_set(self, trainer, stats, result: dict):
+        """Called after the validation set was evaluated."""
+
+    def before_test_batch(self, trainer, stats, batch):
+        """Called before a validation batch is run."""
+
+    def after_test_batch(self, trainer, stats, batch, outputs):
+        """Called after a validation batch was run."""
 
     def summary(self) -> Summary | None:
         """Median of the finite samples with its 95% CI (None without samples)."""
@@ -245,26 +303,9 @@ def _host_peak_bytes() -> int | None:
 
 
 def _device_peak(executor, reset: bool = False) -> int | None:
-    device = getattr(executor, "devname", None)
-    if device is None or not getattr(device, "is_gpu", False):
-        return None
-    framework = getattr(executor, "framework", "")
-    if framework == "torch" and "torch" in sys.modules:
-        import torch
-
-        if reset:
-            torch.cuda.reset_peak_memory_stats(device.index)
-            return None
-        return int(torch.cuda.max_memory_allocated(device.index))
-    if framework == "tensorflow" and "tensorflow" in sys.modules:
-        import tensorflow as tf
-
-        name = f"GPU:{device.index}"
-        if reset:
-            tf.config.experimental.reset_memory_stats(name)
-            return None
-        return int(tf.config.experimental.get_memory_info(name)["peak"])
-    return None
+    """The executor's device peak (``GraphExecutor.device_peak_memory``); None for an object without one."""
+    read = getattr(executor, "device_peak_memory", None)
+    return read(reset=reset) if callable(read) else None
 
 
 class PeakMemory(TrainingMetric):
@@ -272,8 +313,9 @@ class PeakMemory(TrainingMetric):
 
     On the CPU: the process's peak resident set size (``resource.getrusage(...).ru_maxrss``),
     a high-water mark since the process started (so it includes what ran before training).
-    On a GPU: ``torch.cuda.max_memory_allocated`` for torch executors and
-    ``tf.config.experimental.get_memory_info(...)["peak"]`` for TensorFlow ones, reset when
+    On a GPU: the executor's :meth:`~deep500lite.GraphExecutor.device_peak_memory`
+    (``torch.cuda.max_memory_allocated`` for torch executors and
+    ``tf.config.experimental.get_memory_info(...)["peak"]`` for TensorFlow ones), reset when
     training starts (so it is training's own peak). ONNX Runtime's GPU memory is not measured.
 
     Attributes:

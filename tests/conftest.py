@@ -99,3 +99,28 @@ def exported(tmp_path_factory):
     if d5.is_framework_available("tensorflow") and is_package_available("tf2onnx"):
         made["keras"] = exporters.keras_cnn(folder)
     return made
+
+
+@pytest.fixture(scope="session")
+def installed_wheel(tmp_path_factory):
+    """deep500lite built as a wheel and installed into a fresh folder (no dependencies).
+
+    Returns ``(wheel_path, site_folder)``; put ``site_folder`` on PYTHONPATH to import the
+    installed layout, where ``frameworks/`` and ``metrics/`` sit under ``deep500lite/``.
+    """
+    import shutil
+
+    tmp = tmp_path_factory.mktemp("wheel")
+    # build from a copy: setuptools reuses the tree's build/ folder, which may still hold modules
+    # deleted since it was made
+    source = tmp / "source"
+    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", "d5-results", "results", ".pytest_cache"))
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w",
+                            str(tmp / "dist"), str(source)], capture_output=True, text=True)
+    assert build.returncode == 0, build.stderr[-2000:]
+    (wheel,) = (tmp / "dist").glob("deep500lite-*.whl")
+    site = tmp / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--target", str(site), str(wheel)],
+                   check=True, capture_output=True)
+    return wheel, site

@@ -1,6 +1,9 @@
-"""``deep500lite bench overhead``: runs, prints its table and JSON (no timing assertions)."""
+"""``deep500lite bench overhead``: runs, prints its table and JSON (no timing assertions); the framework
+bench modules behind every ``bench`` command, reached through ``registry.framework_module``."""
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -69,3 +72,59 @@ def test_bench_overhead_op_bad_input():
     assert proc.returncode == 2 and "'cpp', 'python'" in proc.stderr
     proc = run_cli("bench", "overhead")
     assert proc.returncode == 2 and "needs --framework" in proc.stderr
+
+
+# The functions every framework's bench module has for the same role (reference has no native inference API).
+BENCH_ROLES = {"op_runner", "op_threads", "set_seed", "training_pair", "custom_op_pair"}
+
+
+@pytest.mark.parametrize("framework", [
+    pytest.param(fw, marks=pytest.mark.skipif(not d5.is_framework_available(fw), reason=f"needs {fw}"))
+    for fw in ("reference", "torch", "tensorflow", "onnxruntime")])
+def test_every_framework_bench_module_has_the_same_roles(framework):
+    from deep500lite.registry import framework_module
+
+    bench = framework_module(framework, "bench")
+    assert bench.__name__ == f"deep500lite.frameworks.{framework}.bench" and bench.__doc__
+    roles = BENCH_ROLES | ({"inference_pair"} if framework != "reference" else set())
+    for name in roles:
+        assert callable(getattr(bench, name)) and getattr(bench, name).__doc__, name
+        assert name in bench.__all__
+    assert framework_module(framework.upper()) is framework_module(framework)  # canonicalized like import_framework
+
+
+def test_framework_module_bad_names():
+    from deep500lite.registry import framework_module
+
+    with pytest.raises(d5.UserError, match=r"Unknown framework 'caffe'"):
+        framework_module("caffe", "bench")
+    with pytest.raises(d5.UserError, match=r"dotted Python name, such as 'bench'. Received: '\.\./bench'"):
+        framework_module("reference", "../bench")
+    with pytest.raises(TypeError, match=r"named by a string, such as 'bench'. Received: int"):
+        framework_module("reference", 3)
+
+
+@pytest.mark.parametrize("fw,package", [("torch", "torch"), ("tensorflow", "tensorflow"),
+                                        ("onnxruntime", "onnxruntime")])
+def test_framework_module_without_the_package_is_a_clear_error(fw, package):
+    # A fresh interpreter where the package cannot be imported, as on a machine without it.
+    code = (f"import sys; sys.modules[{package!r}] = None\n"
+            "from deep500lite.registry import framework_module\n"
+            "try:\n"
+            f"    framework_module({fw!r}, 'bench')\n"
+            "except ImportError as e:\n"
+            "    print(type(e).__name__, e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.startswith("FrameworkNotAvailableError")
+    assert f"pip install 'deep500lite[{fw}]'" in out and f"'{package}'" in out
+
+
+def test_bench_modules_import_no_framework():
+    code = ("import sys\n"
+            "import deep500lite.bench.op, deep500lite.bench.overhead, deep500lite.bench.op_overhead\n"
+            "import deep500lite.bench.peak, deep500lite.bench.dataset, deep500lite.bench.allreduce\n"
+            "import deep500lite.lv2.checkpoint\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'tensorflow', 'keras', "
+            "'onnxruntime', 'tf2onnx') or m.startswith('deep500lite.frameworks.')))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

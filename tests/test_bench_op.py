@@ -202,3 +202,45 @@ def test_gpu_small_gemm():
     assert {r.framework for r in bench.results} == {"torch"}
     assert any(s["framework"] == "reference" for s in bench.skipped)
     assert all(r.max_rel_error < 1e-3 for r in bench.results)
+
+
+@pytest.mark.parametrize("framework", [
+    pytest.param(fw, marks=pytest.mark.skipif(not d5.is_framework_available(fw), reason=f"needs {fw}"))
+    for fw in ("reference", "tensorflow", "onnxruntime")])
+def test_framework_that_cannot_use_the_device_raises_device_error(framework):
+    from deep500lite.registry import framework_module
+
+    if framework == "tensorflow":
+        import tensorflow as tf
+
+        if tf.config.list_physical_devices("GPU"):
+            pytest.skip("TensorFlow sees a GPU here")
+    if framework == "onnxruntime":
+        import onnxruntime as ort
+
+        if "CUDAExecutionProvider" in ort.get_available_providers():
+            pytest.skip("ONNX Runtime has CUDA here")
+    case = op.gemm_cases("small")[0]
+    inputs = case.make_inputs(np.random.default_rng(0))
+    with pytest.raises(DeviceError):
+        framework_module(framework, "bench").op_runner(case, inputs, d5.GPUDevice(0), 1)
+
+
+def test_device_error_from_a_runner_skips_the_framework(monkeypatch):
+    import contextlib
+    import types
+
+    @contextlib.contextmanager
+    def op_threads(threads, device):
+        yield "none"
+
+    def op_runner(case, inputs, device, threads):
+        raise DeviceError("cannot run here")
+
+    fake = types.SimpleNamespace(op_threads=op_threads, op_runner=op_runner)
+    monkeypatch.setattr("deep500lite.registry.framework_module", lambda name, module=None: fake)
+    peak = Peak("cpu", flops=100e9, bandwidth=10e9, flops_method="given", bandwidth_method="given", kernels={})
+    bench = op.run_op_benchmark(["gemm"], ["reference"], "small", 0.02, peak=peak)
+    assert bench.results == []
+    assert bench.skipped == [{"framework": "reference", "case": None, "reason": "cannot run here"}]
+    assert bench.skip_lines() == ["skipped reference: cannot run here"]

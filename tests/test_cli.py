@@ -1,4 +1,5 @@
-"""The CLI skeleton: env, list, infer; usage errors are one line, exit 2, no traceback."""
+"""The CLI skeleton: env, list, infer; the error policy (bad input: one line, exit 2; a bug: one line
+"internal error", exit 1; --traceback shows the traceback); the shared integer argument types."""
 
 import numpy as np
 import pytest
@@ -100,7 +101,135 @@ def test_infer_inputs_not_npz(lenet_file, tmp_path):
 
 
 def test_infer_bad_batch_size(lenet_file):
-    _one_line_error(run_cli("infer", lenet_file, "--batch-size", "0"), "expected a positive integer, got '0'")
+    _one_line_error(run_cli("infer", lenet_file, "--batch-size", "0"),
+                    "argument --batch-size: must be a positive integer (1, 2, 3, ...). Received: '0'")
+
+
+def _raising(exc):
+    def run(args):
+        raise exc
+    return run
+
+
+def test_a_deep500error_from_a_subcommand_is_one_line_and_exit_2(monkeypatch, capsys):
+    from deep500lite import cli
+    from deep500lite.cli import env_cmd
+    from deep500lite.errors import FrameworkNotAvailableError, UserError
+
+    monkeypatch.delenv("DEEP500LITE_TRACEBACK", raising=False)
+    monkeypatch.setattr(env_cmd, "run", _raising(UserError("x must be 1. Received: 2")))
+    assert cli.main(["env"]) == 2
+    assert capsys.readouterr().err.splitlines() == ["deep500lite env: error: x must be 1. Received: 2"]
+    # Not only UserError: every Deep500Error is the user's to act on (here, install a package).
+    monkeypatch.setattr(env_cmd, "run", _raising(FrameworkNotAvailableError("needs torch: pip install x")))
+    assert cli.main(["env"]) == 2
+    assert capsys.readouterr().err.splitlines() == ["deep500lite env: error: needs torch: pip install x"]
+
+
+def test_a_multi_line_error_shows_its_first_line(monkeypatch, capsys):
+    from deep500lite import cli
+    from deep500lite.cli import env_cmd
+    from deep500lite.errors import CompilationError
+
+    monkeypatch.delenv("DEEP500LITE_TRACEBACK", raising=False)
+    exc = CompilationError("Compiling C++ operator 'op' from op.cpp failed: op.cpp:3: error: expected ';'\n"
+                           "  op.cpp:3 | int x\nCommand: g++ op.cpp\nCompiler output:\nop.cpp:3: error: expected ';'",
+                           source_path="op.cpp", line=3, command=["g++", "op.cpp"], compiler_output="...")
+    monkeypatch.setattr(env_cmd, "run", _raising(exc))
+    assert cli.main(["env"]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == ["deep500lite env: error: Compiling C++ operator 'op' from op.cpp failed: op.cpp:3: error: "
+                     "expected ';' [4 more line(s): rerun with --traceback]"]
+
+
+@pytest.mark.parametrize("exc", [KeyError("learning_rate"), ValueError("bad"), TypeError("bad"),
+                                 FileNotFoundError(2, "No such file")], ids=lambda e: type(e).__name__)
+def test_any_other_exception_is_an_internal_error_exit_1(monkeypatch, capsys, exc):
+    from deep500lite import cli
+    from deep500lite.cli import list_cmd
+
+    monkeypatch.delenv("DEEP500LITE_TRACEBACK", raising=False)
+    monkeypatch.setattr(list_cmd, "run", _raising(exc))
+    assert cli.main(["list"]) == 1
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"deep500lite list: internal error: {type(exc).__name__}: ")
+    assert "--traceback" in lines[0] and "Traceback" not in lines[0]
+
+
+def test_traceback_flag_and_variable_show_the_traceback(monkeypatch, capsys):
+    from deep500lite import cli
+    from deep500lite.cli import env_cmd
+    from deep500lite.errors import UserError
+
+    monkeypatch.delenv("DEEP500LITE_TRACEBACK", raising=False)
+    monkeypatch.setattr(env_cmd, "run", _raising(KeyError("learning_rate")))
+    assert cli.main(["--traceback", "env"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("Traceback (most recent call last):") and "KeyError: 'learning_rate'" in err
+    assert "internal error" not in err
+    monkeypatch.setattr(env_cmd, "run", _raising(UserError("x must be 1. Received: 2")))
+    monkeypatch.setenv("DEEP500LITE_TRACEBACK", "1")
+    assert cli.main(["env"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last):" in err and "UserError: x must be 1. Received: 2" in err
+
+
+def test_internal_error_from_a_fresh_process(tmp_path):
+    # The console entry point returns main()'s status: a subcommand that crashes exits 1, not 2.
+    script = tmp_path / "crash.py"
+    script.write_text("import sys\nfrom deep500lite import cli\nfrom deep500lite.cli import env_cmd\n"
+                      "env_cmd.run = lambda args: {}['missing']\nsys.exit(cli.main(['env']))\n")
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "deep500lite env: internal error: KeyError: 'missing' (rerun with --traceback for details)"]
+
+
+@pytest.mark.parametrize("text,value", [("1", 1), ("12", 12), (" 3 ", 3)])
+def test_positive_int_accepts(text, value):
+    from deep500lite.cli.args import positive_int
+
+    assert positive_int(text) == value
+
+
+@pytest.mark.parametrize("text", ["0", "-2", "1.5", "two", ""])
+def test_positive_int_refuses_with_one_wording(text):
+    import argparse
+
+    from deep500lite.cli.args import positive_int
+
+    with pytest.raises(argparse.ArgumentTypeError) as err:
+        positive_int(text)
+    assert str(err.value) == f"must be a positive integer (1, 2, 3, ...). Received: {text!r}"
+
+
+def test_nonnegative_int():
+    import argparse
+
+    from deep500lite.cli.args import nonnegative_int
+
+    assert nonnegative_int("0") == 0 and nonnegative_int("7") == 7
+    with pytest.raises(argparse.ArgumentTypeError, match=r"must be an integer >= 0 \(0, 1, 2, ...\). Received: '-1'"):
+        nonnegative_int("-1")
+
+
+def test_cli_has_one_integer_type():
+    """The subcommands use cli.args' integer types, not validators of their own."""
+    import os
+    import re
+
+    from deep500lite import cli
+
+    folder = os.path.dirname(cli.__file__)
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".py") and name != "args.py":
+            with open(os.path.join(folder, name), encoding="utf-8") as f:
+                source = f.read()
+            assert not re.search(r'ArgumentTypeError\(f?"[^"]*\binteger\b', source), name
 
 
 def test_cli_reference_documents_every_command_and_option():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -10,7 +11,7 @@ import sys
 import pytest
 
 from deep500lite import cli
-from deep500lite.results import read_results
+from deep500lite.recipe.results import read_results
 
 TINY = """\
 from deep500lite.metrics.training import TestAccuracy
@@ -158,15 +159,41 @@ def test_progress_lines_on_stdout(tmp_path, capsys):
     assert "training: 1 epochs x 14 steps" in out and "epoch 1/1  loss " in out
 
 
-def test_as_a_program_usage_errors_are_one_line(tmp_path):
+def test_the_worker_prints_usage_errors_in_one_line(tmp_path):
+    """The recipe worker (what compare and run -n start) reports a bad --set as deep500lite run does."""
     path = recipe_file(tmp_path)
-    proc = subprocess.run([sys.executable, "-m", "deep500lite.cli.run_cmd", str(path), "--set", "model=lenet"],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-m", "deep500lite.recipe.worker", str(path), "--out", str(tmp_path / "o"),
+                           "--set", "model=lenet"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         "deep500lite run: error: Cannot set 'model': 'model' is a FIXED key of recipe 'tiny'; only mutable keys can "
         "be set: 'batch_size', 'executor', 'executor_args', 'executor_kwargs', 'optimizer', 'optimizer_args', "
         "'optimizer_kwargs'."]
+
+
+def test_the_worker_prints_what_run_prints(tmp_path, capsys):
+    """One run in a worker process: the same lines and exit status as deep500lite run, and a results file."""
+    path = recipe_file(tmp_path, threshold=100)
+    args = [str(path), "--progress", "lines", "--set", "batch_size=48"]
+    proc = subprocess.run([sys.executable, "-m", "deep500lite.recipe.worker", *args, "--out", str(tmp_path / "w")],
+                          capture_output=True, text=True, timeout=300)
+    code, out, _ = run(capsys, "run", *args, "--out", tmp_path / "c")
+    assert proc.returncode == code == 1, proc.stderr
+
+    def lines(text, folder):
+        # Epoch lines end with the elapsed time, which differs between runs.
+        return [ln.rsplit("  ", 1)[0] if ln.startswith("epoch ") else ln.replace(str(tmp_path / folder), "OUT")
+                for ln in text.splitlines()]
+
+    assert lines(proc.stdout, "w") == lines(out, "c")
+    assert lines(out, "c")[0] == "recipe tiny: reference, seed 0, set batch_size=48"
+    assert read_results(tmp_path / "w" / "results.json")["passed"] is False
+
+
+def test_run_has_no_hidden_options():
+    """Internal jobs go to the recipe worker, so every option of deep500lite run is for users."""
+    sub = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert [a.option_strings for a in sub.choices["run"]._actions if a.help == argparse.SUPPRESS] == []
 
 
 @pytest.mark.parametrize("name, missing", [("mnist_lenet", "mnist/train-images-idx3-ubyte"),

@@ -12,8 +12,8 @@ import pytest
 from scipy import stats
 
 from deep500lite import cli
-from deep500lite.compare import compare_results, holm
-from deep500lite.results import read_results
+from deep500lite.recipe.compare import compare_results, holm
+from deep500lite.recipe.results import read_results
 
 from conftest import require_torch
 

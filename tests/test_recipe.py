@@ -21,7 +21,7 @@ from deep500lite.frameworks.reference.transforms import RandomHorizontalFlip
 from deep500lite.metrics.training import PeakMemory, TestAccuracy, TimeToAccuracy, TrainingAccuracy
 from deep500lite.recipe import (check_determinism, first_step_divergence, load_recipe, resolve_recipe, run_recipe,
                                 train_recipe)
-from deep500lite.results import read_results
+from deep500lite.recipe.results import read_results
 
 from conftest import FRAMEWORKS, require_torch
 
@@ -480,3 +480,47 @@ def test_bundled_recipes_resolve():
     assert [type(t).__name__ for t in transforms] == ["RandomCrop", "RandomHorizontalFlip", "Normalize"]
     assert transforms[0].padding == (4, 4) and transforms[0].size == (32, 32)
     assert math.isclose(load_recipe("digits_lenet").resolve().metrics[0].required, 90.0)
+
+
+def test_the_package_keeps_every_public_name_of_the_old_module():
+    import deep500lite.recipe as recipe
+
+    for name in ("run_recipe", "train_recipe", "resolve_recipe", "load_recipe", "parse_set", "check_determinism",
+                 "first_step_divergence", "Recipe", "ResolvedRecipe", "AcceptableMetric", "Verdict", "RecipeRun",
+                 "DeterminismReport", "EpochLines", "metric_name", "RECIPE_KEYS", "COMPONENT_KEYS", "REQUIRED_KEYS",
+                 "COMMUNICATORS"):
+        assert name in recipe.__all__ and getattr(recipe, name) is not None, name
+    assert d5.run_recipe is recipe.run_recipe and d5.load_recipe is recipe.load_recipe
+
+
+def test_nothing_outside_the_cli_starts_or_imports_the_cli():
+    """compare and run -n start the recipe worker; only deep500lite/cli (and ``python -m deep500lite``) reach the CLI."""
+    import ast
+
+    import deep500lite.frameworks
+    import deep500lite.metrics
+
+    core = os.path.dirname(os.path.abspath(d5.__file__))
+    roots = [core, *deep500lite.frameworks.__path__, *deep500lite.metrics.__path__]
+    found = []
+    for root in roots:
+        for folder, dirs, files in os.walk(root):
+            dirs[:] = [d for d in dirs if d != "__pycache__" and os.path.join(folder, d) != os.path.join(core, "cli")]
+            for name in files:
+                path = os.path.join(folder, name)
+                if not name.endswith(".py") or path == os.path.join(core, "__main__.py"):
+                    continue
+                tree = ast.parse(open(path, encoding="utf-8").read())
+                docstrings = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Expr)}
+                for node in ast.walk(tree):
+                    if isinstance(node, ast.ImportFrom):
+                        names = [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
+                    elif isinstance(node, ast.Import):
+                        names = [a.name for a in node.names]
+                    elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+                        names = [node.value]
+                    else:
+                        continue
+                    if any("deep500lite.cli" in n for n in names):
+                        found.append(f"{path}:{node.lineno}")
+    assert found == []

@@ -11,7 +11,7 @@ import pytest
 from deep500lite import cli
 from deep500lite.metrics.training import TestAccuracy
 from deep500lite.recipe import resolve_recipe, train_recipe
-from deep500lite.results import read_results
+from deep500lite.recipe.results import read_results
 
 
 @pytest.fixture(autouse=True)

@@ -205,13 +205,13 @@ def _cycle_batches(n, batch_size, rng):
 
 
 def _compute_step(framework, batch_size, classes, shape, feeds):
-    import deep500lite as d5
-    from deep500lite import networks
     from deep500lite.datasets import dataset_loss
+    from deep500lite.networks import create_model
+    from deep500lite.registry import executor
 
-    net, _, output = networks.create_model("lenet", batch_size, classes=classes, shape=shape)
+    net, _, output = create_model("lenet", batch_size, classes=classes, shape=shape)
     net.add_operation(dataset_loss("synthetic")([output, "label"], "loss"))
-    ex = d5.executor(net, framework)
+    ex = executor(net, framework)
     return (lambda: ex.inference_and_backprop(feeds, "loss")), ex
 
 
@@ -239,11 +239,11 @@ def run_dataset_bench(dataset: str = "synthetic", samples: int = 4096, batch_siz
     Returns:
         A :class:`DatasetBenchResult`.
     """
-    import deep500lite as d5
     from deep500lite.datasets import ShardDataset, write_shards
     from deep500lite.datasets.formats import ImageFolderDataset
     from deep500lite.lv2.dataset import NumpyDataset
     from deep500lite.metrics.timing import time_function, time_paired
+    from deep500lite.registry import is_framework_available
 
     if file_format not in FILE_FORMATS:
         raise UserError(f"file_format must be one of {format_choices(FILE_FORMATS)}. Received: {file_format!r}")
@@ -253,7 +253,7 @@ def run_dataset_bench(dataset: str = "synthetic", samples: int = 4096, batch_siz
     if max_time <= 0:
         raise UserError(f"max_time must be positive. Received: {max_time!r}")
     if framework is None:
-        framework = "torch" if d5.is_framework_available("torch") else "reference"
+        framework = "torch" if is_framework_available("torch") else "reference"
     say = progress or (lambda msg: None)
     x, y = _source_samples(dataset, samples, root, seed, shape)
     n = len(x)

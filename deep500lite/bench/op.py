@@ -24,7 +24,9 @@ the framework's tensors and device before timing; nothing is copied inside the t
 - **op** (suite ``custom``): the operator's own ``forward`` on numpy arrays (a Python operator
   runs its numpy code; a compiled C++ operator its C++ code).
 
-T is the ``threads`` argument (``--threads``), by default the cores this process may use.
+T is the ``threads`` argument (``--threads``), by default the cores this process may use. The
+code of each framework is ``op_runner`` and ``op_threads`` in ``frameworks/<fw>/bench.py``,
+reached through :func:`deep500lite.registry.framework_module` when the benchmark runs.
 
 Method: one untimed call whose output is compared with the reference result (``max |err|``
 relative to ``max |reference|``), one probing call, then
@@ -57,14 +59,14 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from deep500lite.errors import UserError, format_choices
+from deep500lite.errors import DeviceError, UserError, format_choices
 from deep500lite.lv0.operator import CustomPythonOp, Operator
 from deep500lite.lv0.tensordesc import tensordesc
 
 __all__ = [
     "SUITES", "DEFAULT_SUITES", "SIZES", "OP_FRAMEWORKS", "CUSTOM_FRAMEWORK", "GemmCase", "ConvCase", "CustomCase",
     "custom_case", "SaxpyOp", "gemm_cases", "conv_cases", "custom_example_cases", "load_custom_cases",
-    "OpResult", "OpBenchmark", "run_op_benchmark", "parse_suites", "parse_frameworks", "check_size",
+    "OpRunner", "OpResult", "OpBenchmark", "run_op_benchmark", "parse_suites", "parse_frameworks", "check_size",
     "TABLE_HEADERS", "plot_results",
 ]
 
@@ -495,122 +497,29 @@ def check_size(size: str) -> str:
 # --------------------------------------------------------------------------------------------- runners
 
 
-class _Skip(Exception):
-    """A framework cannot run a case here (the message says why)."""
-
-
 @dataclasses.dataclass
-class _Runner:
-    fn: Callable[[], object]  # the timed call
+class OpRunner:
+    """One case, ready to time on one framework (made by a framework's ``bench.op_runner``).
+
+    A framework that cannot run the case here (no GPU it can see, a CPU-only framework) raises
+    :class:`~deep500lite.errors.DeviceError` instead, and is skipped with its message.
+
+    Attributes:
+        fn: the timed call.
+        sync: waits for the device's work (None on the CPU, where ``fn`` returns when done).
+        fetch: one call, its result as numpy in the case's layout (for the correctness check).
+        how: what is called, for the results.
+    """
+
+    fn: Callable[[], object]
     sync: Callable[[], None] | None
-    fetch: Callable[[], np.ndarray]  # one call, its result as numpy in the case's layout
+    fetch: Callable[[], np.ndarray]
     how: str
 
 
-def _torch_runner(case, inputs, device) -> _Runner:
-    import torch
-    import torch.nn.functional as F
-
-    dev = torch.device("cuda", device.index) if device.is_gpu else torch.device("cpu")
-    tensors = [torch.from_numpy(x).to(dev) for x in inputs]
-    if case.suite == "gemm":
-        def call():
-            with torch.inference_mode():
-                return torch.matmul(tensors[0], tensors[1])
-        how = "torch.matmul"
-    else:
-        def call():
-            with torch.inference_mode():
-                return F.conv2d(tensors[0], tensors[1], stride=case.stride, padding=case.pad)
-        how = "torch.nn.functional.conv2d (NCHW)"
-    sync = (lambda: torch.cuda.synchronize(dev)) if device.is_gpu else None
-    return _Runner(call, sync, lambda: call().cpu().numpy(), how + " under inference_mode")
-
-
-def _tensorflow_runner(case, inputs, device) -> _Runner:
-    import tensorflow as tf
-
+def _custom_runner(case, device) -> OpRunner:
     if device.is_gpu:
-        if len(tf.config.list_physical_devices("GPU")) <= device.index:
-            raise _Skip(f"TensorFlow sees no GPU {device.index} (tensorflow-cpu or no CUDA build)")
-        where = f"/GPU:{device.index}"
-    else:
-        where = "/CPU:0"
-    with tf.device(where):
-        if case.suite == "gemm":
-            args = [tf.constant(x) for x in inputs]
-            fn = tf.function(lambda a, b: tf.linalg.matmul(a, b))
-            how, to_case_layout = "tf.linalg.matmul in tf.function", (lambda y: y)
-        else:
-            pads = [[0, 0], [case.pad, case.pad], [case.pad, case.pad], [0, 0]]
-            args = [tf.constant(np.ascontiguousarray(inputs[0].transpose(0, 2, 3, 1))),
-                    tf.constant(np.ascontiguousarray(inputs[1].transpose(2, 3, 1, 0)))]
-            fn = tf.function(lambda x, w: tf.nn.conv2d(x, w, strides=[1, case.stride, case.stride, 1], padding=pads))
-            how, to_case_layout = "tf.nn.conv2d in tf.function (NHWC, HWIO)", (lambda y: y.transpose(0, 3, 1, 2))
-
-    def run():
-        with tf.device(where):
-            return fn(*args)
-
-    sync_devices = getattr(getattr(tf.test, "experimental", None), "sync_devices", None)
-    if device.is_gpu and sync_devices is not None:
-        call, sync, how = run, sync_devices, how + ", tf.test.experimental.sync_devices()"
-    else:
-        call, sync, how = (lambda: run().numpy()), None, how + ", result fetched with .numpy()"
-    return _Runner(call, sync, lambda: to_case_layout(np.asarray(run().numpy())), how)
-
-
-def _onnxruntime_runner(case, inputs, device, threads) -> _Runner:
-    import onnxruntime as ort
-
-    if device.is_gpu:
-        if "CUDAExecutionProvider" not in ort.get_available_providers():
-            raise _Skip("ONNX Runtime has no CUDAExecutionProvider here (install onnxruntime-gpu)")
-        providers, kind = [("CUDAExecutionProvider", {"device_id": device.index})], "cuda"
-    else:
-        providers, kind = ["CPUExecutionProvider"], "cpu"
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    session = ort.InferenceSession(case.onnx_model().SerializeToString(), sess_options=options, providers=providers)
-    binding = session.io_binding()
-    values = [ort.OrtValue.ortvalue_from_numpy(x, kind, device.index) for x in inputs]
-    for meta, value in zip(session.get_inputs(), values):
-        binding.bind_ortvalue_input(meta.name, value)
-    binding.bind_output("Y", kind, device.index)
-
-    def call():
-        session.run_with_iobinding(binding)
-
-    def fetch():
-        call()
-        return binding.copy_outputs_to_cpu()[0]
-
-    op_type = "MatMul" if case.suite == "gemm" else "Conv"
-    return _Runner(call, None, fetch, f"one-node {op_type} InferenceSession, run_with_iobinding "
-                                      f"(inputs bound once, output allocated on {kind} each run)")
-
-
-def _reference_runner(case, inputs, device) -> _Runner:
-    if device.is_gpu:
-        raise _Skip("the reference framework runs on the CPU only")
-    if case.suite == "gemm":
-        a, b = inputs
-        return _Runner(lambda: np.matmul(a, b), None, lambda: np.matmul(a, b), "numpy.matmul")
-    import deep500lite as d5
-
-    ex = d5.executor(d5.load_model(case.onnx_model()), "reference")
-    feeds = {"X": inputs[0], "W": inputs[1]}
-
-    def call():
-        return ex.inference(feeds)["Y"]
-
-    return _Runner(call, None, call, "deep500lite reference executor (onnx.reference Conv) on a one-node model")
-
-
-def _custom_runner(case, device) -> _Runner:
-    if device.is_gpu:
-        raise _Skip("custom operators are timed through forward() on numpy arrays, on the CPU")
+        raise DeviceError("custom operators are timed through forward() on numpy arrays, on the CPU")
     op, inputs = case.op, case.inputs
 
     def call():
@@ -620,48 +529,7 @@ def _custom_runner(case, device) -> _Runner:
         out = call()
         return np.asarray(out[0] if isinstance(out, (tuple, list)) else out)
 
-    return _Runner(call, None, fetch, f"{type(op).__name__}.forward on numpy arrays")
-
-
-def _make_runner(framework, case, inputs, device, threads) -> _Runner:
-    if framework == "torch":
-        return _torch_runner(case, inputs, device)
-    if framework == "tensorflow":
-        return _tensorflow_runner(case, inputs, device)
-    if framework == "onnxruntime":
-        return _onnxruntime_runner(case, inputs, device, threads)
-    return _reference_runner(case, inputs, device)
-
-
-@contextlib.contextmanager
-def _framework_threads(framework: str, threads: int, device):
-    """Set the framework's CPU threads to ``threads`` for the block; yields a description."""
-    if framework == "torch":
-        import torch
-
-        previous = torch.get_num_threads()
-        torch.set_num_threads(threads)
-        try:
-            yield f"torch.set_num_threads({threads})" + (f", CUDA {torch.cuda.get_device_name(device.index)}"
-                                                          if device.is_gpu else "")
-        finally:
-            torch.set_num_threads(previous)
-    elif framework == "tensorflow":
-        import tensorflow as tf
-
-        try:
-            tf.config.threading.set_intra_op_parallelism_threads(threads)
-            yield f"intra-op threads {threads}"
-        except RuntimeError:  # TensorFlow was initialized before: its thread pools are fixed
-            current = tf.config.threading.get_intra_op_parallelism_threads()
-            yield f"intra-op threads {current or 'all cores'} (set before this benchmark)"
-    elif framework == "onnxruntime":
-        yield f"intra_op_num_threads {threads}"
-    else:
-        from deep500lite.bench.peak import blas_threads
-
-        with blas_threads(threads) as how:
-            yield f"numpy BLAS: {how}"
+    return OpRunner(call, None, fetch, f"{type(op).__name__}.forward on numpy arrays")
 
 
 # --------------------------------------------------------------------------------------------- results
@@ -760,7 +628,7 @@ class OpBenchmark:
                 "results": [r.to_dict() for r in self.results], "skipped": self.skipped, "notes": self.notes}
 
 
-def _time(runner: _Runner, label: str, max_time: float):
+def _time(runner: OpRunner, label: str, max_time: float):
     from deep500lite.metrics.timing import time_function
 
     t0 = time.perf_counter()
@@ -810,7 +678,7 @@ def run_op_benchmark(suites=DEFAULT_SUITES, frameworks=OP_FRAMEWORKS, size: str 
     """
     from deep500lite.bench.peak import measure_peak, require_torch_gpu, roofline, usable_cores
     from deep500lite.lv1.device import as_device
-    from deep500lite.registry import FRAMEWORKS, framework_version, is_framework_available
+    from deep500lite.registry import FRAMEWORKS, framework_module, framework_version, is_framework_available
 
     suites, frameworks, size = parse_suites(suites), parse_frameworks(frameworks), check_size(size)
     if not isinstance(max_time, (int, float)) or not max_time > 0:
@@ -876,15 +744,15 @@ def run_op_benchmark(suites=DEFAULT_SUITES, frameworks=OP_FRAMEWORKS, size: str 
     with contextlib.ExitStack() as stack:
         for framework in active:
             say(f"{framework}: setting up")
-            how_threads = stack.enter_context(_framework_threads(framework, threads, dev))
+            how_threads = stack.enter_context(framework_module(framework, "bench").op_threads(threads, dev))
             setup[framework] = {"version": framework_version(framework), "threads": how_threads}
         # Case by case, every framework in turn: a burst of other load on the machine then hits
         # the frameworks of one case alike instead of all the cases of one framework.
         for i, case in standard:
             for framework in list(active):
                 try:
-                    runner = _make_runner(framework, case, inputs_of(i, case), dev, threads)
-                except _Skip as exc:
+                    runner = framework_module(framework, "bench").op_runner(case, inputs_of(i, case), dev, threads)
+                except DeviceError as exc:
                     skipped.append({"framework": framework, "case": None, "reason": str(exc)})
                     active.remove(framework)
                     continue
@@ -897,7 +765,7 @@ def run_op_benchmark(suites=DEFAULT_SUITES, frameworks=OP_FRAMEWORKS, size: str 
             continue
         try:
             runner = _custom_runner(case, dev)
-        except _Skip as exc:
+        except DeviceError as exc:
             skipped.append({"framework": CUSTOM_FRAMEWORK, "case": case.name, "reason": str(exc)})
             continue
         setup.setdefault(CUSTOM_FRAMEWORK, {"version": None, "threads": "as the operator uses them"})

@@ -14,7 +14,9 @@ forward and backward together (``y = op(x)``, then the gradient of ``sum(y * g)`
   deep500lite's ONNX autodiff like the custom node.
 
 The ratio custom/native (median of per-pair ratios, 95% CI) is the cost of writing the operator
-outside the framework; both sides' results are checked to agree first.
+outside the framework; both sides' results are checked to agree first. The code of each framework
+is ``custom_op_pair`` in ``frameworks/<fw>/bench.py``, reached through
+:func:`deep500lite.registry.framework_module` when the benchmark runs.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import numpy as np
 
 from deep500lite.errors import UserError, format_choices
 
-__all__ = ["OpOverheadResult", "run_op_overhead", "SWISH_CPP", "KINDS"]
+__all__ = ["OpOverheadResult", "run_op_overhead", "swish_op", "graph_pair", "SWISH_CPP", "KINDS"]
 
 KINDS = ("cpp", "python")
 _FRAMEWORKS = ("torch", "tensorflow", "onnxruntime", "reference")
@@ -62,9 +64,10 @@ D500_REGISTER_OP(BenchSwish<DTYPE>);
 
 
 def _python_swish(n: int):
-    import deep500lite as d5
+    from deep500lite.lv0.operator import CustomPythonOp
+    from deep500lite.lv0.tensordesc import tensordesc
 
-    class PySwish(d5.CustomPythonOp):
+    class PySwish(CustomPythonOp):
         def forward(self, x):
             return x / (np.float32(1) + np.exp(-x))
 
@@ -73,7 +76,7 @@ def _python_swish(n: int):
             s = np.float32(1) / (np.float32(1) + np.exp(-x))
             return grads[0] * (s + x * s * (np.float32(1) - s))
 
-    d = d5.tensordesc(np.float32, (n,))
+    d = tensordesc(np.float32, (n,))
     return PySwish([d], [d])
 
 
@@ -81,10 +84,10 @@ def swish_op(kind: str, n: int):
     """The benchmark's Swish operator on ``n`` float32 elements: compiled C++ or numpy."""
     if kind == "python":
         return _python_swish(n)
-    import deep500lite as d5
     from deep500lite.lv0.cppop import compile_custom_cppop_inline
+    from deep500lite.lv0.tensordesc import tensordesc
 
-    d = d5.tensordesc(np.float32, (n,))
+    d = tensordesc(np.float32, (n,))
     return compile_custom_cppop_inline("bench_swish", SWISH_CPP, [d], [d])
 
 
@@ -106,80 +109,54 @@ class OpOverheadResult:
                 "ratio": self.paired.ratio.to_dict()}
 
 
-def _torch_pair(op, x, g):
-    import torch
-
-    from deep500lite.frameworks.torch import custom_op
-
-    fn = custom_op(op)
-    xt, gt = torch.from_numpy(x), torch.from_numpy(g)
-
-    def run(f):
-        def call():
-            t = xt.clone().requires_grad_(True)
-            y = f(t)
-            (grad,) = torch.autograd.grad(y, t, gt)
-            return y.detach().numpy(), grad.numpy()
-        return call
-
-    return run(fn), run(torch.nn.functional.silu)
-
-
-def _tensorflow_pair(op, x, g):
-    import tensorflow as tf
-
-    from deep500lite.frameworks.tensorflow import custom_op
-
-    fn = custom_op(op)
-    spec = [tf.TensorSpec(x.shape, tf.float32)] * 2
-
-    def run(f):
-        @tf.function(input_signature=spec, autograph=False)
-        def step(t, gy):
-            with tf.GradientTape() as tape:
-                tape.watch(t)
-                y = f(t)
-            return y, tape.gradient(y, t, output_gradients=gy)
-
-        def call():
-            y, grad = step(x, g)
-            return y.numpy(), grad.numpy()
-        return call
-
-    return run(fn), run(tf.nn.silu)
-
-
 def _graph(n, custom_type):
     """A network computing s = Swish(x * w) and loss = sum(s * g), with w = 1 a parameter."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    import deep500lite as d5
+    from deep500lite.lv0.custom import CUSTOM_DOMAIN, custom_node
+    from deep500lite.lv1.network import load_model
 
     nodes = [helper.make_node("Mul", ["x", "w"], ["h"])]
     if custom_type is None:
         nodes += [helper.make_node("Sigmoid", ["h"], ["sg"]), helper.make_node("Mul", ["h", "sg"], ["s"])]
     else:
-        nodes.append(d5.custom_node(custom_type, ["h"], ["s"]))
+        nodes.append(custom_node(custom_type, ["h"], ["s"]))
     nodes += [helper.make_node("Mul", ["s", "g"], ["sg2"]),
               helper.make_node("ReduceSum", ["sg2"], ["loss"], keepdims=0)]
     vi = [helper.make_tensor_value_info(k, TensorProto.FLOAT, [n]) for k in ("x", "g")]
     graph = helper.make_graph(nodes, "swish", vi, [helper.make_tensor_value_info("s", TensorProto.FLOAT, [n])],
                               initializer=[numpy_helper.from_array(np.ones(n, np.float32), "w")],
                               value_info=[helper.make_tensor_value_info("h", TensorProto.FLOAT, [n])])
-    opsets = [helper.make_opsetid("", 17)] + ([helper.make_opsetid(d5.CUSTOM_DOMAIN, 1)] if custom_type else [])
+    opsets = [helper.make_opsetid("", 17)] + ([helper.make_opsetid(CUSTOM_DOMAIN, 1)] if custom_type else [])
     model = helper.make_model(graph, opset_imports=opsets, ir_version=8)
     if custom_type is not None:
         onnx.checker.check_model(model)
-    return d5.load_model(model)
+    return load_model(model)
 
 
-def _graph_pair(framework, op, x, g):
-    import deep500lite as d5
+def graph_pair(framework, op, x, g):
+    """The operator as a custom node of an ONNX graph against ``x * Sigmoid(x)`` of standard operators.
+
+    Both graphs run on ``framework``'s executor and are differentiated by deep500lite's ONNX autodiff;
+    the frameworks without a custom-op API of their own (ONNX Runtime, the reference executor) use it
+    as their ``bench.custom_op_pair``.
+
+    Args:
+        framework: the executor's framework key.
+        op: the Swish operator (:func:`swish_op`), registered here as a custom node type.
+        x: the input vector.
+        g: the output gradient.
+
+    Returns:
+        ``(custom_call, native_call)``; each call returns ``(y, dL/dx)`` as numpy arrays.
+    """
+    from deep500lite.lv0.custom import register_op
+    from deep500lite.registry import executor
 
     op_type = f"BenchSwish{op.__class__.__name__}{len(x)}"
-    d5.register_op(op, op_type)
-    executors = [d5.executor(_graph(len(x), t), framework) for t in (op_type, None)]
+    register_op(op, op_type)
+    executors = [executor(_graph(len(x), t), framework) for t in (op_type, None)]
 
     def run(ex):
         def call():
@@ -207,7 +184,7 @@ def run_op_overhead(frameworks, kinds=("cpp",), elements: int = 1 << 16, max_tim
         One :class:`OpOverheadResult` per framework and kind.
     """
     from deep500lite.metrics.timing import time_paired
-    from deep500lite.registry import canonical_framework
+    from deep500lite.registry import canonical_framework, framework_module
 
     frameworks = [canonical_framework(f) for f in frameworks]
     for f in frameworks:
@@ -227,12 +204,7 @@ def run_op_overhead(frameworks, kinds=("cpp",), elements: int = 1 << 16, max_tim
         for fw in frameworks:
             if progress:
                 progress(f"{fw}: {kind} Swish vs native, {elements} elements")
-            if fw == "torch":
-                custom, native = _torch_pair(op, x, g)
-            elif fw == "tensorflow":
-                custom, native = _tensorflow_pair(op, x, g)
-            else:
-                custom, native = _graph_pair(fw, op, x, g)
+            custom, native = framework_module(fw, "bench").custom_op_pair(op, x, g)
             (ya, ga), (yb, gb) = custom(), native()
             err = float(max(np.abs(ya - yb).max(), np.abs(ga - gb).max()))
             if err > 1e-4:

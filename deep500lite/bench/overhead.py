@@ -26,6 +26,10 @@ The two are timed in alternation (:func:`deep500lite.metrics.time_paired`) and t
 median of the per-pair ratios deep500lite/native with its nonparametric 95% CI. Outputs (the
 loss, for training) are checked to agree before timing where both sides start from the same
 weights.
+
+The code of each framework is ``set_seed``, ``inference_pair`` and ``training_pair`` in
+``frameworks/<fw>/bench.py``, reached through :func:`deep500lite.registry.framework_module`
+when the benchmark runs.
 """
 
 from __future__ import annotations
@@ -36,11 +40,13 @@ import numpy as np
 
 from deep500lite.errors import UserError, format_choices
 
-__all__ = ["OverheadResult", "run_overhead", "MODELS", "TARGET_RATIO"]
+__all__ = ["OverheadResult", "run_overhead", "MODELS", "MODEL_SHAPES", "TARGET_RATIO", "INFERENCE_FRAMEWORKS",
+           "TRAINING_FRAMEWORKS", "LEARNING_RATE", "MOMENTUM", "with_loss", "random_labels", "d5_training_step"]
 
 MODELS = ("lenet", "resnet20")
 TARGET_RATIO = 1.05
-_SHAPES = {"lenet": (1, 28, 28), "resnet20": (3, 32, 32)}
+# The input shape (C, H, W) of each model.
+MODEL_SHAPES = {"lenet": (1, 28, 28), "resnet20": (3, 32, 32)}
 
 
 @dataclasses.dataclass
@@ -81,164 +87,49 @@ class OverheadResult:
                 "ratios": list(self.paired.ratios), "ratio": self.paired.ratio.to_dict()}
 
 
-def _torch_pair(model, batch, rng):
-    import torch
-
-    import deep500lite as d5
-    from deep500lite.frameworks.torch import models
-
-    module = (models.LeNet() if model == "lenet" else models.ResNet20()).eval()
-    x = rng.standard_normal((batch, *_SHAPES[model])).astype(np.float32)
-    ex = d5.executor(d5.load_model(models.export_onnx(module, torch.from_numpy(x))), "torch")
-
-    def native():
-        with torch.inference_mode():
-            return module(torch.from_numpy(x)).numpy()
-
-    return (lambda: ex.inference({"input": x})["output"]), native, ex
-
-
-def _tensorflow_pair(model, batch, rng):
-    import tensorflow as tf
-
-    import deep500lite as d5
-    from deep500lite.frameworks.tensorflow import models
-
-    c, h, w = _SHAPES[model]
-    keras_model = models.lenet(input_shape=(h, w, c)) if model == "lenet" else models.resnet20(input_shape=(h, w, c))
-    proto = models.to_onnx(keras_model)
-    ex = d5.executor(d5.load_model(proto), "tensorflow")
-    name, out = ex.network.inputs[0], ex.network.outputs[0]
-    x = rng.standard_normal((batch, h, w, c)).astype(np.float32)
-    spec = (tf.TensorSpec((None, h, w, c), tf.float32),)
-    call = tf.function(lambda t: keras_model(t, training=False), input_signature=spec)
-
-    def native():
-        return call(x).numpy()
-
-    return (lambda: ex.inference({name: x})[out]), native, ex
-
-
-def _onnxruntime_pair(model, batch, rng):
-    import onnxruntime as ort
-
-    import deep500lite as d5
-    from deep500lite import networks
-
-    name = "lenet" if model == "lenet" else "resnet"
-    kwargs = {} if model == "lenet" else {"depth": 20}
-    net, _, _ = networks.create_model(name, batch, classes=10, shape=_SHAPES[model], **kwargs)
-    def options():
-        # Two sessions in one process: with spinning intra-op thread pools, the idle one would
-        # spin while the other works and slow it down; both sides get the same settings.
-        opts = ort.SessionOptions()
-        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        return opts
-
-    session = ort.InferenceSession(net.to_onnx().SerializeToString(), sess_options=options(),
-                                   providers=["CPUExecutionProvider"])
-    ex = d5.executor(net, "onnxruntime", session_options=options())
-    x = rng.standard_normal((batch, *_SHAPES[model])).astype(np.float32)
-
-    def native():
-        return session.run(["output"], {"input": x})[0]
-
-    return (lambda: ex.inference({"input": x})["output"]), native, ex
-
-
-_PAIRS = {"torch": _torch_pair, "tensorflow": _tensorflow_pair, "onnxruntime": _onnxruntime_pair}
+INFERENCE_FRAMEWORKS = ("torch", "tensorflow", "onnxruntime")
+TRAINING_FRAMEWORKS = ("torch", "tensorflow", "onnxruntime", "reference")
 
 LEARNING_RATE, MOMENTUM = 0.01, 0.9
 
 
-def _with_loss(network):
+def with_loss(network):
+    """``network`` with the digits loss (softmax cross-entropy of ``output`` and ``label``) added as ``loss``."""
     from deep500lite.datasets import dataset_loss
 
     network.add_operation(dataset_loss("digits")(["output", "label"], "loss"))
     return network
 
 
-def _labels(rng, batch):
+def random_labels(rng, batch):
+    """``batch`` random int64 class labels in [0, 10)."""
     return rng.integers(0, 10, size=batch).astype(np.int64)
 
 
-def _torch_train_pair(model, batch, rng):
-    import torch
+def d5_training_step(framework, model, batch, rng, optimizer_class):
+    """deep500lite's training step alone, for a framework with no native training loop to compare with.
 
-    import deep500lite as d5
-    from deep500lite.frameworks import torch as d5torch
-    from deep500lite.frameworks.torch import models
+    Args:
+        framework: the executor's framework key.
+        model: a name from :data:`MODELS` (the zoo's ONNX graph is used).
+        batch: samples per step.
+        rng: the numpy generator of the inputs and labels.
+        optimizer_class: the momentum optimizer to step with (``optimizer_class(executor,
+            learning_rate=, momentum=)``).
 
-    module = models.LeNet() if model == "lenet" else models.ResNet20()
-    x = rng.standard_normal((batch, *_SHAPES[model])).astype(np.float32)
-    y = _labels(rng, batch)
-    net = _with_loss(d5.load_model(models.export_onnx(module, torch.from_numpy(x), training=True)))
-    ex = d5.executor(net, "torch")
-    optimizer = d5torch.MomentumOptimizer(ex, learning_rate=LEARNING_RATE, momentum=MOMENTUM)
-    native_opt = torch.optim.SGD(module.parameters(), lr=LEARNING_RATE, momentum=MOMENTUM)
-    module.train()
-
-    def native():
-        native_opt.zero_grad(set_to_none=True)
-        loss = torch.nn.functional.cross_entropy(module(torch.from_numpy(x)), torch.from_numpy(y))
-        loss.backward()
-        native_opt.step()
-        return loss.detach().numpy()
-
-    return (lambda: optimizer.step({"input": x, "label": y})["loss"]), native, ex
-
-
-def _tensorflow_train_pair(model, batch, rng):
-    import keras
-    import tensorflow as tf
-
-    import deep500lite as d5
-    from deep500lite import networks
-    from deep500lite.frameworks import tensorflow as d5tf
-    from deep500lite.frameworks.tensorflow import models
-
-    c, h, w = _SHAPES[model]
-    keras_model = models.lenet(input_shape=(h, w, c)) if model == "lenet" else models.resnet20(input_shape=(h, w, c))
-    name, kwargs = ("lenet", {}) if model == "lenet" else ("resnet", {"depth": 20})
-    net = _with_loss(networks.create_model(name, batch, classes=10, shape=_SHAPES[model], **kwargs)[0])
-    ex = d5.executor(net, "tensorflow")
-    optimizer = d5tf.MomentumOptimizer(ex, learning_rate=LEARNING_RATE, momentum=MOMENTUM)
-    x = rng.standard_normal((batch, c, h, w)).astype(np.float32)
-    x_nhwc = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
-    y = _labels(rng, batch)
-    keras_opt = keras.optimizers.SGD(learning_rate=LEARNING_RATE, momentum=MOMENTUM)
-    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-
-    @tf.function
-    def train_step(xb, yb):
-        with tf.GradientTape() as tape:
-            loss = loss_fn(yb, keras_model(xb, training=True))
-        grads = tape.gradient(loss, keras_model.trainable_variables)
-        keras_opt.apply_gradients(zip(grads, keras_model.trainable_variables))
-        return loss
-
-    def native():
-        return train_step(x_nhwc, y).numpy()
-
-    return (lambda: optimizer.step({"input": x, "label": y})["loss"]), native, ex
-
-
-def _d5_train_step(framework, model, batch, rng):
-    import deep500lite as d5
-    from deep500lite import networks
-    from deep500lite.frameworks import reference as d5ref
+    Returns:
+        ``(deep500lite_call, None, executor)``; the call returns the step's loss.
+    """
+    from deep500lite.networks import create_model
+    from deep500lite.registry import executor
 
     name, kwargs = ("lenet", {}) if model == "lenet" else ("resnet", {"depth": 20})
-    net = _with_loss(networks.create_model(name, batch, classes=10, shape=_SHAPES[model], **kwargs)[0])
-    ex = d5.executor(net, framework)
-    optimizer = d5ref.MomentumOptimizer(ex, learning_rate=LEARNING_RATE, momentum=MOMENTUM)
-    feeds = {"input": rng.standard_normal((batch, *_SHAPES[model])).astype(np.float32), "label": _labels(rng, batch)}
+    net = with_loss(create_model(name, batch, classes=10, shape=MODEL_SHAPES[model], **kwargs)[0])
+    ex = executor(net, framework)
+    optimizer = optimizer_class(ex, learning_rate=LEARNING_RATE, momentum=MOMENTUM)
+    feeds = {"input": rng.standard_normal((batch, *MODEL_SHAPES[model])).astype(np.float32),
+             "label": random_labels(rng, batch)}
     return (lambda: optimizer.step(feeds)["loss"]), None, ex
-
-
-_TRAIN_PAIRS = {"torch": _torch_train_pair, "tensorflow": _tensorflow_train_pair,
-                "onnxruntime": lambda m, b, r: _d5_train_step("onnxruntime", m, b, r),
-                "reference": lambda m, b, r: _d5_train_step("reference", m, b, r)}
 
 
 def run_overhead(framework: str, models=MODELS, batch_size: int = 64, max_time: float = 20.0,
@@ -256,32 +147,26 @@ def run_overhead(framework: str, models=MODELS, batch_size: int = 64, max_time: 
     """
     from deep500lite.metrics.accuracy import MaxError
     from deep500lite.metrics.timing import time_function, time_paired
-    from deep500lite.registry import canonical_framework, import_framework
+    from deep500lite.registry import canonical_framework, framework_module
 
     key = canonical_framework(framework)
-    pairs = _TRAIN_PAIRS if training else _PAIRS
-    if key not in pairs:
+    supported = TRAINING_FRAMEWORKS if training else INFERENCE_FRAMEWORKS
+    if key not in supported:
         raise UserError(f"bench overhead compares a framework with its native API; framework must be one of "
-                        f"{format_choices(pairs)}. Received: {framework!r}")
+                        f"{format_choices(supported)}. Received: {framework!r}")
     unknown = [m for m in models if m not in MODELS]
     if unknown:
         raise UserError(f"Unknown model(s) {unknown} for bench overhead. Known: {format_choices(MODELS)}.")
-    import_framework(key)
-    if key == "torch":
-        import torch
-
-        torch.manual_seed(seed)
-    elif key == "tensorflow":
-        import keras
-
-        keras.utils.set_random_seed(seed)
+    bench = framework_module(key, "bench")
+    bench.set_seed(seed)
+    pair = bench.training_pair if training else bench.inference_pair
     what = "training step" if training else "inference"
     results = []
     for model in models:
         if progress:
             progress(f"{key} {model} batch {batch_size} {what}: preparing")
         rng = np.random.default_rng(seed)
-        d5_call, native_call, ex = pairs[key](model, batch_size, rng)
+        d5_call, native_call, ex = pair(model, batch_size, rng)
         # Both training sides start from the same weights only for torch (the module is exported).
         first = d5_call()
         err = (MaxError().measure(None, first, native_call())

@@ -24,6 +24,9 @@ moves ``B`` bytes (its inputs read once and outputs written once) has arithmetic
 ``I = F / B``. It cannot run faster than ``attainable = min(peak_flops, I * peak_bandwidth)``;
 it is *memory-bound* when ``I`` is below the ridge point ``peak_flops / peak_bandwidth`` and
 *compute-bound* otherwise.
+
+The torch kernels are in ``frameworks/torch/bench.py`` (``peak_cpu_kernels``,
+``peak_gpu_kernels``), reached through :func:`deep500lite.registry.framework_module` when measured.
 """
 
 from __future__ import annotations
@@ -34,7 +37,10 @@ import os
 
 import numpy as np
 
-__all__ = ["Peak", "Roofline", "measure_peak", "roofline", "usable_cores", "require_torch_gpu", "blas_threads"]
+from deep500lite.registry import framework_module
+
+__all__ = ["Peak", "Roofline", "measure_peak", "measure_kernel", "roofline", "usable_cores", "require_torch_gpu",
+           "blas_threads"]
 
 _GEMM_N_CPU = 2048
 _GEMM_N_GPU = 8192
@@ -155,7 +161,19 @@ def roofline(flops: float, bytes_moved: float, seconds: float, peak: Peak) -> Ro
     return Roofline(achieved, intensity, attainable, bound, achieved / attainable, achieved / peak.flops)
 
 
-def _kernel(fn, work: float, unit: str, sync=None, max_time: float = 0.6) -> dict:
+def measure_kernel(fn, work: float, unit: str, sync=None, max_time: float = 0.6) -> dict:
+    """Time one peak kernel: one warm-up run, then at least 5 runs, up to ``max_time`` seconds.
+
+    Args:
+        fn: the kernel (a call).
+        work: FLOP or bytes of one call.
+        unit: ``"FLOP/s"`` or ``"B/s"``.
+        sync: waits for the device's work (None on the CPU).
+        max_time: seconds of timed work at most.
+
+    Returns:
+        ``{"rate": work / fastest run, "median_rate", "unit", "work", "measurement"}``.
+    """
     from deep500lite.metrics.timing import time_function
 
     m = time_function(fn, sync=sync, warmup=1, min_runs=5, max_time=max_time)
@@ -173,18 +191,9 @@ def _cpu_gemms(threads: int) -> dict:
     b = rng.standard_normal((n, n), dtype=np.float32)
     work = 2.0 * n ** 3
     with blas_threads(threads):
-        kernels = {"gemm_numpy": _kernel(lambda: np.matmul(a, b), work, "FLOP/s")}
+        kernels = {"gemm_numpy": measure_kernel(lambda: np.matmul(a, b), work, "FLOP/s")}
     if is_package_available("torch"):
-        import torch
-
-        previous = torch.get_num_threads()
-        torch.set_num_threads(threads)
-        try:
-            ta, tb = torch.from_numpy(a), torch.from_numpy(b)
-            with torch.inference_mode():
-                kernels["gemm_torch"] = _kernel(lambda: torch.matmul(ta, tb), work, "FLOP/s")
-        finally:
-            torch.set_num_threads(previous)
+        kernels.update(framework_module("torch", "bench").peak_cpu_kernels(a, b, threads))
     return kernels
 
 
@@ -204,8 +213,8 @@ def _cpu_streams(threads: int) -> dict:
         def add():
             list(pool.map(lambda s: np.add(x[s], y[s], out=z[s]), slices))
 
-        return {"stream_copy_numpy": _kernel(copy, 2.0 * x.nbytes, "B/s"),
-                "stream_add_numpy": _kernel(add, 3.0 * x.nbytes, "B/s")}
+        return {"stream_copy_numpy": measure_kernel(copy, 2.0 * x.nbytes, "B/s"),
+                "stream_add_numpy": measure_kernel(add, 3.0 * x.nbytes, "B/s")}
 
 
 def _best(kernels: dict) -> tuple[str, str]:
@@ -230,32 +239,10 @@ def _cpu_peak(threads: int, kernels: dict, measured: int) -> Peak:
                 kernels)
 
 
-def _gpu_kernels(index: int) -> dict:
-    import torch
-
-    dev = torch.device("cuda", index)
-
-    def sync():
-        torch.cuda.synchronize(dev)
-
-    n = _GEMM_N_GPU
-    kernels = {}
-    with torch.inference_mode():
-        gen = torch.Generator(device=dev).manual_seed(0)
-        a = torch.randn((n, n), device=dev, generator=gen)
-        b = torch.randn((n, n), device=dev, generator=gen)
-        kernels["gemm_torch"] = _kernel(lambda: torch.matmul(a, b), 2.0 * n ** 3, "FLOP/s", sync=sync)
-        src = torch.ones(_GPU_COPY_ELEMENTS, device=dev)
-        dst = torch.empty_like(src)
-        kernels["copy_torch"] = _kernel(lambda: dst.copy_(src), 2.0 * src.numel() * 4, "B/s", sync=sync)
-    return kernels
-
-
 def _gpu_peak(index: int, kernels: dict, measured: int) -> Peak:
-    import torch
-
-    name = torch.cuda.get_device_name(index)
-    tf32 = "on" if torch.backends.cuda.matmul.allow_tf32 else "off"
+    info = framework_module("torch", "bench").gpu_info(index)
+    name = info["name"]
+    tf32 = "on" if info["tf32"] else "off"
     times = f"; best of {measured} measurements" if measured > 1 else ""
     n = _GEMM_N_GPU
     return Peak(f"gpu:{index}", kernels["gemm_torch"]["rate"], kernels["copy_torch"]["rate"],
@@ -290,7 +277,8 @@ def measure_peak(device="cpu", threads: int | None = None, refresh: bool = False
     threads = threads or usable_cores()
     key = (str(dev), threads)
     if key not in _MEASURED or refresh:
-        new = _gpu_kernels(dev.index) if dev.is_gpu else {**_cpu_gemms(threads), **_cpu_streams(threads)}
+        new = (framework_module("torch", "bench").peak_gpu_kernels(dev.index, _GEMM_N_GPU, _GPU_COPY_ELEMENTS)
+               if dev.is_gpu else {**_cpu_gemms(threads), **_cpu_streams(threads)})
         old, count = _MEASURED.get(key, ({}, 0))
         merged = {k: max((v, old[k]) if k in old else (v,), key=lambda e: e["rate"]) for k, v in new.items()}
         _MEASURED[key] = (merged, count + 1)
@@ -306,11 +294,4 @@ def require_torch_gpu(index: int) -> None:
     if not is_package_available("torch"):
         raise DeviceError(f"--device gpu:{index} needs PyTorch with CUDA (pip install torch); torch is not "
                           "installed. Use --device cpu.")
-    import torch
-
-    if not torch.cuda.is_available():
-        raise DeviceError(f"--device gpu:{index} needs a CUDA GPU visible to PyTorch, but torch.cuda.is_available() "
-                          f"is False here (torch {torch.__version__}: no GPU or a CPU-only build). Use --device cpu.")
-    if index >= torch.cuda.device_count():
-        raise DeviceError(f"--device gpu:{index} does not exist: torch sees {torch.cuda.device_count()} GPU(s), "
-                          f"gpu:0 to gpu:{torch.cuda.device_count() - 1}.")
+    framework_module("torch", "bench").require_gpu(index)

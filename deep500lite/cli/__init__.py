@@ -1,7 +1,19 @@
 """The ``deep500lite`` command line.
 
-Each subcommand is a module with ``add_parser(subparsers)`` and ``run(args) -> int``. Mistakes
-in the user's input are printed in one line without a traceback and exit with status 2.
+Each subcommand is a module with ``add_parser(subparsers)`` and ``run(args) -> int``.
+
+Error policy of :func:`main`:
+
+- a :class:`~deep500lite.errors.Deep500Error` (bad input, a missing file, an absent framework, ...)
+  is printed in one line, ``deep500lite COMMAND: error: MESSAGE``, and exits with status 2;
+- an argparse usage error is one line and exits with status 2;
+- any other exception is a bug in deep500lite: one line ``deep500lite COMMAND: internal error:
+  TYPE: MESSAGE (rerun with --traceback for details)`` and exit status 1;
+- ``--traceback`` (or ``DEEP500LITE_TRACEBACK=1``) prints the full traceback instead, with the
+  same exit status.
+
+A message of several lines (a :class:`~deep500lite.errors.CompilationError` carries the compiler's
+output) shows its first line only, unless ``--traceback`` is given.
 """
 
 from __future__ import annotations
@@ -10,6 +22,7 @@ import argparse
 import importlib
 import os
 import sys
+import traceback
 
 from deep500lite.errors import Deep500Error
 
@@ -39,18 +52,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _is_user_error(exc: BaseException) -> bool:
-    return isinstance(exc, (Deep500Error, ValueError, TypeError, ImportError, FileNotFoundError,
-                            KeyError, OSError))
+def _one_line(exc: BaseException) -> tuple[str, int]:
+    """The first line of ``exc``'s message (its type's name when it has none) and the number of lines left out."""
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__, 0
+    return " ".join(lines[0].split()), len(lines) - 1
 
 
 def main(argv=None) -> int:
-    """Run the CLI; returns (and, as a console script, exits with) the status code."""
+    """Run the CLI; returns (and, as a console script, exits with) the status code.
+
+    Returns:
+        0 on success, 1 when a run's acceptable metrics do not hold or on an internal error (a
+        bug in deep500lite), 2 on a usage error or a :class:`~deep500lite.errors.Deep500Error`,
+        130 when interrupted.
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
+    show_traceback = bool(args.traceback or os.environ.get("DEEP500LITE_TRACEBACK"))
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
@@ -60,17 +83,21 @@ def main(argv=None) -> int:
         # The reader (e.g. `| head`) went away: stop quietly, as other command-line tools do.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_FAILED
-    except Exception as exc:  # noqa: BLE001 - one line for the user, traceback on request
-        if args.traceback or os.environ.get("DEEP500LITE_TRACEBACK"):
-            raise
-        message = " ".join(str(exc).split()) if str(exc) else type(exc).__name__
-        if isinstance(exc, KeyError) and message.startswith(("'", '"')):
-            message = message[1:-1]
-        if _is_user_error(exc):
+    except Deep500Error as exc:
+        if show_traceback:
+            traceback.print_exc()
+        else:
+            message, more = _one_line(exc)
+            if more:
+                message += f" [{more} more line(s): rerun with --traceback]"
             print(f"deep500lite {args.command}: error: {message}", file=sys.stderr)
-            return EXIT_USAGE
-        print(f"deep500lite {args.command}: internal error: {type(exc).__name__}: {message} "
-              "(rerun with --traceback for details)", file=sys.stderr)
+        return EXIT_USAGE
+    except Exception as exc:  # noqa: BLE001 - anything else is a bug: one line, traceback on request
+        if show_traceback:
+            traceback.print_exc()
+        else:
+            print(f"deep500lite {args.command}: internal error: {type(exc).__name__}: {_one_line(exc)[0]} "
+                  "(rerun with --traceback for details)", file=sys.stderr)
         return EXIT_FAILED
 
 

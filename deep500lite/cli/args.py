@@ -1,18 +1,14 @@
-"""Argument types shared by the subcommands."""
+"""Argument types shared by the subcommands: the one positive-integer and non-negative-integer type.
+
+They live in :mod:`deep500lite.utils`, so the recipe worker (below the CLI) uses the same ones.
+
+Both report a bad value through argparse (a one-line usage error, exit status 2) in one wording::
+
+    deep500lite infer: error: argument --batch-size: must be a positive integer (1, 2, 3, ...). Received: '0'
+"""
 
 from __future__ import annotations
 
-import argparse
+from deep500lite.utils import nonnegative_int, positive_int
 
-__all__ = ["positive_int"]
-
-
-def positive_int(text: str) -> int:
-    """An argparse type: an integer >= 1 (argparse reports anything else as a usage error)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
+__all__ = ["positive_int", "nonnegative_int"]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import sys
 
+from deep500lite.cli.args import positive_int
+
 BENCHMARKS = ("overhead", "op", "dataset", "allreduce")
 
 
@@ -22,11 +24,11 @@ def add_parser(subparsers):
     o.add_argument("--op", action="store_true",
                    help="time a custom operator (Swish, C++) through each framework against the framework's own")
     o.add_argument("--op-kinds", default="cpp", help="with --op: cpp, python or cpp,python (default cpp)")
-    o.add_argument("--elements", type=int, default=1 << 16, help="with --op: vector length (default 65536)")
+    o.add_argument("--elements", type=positive_int, default=1 << 16, help="with --op: vector length (default 65536)")
     o.add_argument("--training", action="store_true",
                    help="time training steps (forward, backward, momentum update) instead of inference")
     o.add_argument("--models", default="lenet,resnet20", help="comma-separated: lenet, resnet20 (default both)")
-    o.add_argument("--batch-size", type=int, default=64, help="samples per call (default 64)")
+    o.add_argument("--batch-size", type=positive_int, default=64, help="samples per call (default 64)")
     o.add_argument("--max-time", type=float, default=20.0, help="seconds of timed work per model (default 20)")
     o.add_argument("--json", default=None, metavar="FILE", help="write results, raw samples and environment here")
     o.set_defaults(func=run_overhead)

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from deep500lite.cli.args import positive_int
+from deep500lite.cli.args import nonnegative_int, positive_int
 
 
 def _shape(text):
@@ -44,7 +44,7 @@ def add_subparser(sub):
                    help="small-file format: npy (default) or png (images in [0, 1], e.g. --dataset digits)")
     p.add_argument("--dir", default=None, metavar="DIR",
                    help="write the files and the shard here and keep them (default: a temporary folder, removed)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the samples and the read order (default 0)")
+    p.add_argument("--seed", type=nonnegative_int, default=0, help="seed of the samples and the read order (default 0)")
     p.add_argument("--json", default=None, metavar="FILE", help="write results, raw samples and environment here")
     p.set_defaults(func=run)
     return p

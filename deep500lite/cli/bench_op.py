@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import sys
 
+from deep500lite.cli.args import positive_int
+
 __all__ = ["add_subparser", "run"]
 
 
@@ -29,7 +31,7 @@ def add_subparser(sub):
                    help="seconds of timed work per case and framework at most (default 2); stops earlier when the "
                         "median's 95%% CI is within 5%%")
     p.add_argument("--device", default="cpu", help="cpu or gpu:N (gpu needs torch with CUDA; default cpu)")
-    p.add_argument("--threads", type=int, default=None,
+    p.add_argument("--threads", type=positive_int, default=None,
                    help="CPU threads for every framework and for the peak (default: the usable cores)")
     p.add_argument("--format", default="table", help="table, markdown or csv (default table)")
     p.add_argument("--json", default=None, metavar="FILE",

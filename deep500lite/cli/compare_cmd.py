@@ -10,16 +10,6 @@ import sys
 __all__ = ["add_parser", "run"]
 
 
-def _repeats(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, received {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, received {value}")
-    return value
-
-
 def _frameworks(text: str) -> list[str]:
     names = [t.strip() for t in text.split(",") if t.strip()]
     if not names:
@@ -28,7 +18,7 @@ def _frameworks(text: str) -> list[str]:
 
 
 def add_parser(subparsers):
-    from deep500lite.cli.run_cmd import _seed
+    from deep500lite.cli.args import nonnegative_int, positive_int
     from deep500lite.metrics.tables import TABLE_FORMATS
 
     p = subparsers.add_parser(
@@ -40,23 +30,23 @@ def add_parser(subparsers):
     p.add_argument("recipe", metavar="RECIPE", help="a recipe file (.py) or a bundled recipe name (digits_lenet)")
     p.add_argument("--frameworks", type=_frameworks, default=["torch", "tensorflow", "onnxruntime", "reference"],
                    metavar="FW,FW,...", help="frameworks to compare (default torch,tensorflow,onnxruntime,reference)")
-    p.add_argument("--repeats", type=_repeats, default=1, metavar="N",
+    p.add_argument("--repeats", type=positive_int, default=1, metavar="N",
                    help="runs per framework, interleaved, each in a new process (default 1)")
     p.add_argument("--out", metavar="DIR", default=None,
                    help="folder for the runs' results and the plots (default d5-results/RECIPE/compare)")
     p.add_argument("--format", choices=TABLE_FORMATS, default="table", help="table format (default table)")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="change a MUTABLE key in every run (repeatable), as for deep500lite run")
-    p.add_argument("--seed", type=_seed, default=0, metavar="N", help="run seed of every run (default 0)")
+    p.add_argument("--seed", type=nonnegative_int, default=0, metavar="N", help="run seed of every run (default 0)")
     p.add_argument("--no-plots", action="store_true", help="do not write plots")
     p.set_defaults(func=run)
     return p
 
 
 def run(args) -> int:
-    from deep500lite.compare import run_comparison
-    from deep500lite.report import comparison_table, significance_lines, write_plots
-    from deep500lite.results import jsonable
+    from deep500lite.recipe.compare import run_comparison
+    from deep500lite.recipe.report import comparison_table, significance_lines, write_plots
+    from deep500lite.recipe.results import jsonable
     from deep500lite.utils import atomic_write_text
 
     outcome = run_comparison(args.recipe, args.frameworks, repeats=args.repeats, out=args.out, sets=args.sets,

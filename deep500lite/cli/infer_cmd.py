@@ -6,7 +6,7 @@ import os
 
 import numpy as np
 
-from deep500lite.cli.args import positive_int
+from deep500lite.cli.args import nonnegative_int, positive_int
 from deep500lite.errors import UserError
 
 
@@ -26,7 +26,7 @@ def add_parser(subparsers):
                    help="feeds as an .npz file with one array per model input")
     p.add_argument("--batch-size", type=positive_int, default=1,
                    help="size of an open batch dimension for random inputs (default 1)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    p.add_argument("--seed", type=nonnegative_int, default=0, help="seed of the random inputs (default 0)")
     p.add_argument("--device", default="cpu", help="cpu or gpu:N (default cpu)")
     p.add_argument("--max-time", type=float, default=2.0,
                    help="seconds of timed runs per framework (default 2; at least 10 runs)")

@@ -11,6 +11,7 @@ import argparse
 import os
 import sys
 
+from deep500lite.cli.args import positive_int
 from deep500lite.errors import Deep500Error, UserError
 from deep500lite.lv3.launch import JobTimeout, find_mpiexec, run_job
 
@@ -28,7 +29,7 @@ def add_parser(subparsers):
                      "'python -m mpi4py', so an exception on any rank ends the whole job. The job's exit status is "
                      "returned. Put '--' before COMMAND when it starts with an option (-- -m MODULE). "
                      "See docs/distributed.md."))
-    p.add_argument("-n", "--ranks", type=int, required=True, help="number of MPI ranks")
+    p.add_argument("-n", "--ranks", type=positive_int, required=True, help="number of MPI ranks")
     p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
                    help="end the whole job after this many seconds, exit status 124 (default: no limit)")
     p.add_argument("--comm-timeout", type=float, default=None, metavar="SECONDS",
@@ -77,8 +78,6 @@ def build_command(command: list[str]) -> list[str]:
 
 def run(args) -> int:
     """Launch the job; returns its exit status (124 on timeout, 128 + N when killed by signal N)."""
-    if isinstance(args.ranks, bool) or args.ranks < 1:
-        raise UserError(f"-n/--ranks must be an integer >= 1. Received: -n {args.ranks}")
     for option, value in (("--timeout", args.timeout), ("--comm-timeout", args.comm_timeout)):
         if value is not None and not value > 0:
             raise UserError(f"{option} must be a number of seconds > 0. Received: {option} {value}")

@@ -9,6 +9,8 @@ import sys
 
 from deep500lite.cli.args import positive_int
 
+__all__ = ["add_parser", "run", "resolve_source"]
+
 SPLITS = ("train", "test", "both")
 
 
@@ -19,15 +21,16 @@ def _image_size(text):
     except ValueError:
         size = []
     if len(size) not in (1, 2) or min(size) < 1:
-        raise argparse.ArgumentTypeError(f"expected N or HxW with positive integers (e.g. 224 or 224x224), "
-                                         f"got {text!r}")
+        raise argparse.ArgumentTypeError(f"must be N or HxW with positive integers (e.g. 224 or 224x224). "
+                                         f"Received: {text!r}")
     return tuple(size * 2 if len(size) == 1 else size)
 
 
 def _option(text):
     key, sep, value = text.partition("=")
     if not sep or not key.isidentifier():
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE (e.g. shape=[3,32,32]), got {text!r}")
+        raise argparse.ArgumentTypeError(f"must be KEY=VALUE with KEY a Python identifier (e.g. shape=[3,32,32]). "
+                                         f"Received: {text!r}")
     try:
         return key, ast.literal_eval(value)
     except (ValueError, SyntaxError):

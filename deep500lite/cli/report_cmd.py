@@ -23,8 +23,8 @@ def add_parser(subparsers):
 
 
 def run(args) -> int:
-    from deep500lite.compare import compare_results
-    from deep500lite.report import comparison_table, load_results, significance_lines, write_plots
+    from deep500lite.recipe.compare import compare_results
+    from deep500lite.recipe.report import comparison_table, load_results, significance_lines, write_plots
 
     results = load_results(args.results)
     comparison = compare_results(results)

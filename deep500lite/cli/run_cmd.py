@@ -1,32 +1,20 @@
 """``deep500lite run``: run a recipe file and judge its acceptable metrics.
 
 Exit status 0 when every acceptable metric holds, 1 when one does not (or the determinism check
-finds a difference), 2 on a usage error. ``python -m deep500lite.cli.run_cmd ARGS`` is the same
-as ``deep500lite run ARGS`` (``deep500lite compare`` starts its runs that way).
+finds a difference), 2 on a usage error. A single run happens in this process
+(:func:`deep500lite.recipe.worker.run_single`, what the workers ``compare`` starts run); ``-n N``
+starts the recipe workers on N MPI ranks (:mod:`deep500lite.recipe.distributed`).
 """
 
 from __future__ import annotations
 
-import argparse
 import os
-import sys
 
-from deep500lite.cli.args import positive_int
-from deep500lite.errors import Deep500Error
+from deep500lite.cli.args import nonnegative_int, positive_int
 
-__all__ = ["add_parser", "run", "default_out", "main"]
+__all__ = ["add_parser", "run", "default_out"]
 
 PROGRESS = ("auto", "bar", "lines", "none")
-
-
-def _seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0, received {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0, received {value}")
-    return value
 
 
 def add_parser(subparsers):
@@ -41,7 +29,7 @@ def add_parser(subparsers):
                         "KEY may be dotted: optimizer_kwargs.learning_rate=0.1")
     p.add_argument("--out", metavar="DIR", default=None,
                    help="folder for results.json, epochs.csv, steps.csv (default d5-results/RECIPE/FRAMEWORK)")
-    p.add_argument("--seed", type=_seed, default=0, metavar="N",
+    p.add_argument("--seed", type=nonnegative_int, default=0, metavar="N",
                    help="run seed for every component whose seed the recipe leaves open (default 0)")
     p.add_argument("--check-determinism", action="store_true",
                    help="run twice with the same seed and report the first step where losses or parameters differ")
@@ -65,8 +53,6 @@ def add_parser(subparsers):
     d.add_argument("--comm-timeout", type=float, default=None, metavar="SECONDS",
                    help="with -n: a communication waiting longer ends the job with an error naming the rank and "
                         "operation (default 300)")
-    p.add_argument("--rank-job", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--max-steps", type=positive_int, default=None, help=argparse.SUPPRESS)
     p.set_defaults(func=run)
     return p
 
@@ -77,7 +63,7 @@ def default_out(recipe_name: str, framework: str) -> str:
 
 
 def _resolve(args):
-    from deep500lite.recipe import load_recipe, parse_set
+    from deep500lite.recipe.loading import load_recipe, parse_set
 
     recipe = load_recipe(args.recipe)
     overrides = {}
@@ -89,7 +75,7 @@ def _resolve(args):
 
 def _run_ranks(args, resolved, out: str, progress) -> int:
     from deep500lite.errors import UserError
-    from deep500lite.lv3.runs import DEFAULT_COMM_TIMEOUT, run_distributed
+    from deep500lite.recipe.distributed import DEFAULT_COMM_TIMEOUT, run_distributed
 
     if resolved.config.get("distributed") is None:
         raise UserError(f"-n {args.ranks} needs a recipe with a 'distributed' component (a distributed optimizer such "
@@ -112,43 +98,18 @@ def _run_ranks(args, resolved, out: str, progress) -> int:
     return 0 if result.passed else 1
 
 
-def _rank_job(args, resolved, out: str, progress) -> int:
-    """One rank of a ``run -n`` job: train and write results; the parent judges. Errors end the whole job."""
-    from deep500lite.lv2.events import StepBudgetStop
-    from deep500lite.recipe import train_recipe
-
-    try:
-        events = [StepBudgetStop(args.max_steps)] if args.max_steps else []
-        train_recipe(resolved, args.seed, progress=progress, out=out, events=events)
-    except BaseException as exc:  # noqa: BLE001 - any failure must end every rank, not leave them waiting
-        from mpi4py import MPI
-
-        world = MPI.COMM_WORLD
-        detail = str(exc) if not isinstance(exc, KeyboardInterrupt) else "interrupted"
-        print(f"deep500lite run: rank {world.Get_rank()} of {world.Get_size()}: error: {type(exc).__name__}: "
-              f"{detail}", file=sys.stderr, flush=True)
-        if not isinstance(exc, (Deep500Error, KeyboardInterrupt)):
-            import traceback
-
-            traceback.print_exc()
-        world.Abort(2)
-    return 0
-
-
 def run(args) -> int:
-    from deep500lite.recipe import check_determinism, train_recipe
+    from deep500lite.recipe.determinism import check_determinism
+    from deep500lite.recipe.worker import header_line, run_single
 
     resolved = _resolve(args)
     out = args.out or default_out(resolved.name, resolved.framework)
     progress = None if args.progress == "none" else args.progress
-    if args.rank_job:
-        return _rank_job(args, resolved, out, progress)
     if args.ranks is not None:
         return _run_ranks(args, resolved, out, progress)
     mllog = os.path.join(out, "mllog.log") if args.mllog else None
-    print(f"recipe {resolved.name}: {resolved.framework}, seed {args.seed}"
-          + (f", set {', '.join(args.sets)}" if args.sets else ""), flush=True)
     if args.check_determinism:
+        print(header_line(resolved, args.seed, args.sets), flush=True)
         report = check_determinism(resolved, args.seed, progress=progress, out=out)
         first = report.runs[0]
         for line in first.lines():
@@ -161,30 +122,8 @@ def run(args) -> int:
         from deep500lite.lv2.events import PlotWriter
 
         events.append(PlotWriter(out))
-    result = train_recipe(resolved, args.seed, progress=progress, out=out, mllog=mllog,
-                          divergence=args.divergence, events=events)
-    for line in result.lines():
-        print(line)
-    div = result.results.get("divergence")
-    if div and div.get("error"):
-        print(f"first step vs {div['reference']}: not measured ({div['error']})")
-    elif div and not div.get("is_reference"):
-        print(f"first step vs {div['reference']}: max |outputs diff| {div['outputs']:.3g}, "
-              f"max |gradients diff| {div['gradients']:.3g} ({div['worst_gradient']})")
-    print(f"results: {result.results_path}" + (f"; MLPerf log: {mllog}" if mllog else ""))
+    result = run_single(resolved, args.seed, out, sets=args.sets, progress=progress, mllog=mllog,
+                        divergence=args.divergence, events=events)
     if args.plots:
         print(f"plots: {os.path.join(out, 'loss.png')}, {os.path.join(out, 'accuracy.png')}")
     return 0 if result.passed else 1
-
-
-def main(argv=None) -> int:
-    """``deep500lite run`` as a program (``python -m deep500lite.cli.run_cmd``)."""
-    from deep500lite import cli
-
-    if "run" not in cli.SUBCOMMANDS:
-        cli.SUBCOMMANDS = (*cli.SUBCOMMANDS, "run")
-    return cli.main(["run", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    sys.exit(main())

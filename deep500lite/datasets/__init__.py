@@ -26,7 +26,7 @@ from deep500lite.datasets.formats import (ImageFolderDataset, read_cifar_batch, 
 from deep500lite.datasets.shards import ShardDataset, read_shard_header, verify_shard, write_shards
 from deep500lite.datasets.tfrecord import (crc32c, masked_crc32c, parse_example, read_tfrecord, serialize_example,
                                            write_tfrecord)
-from deep500lite.errors import UserError, format_choices
+from deep500lite.errors import FrameworkNotAvailableError, UserError, format_choices
 from deep500lite.lv0.tensordesc import TensorDescriptor
 from deep500lite.lv2.dataset import NumpyDataset
 
@@ -97,8 +97,9 @@ def _digits(input_node, label_node, root=None, seed=0, test_fraction=0.25):
     try:
         from sklearn.datasets import load_digits
     except ImportError as exc:
-        raise ImportError("Dataset 'digits' needs scikit-learn: pip install 'deep500lite[datasets]'") from exc
-    if not 0 < test_fraction < 1:
+        raise FrameworkNotAvailableError(
+            "Dataset 'digits' needs scikit-learn, which is not installed: pip install 'deep500lite[datasets]'") from exc
+    if not isinstance(test_fraction, (int, float, np.integer, np.floating)) or not 0 < test_fraction < 1:
         raise UserError(f"test_fraction must be in (0, 1). Received: {test_fraction!r}")
     d = load_digits()
     x = (d.images.astype(np.float32) / 16.0)[:, None, :, :]
@@ -127,6 +128,8 @@ def _synthetic(input_node, label_node, root=None, seed=0, shape=(1, 28, 28), cla
                test_size=256, separation=1.0):
     _no_root("synthetic", root)
     shape = _synthetic_args(shape, classes, train_size, test_size)
+    if not isinstance(separation, (int, float, np.integer, np.floating)) or isinstance(separation, bool):
+        raise UserError(f"synthetic: separation must be a number. Received: {separation!r}")
     rng = np.random.default_rng(seed)
     # Each class has a fixed random pattern; a sample is its class's pattern (times `separation`)
     # plus standard normal noise, so networks can learn the classes.
@@ -310,7 +313,8 @@ def dataset_shape(name: str, root=None, **kwargs) -> tuple:
     if name == "digits":
         return (10, 1, 8, 8)
     if name == "synthetic":
-        return (int(opts["classes"]), *_synthetic_args(opts["shape"], opts["classes"]))
+        shape = _synthetic_args(opts["shape"], opts["classes"])
+        return (int(opts["classes"]), *shape)
     if name == "imagefolder":
         train, _ = _load_only_train(name, root, opts)
         return (train.classes, *train.sample_shape())

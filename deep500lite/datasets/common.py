@@ -11,11 +11,12 @@ import os
 
 import numpy as np
 
-from deep500lite.errors import MissingDatasetError, CorruptFileError  # noqa: F401 - defined in errors, re-exported here
+from deep500lite.errors import (CorruptFileError, MissingDatasetError,  # noqa: F401 - re-exported here
+                                UserError, UserTypeError)
 from deep500lite.lv2.dataset import Dataset
 
 __all__ = ["DATA_ENV", "default_root", "resolve_root", "MissingDatasetError", "CorruptFileError",
-           "missing_file_error", "UInt8ImageDataset"]
+           "missing_file_error", "read_file_bytes", "UInt8ImageDataset"]
 
 DATA_ENV = "DEEP500LITE_DATA"
 
@@ -58,6 +59,28 @@ def missing_file_error(dataset: str, path: str, source: str, root_given: bool, a
         f"nothing: {source} Put the file(s) in '{folder}'.{how}")
 
 
+def read_file_bytes(path) -> bytes:
+    """The whole content of a dataset file.
+
+    Args:
+        path: the file.
+
+    Raises:
+        MissingDatasetError: ``path`` does not exist.
+        UserError: ``path`` is a folder or cannot be read (no permission, ...).
+    """
+    path = os.fspath(path)
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError as exc:
+        raise MissingDatasetError(f"Dataset file '{path}' does not exist; pass the path of an existing file. "
+                                  f"Received: {path!r}") from exc
+    except OSError as exc:
+        raise UserError(f"Cannot read dataset file '{path}': {exc.strerror or exc}; pass a readable file. "
+                        f"Received: {path!r}") from exc
+
+
 class UInt8ImageDataset(Dataset):
     """Images kept as uint8 (a quarter of the memory of float32) and served as float32 in [0, 1].
 
@@ -75,10 +98,10 @@ class UInt8ImageDataset(Dataset):
                  classes: int | None = None):
         super().__init__(input_node, label_node)
         if images.dtype != np.uint8:
-            raise TypeError(f"UInt8ImageDataset holds uint8 images. Received dtype {images.dtype}.")
+            raise UserTypeError(f"UInt8ImageDataset holds uint8 images. Received dtype {images.dtype}.")
         if len(labels) != len(images):
-            raise ValueError(f"UInt8ImageDataset needs one label per image: {len(images)} images, "
-                             f"{len(labels)} labels.")
+            raise UserError(f"UInt8ImageDataset needs one label per image. Received: {len(images)} images, "
+                            f"{len(labels)} labels.")
         self.images = images
         self.labels = np.asarray(labels, dtype=np.int64)
         self.classes = classes

@@ -14,8 +14,8 @@ import zlib
 
 import numpy as np
 
-from deep500lite.datasets.common import CorruptFileError
-from deep500lite.errors import UserError
+from deep500lite.datasets.common import CorruptFileError, read_file_bytes
+from deep500lite.errors import FrameworkNotAvailableError, MissingDatasetError, UserError
 from deep500lite.lv2.dataset import Dataset
 
 __all__ = ["read_idx", "read_gzip_or_plain", "read_cifar_batch", "IMAGE_EXTENSIONS",
@@ -33,9 +33,9 @@ def read_gzip_or_plain(path) -> bytes:
 
     Raises:
         CorruptFileError: a gzip stream that is truncated or fails its CRC-32/length check.
+        MissingDatasetError: ``path`` does not exist.
     """
-    with open(path, "rb") as f:
-        raw = f.read()
+    raw = read_file_bytes(path)
     if raw[:2] != b"\x1f\x8b":
         return raw
     try:
@@ -102,10 +102,10 @@ def read_cifar_batch(path, label_bytes: int, classes: tuple) -> tuple[np.ndarray
 
     Raises:
         CorruptFileError: a length that is not a whole number of records, or a label out of range.
+        MissingDatasetError: ``path`` does not exist.
     """
     record = label_bytes + CIFAR_IMAGE_BYTES
-    with open(path, "rb") as f:
-        raw = f.read()
+    raw = read_file_bytes(path)
     if not raw or len(raw) % record:
         raise CorruptFileError(path, f"wrong length: {len(raw)} bytes is not a whole, non-zero number of "
                                      f"{record}-byte records ({label_bytes} label byte(s) + {CIFAR_IMAGE_BYTES} "
@@ -136,9 +136,17 @@ def scan_image_folder(folder: str, classes: list[str] | None = None) -> tuple[li
         ``(classes, files, labels)``: class names, image paths sorted by class then name, int64 labels.
 
     Raises:
-        UserError: a class folder unknown to ``classes``, or no image at all.
+        UserError: a class folder unknown to ``classes``, no image at all, or ``folder`` not a readable folder.
+        MissingDatasetError: ``folder`` does not exist.
     """
-    found = sorted(e.name for e in os.scandir(folder) if e.is_dir())
+    try:
+        found = sorted(e.name for e in os.scandir(folder) if e.is_dir())
+    except FileNotFoundError as exc:
+        raise MissingDatasetError(f"Image folder '{folder}' does not exist; it must hold <class>/<image>. "
+                                  f"Received: {folder!r}") from exc
+    except OSError as exc:
+        raise UserError(f"Cannot list image folder '{folder}': {exc.strerror or exc}; it must be a readable folder "
+                        f"holding <class>/<image>. Received: {folder!r}") from exc
     if classes is None:
         classes = found
     index = {c: i for i, c in enumerate(classes)}
@@ -189,7 +197,11 @@ class ImageFolderDataset(Dataset):
         return (self.channels, *self._expected)
 
     def _load(self, i: int) -> np.ndarray:
-        from PIL import Image, UnidentifiedImageError
+        try:
+            from PIL import Image, UnidentifiedImageError
+        except ImportError as exc:
+            raise FrameworkNotAvailableError("Reading an image folder needs Pillow, which is not installed: "
+                                             "pip install 'deep500lite[datasets]'") from exc
 
         path = self.files[i]
         try:

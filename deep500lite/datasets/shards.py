@@ -31,7 +31,7 @@ import zlib
 import numpy as np
 
 from deep500lite.datasets.common import CorruptFileError, missing_file_error
-from deep500lite.errors import UserError, format_choices
+from deep500lite.errors import MissingDatasetError, UserError, format_choices
 from deep500lite.lv2.dataset import Dataset
 
 __all__ = ["SHARD_SUFFIX", "SHARD_MAGIC", "write_shards", "ShardDataset", "read_shard_header", "verify_shard",
@@ -84,13 +84,15 @@ def write_shards(dataset: Dataset, path, batch_size: int = 1024, image_dtype: st
         The header written (a dict).
 
     Raises:
-        UserError: an empty dataset, samples of varying shape or dtype, or ``image_dtype="uint8"``
-            for samples outside [0, 1].
+        UserError: an empty dataset, samples of varying shape or dtype, ``image_dtype="uint8"``
+            for samples outside [0, 1], or a ``path`` that cannot be written.
     """
     if image_dtype not in IMAGE_DTYPES:
         raise UserError(f"image_dtype must be one of {format_choices(IMAGE_DTYPES)}. Received: {image_dtype!r}")
     if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
         raise UserError(f"batch_size must be a positive integer. Received: {batch_size!r}")
+    if limit is not None and (not isinstance(limit, (int, np.integer)) or isinstance(limit, bool)):
+        raise UserError(f"limit must be None or a positive integer. Received: limit={limit!r}")
     count = len(dataset) if limit is None else min(int(limit), len(dataset))
     if count < 1:
         raise UserError(f"Cannot write a shard of an empty dataset ({len(dataset)} samples, limit={limit!r}).")
@@ -120,8 +122,12 @@ def write_shards(dataset: Dataset, path, batch_size: int = 1024, image_dtype: st
               "fields": fields, "classes": None if classes is None else int(classes), "source": source or {},
               "record_checksum": "crc32", "data_offset": 0, "index_offset": 0, "file_size": 0}
     folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=SHARD_SUFFIX, dir=folder)
+    try:
+        os.makedirs(folder, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=SHARD_SUFFIX, dir=folder)
+    except OSError as exc:
+        raise UserError(f"Cannot write the shard file '{path}': {exc.strerror or exc}; its folder must be "
+                        f"writable. Received: {path!r}") from exc
     crcs = np.empty(count, dtype="<u4")
     max_label, quant_err = -1, 0.0
     try:
@@ -193,11 +199,20 @@ def read_shard_header(path) -> dict:
     Raises:
         CorruptFileError: bad magic number, header CRC mismatch, an unreadable header, or a file
             size other than the header declares (truncated or with extra bytes).
-        FileNotFoundError: the file does not exist.
+        MissingDatasetError: the file does not exist (a ``FileNotFoundError``).
+        UserError: the file cannot be read (a folder, no permission).
     """
     path = os.fspath(path)
-    size = os.path.getsize(path)
-    with open(path, "rb") as f:
+    try:
+        size = os.path.getsize(path)
+        f = open(path, "rb")
+    except FileNotFoundError as exc:
+        raise MissingDatasetError(f"Shard file '{path}' does not exist; pass a .d5shard file written by "
+                                  f"`deep500lite pack` or write_shards. Received: {path!r}") from exc
+    except OSError as exc:
+        raise UserError(f"Cannot read shard file '{path}': {exc.strerror or exc}; pass a readable .d5shard file. "
+                        f"Received: {path!r}") from exc
+    with f:
         prefix = f.read(_PREFIX)
         if len(prefix) < _PREFIX:
             raise CorruptFileError(path, f"wrong length: {size} bytes, shorter than the {_PREFIX}-byte prefix of a "

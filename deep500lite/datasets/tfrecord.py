@@ -37,9 +37,9 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from deep500lite.errors import ExampleParseError  # noqa: F401 - defined in errors, re-exported here
 from deep500lite.datasets.common import CorruptFileError
-from deep500lite.errors import UserError, format_choices
+from deep500lite.errors import ExampleParseError  # noqa: F401 - defined in errors, re-exported here
+from deep500lite.errors import MissingDatasetError, UserError, format_choices
 
 __all__ = ["crc32c", "masked_crc32c", "read_tfrecord", "write_tfrecord", "parse_example", "serialize_example",
            "ExampleParseError", "COMPRESSIONS"]
@@ -203,16 +203,29 @@ def read_tfrecord(path, compression: str | None = None, check_crc: bool = True) 
     Raises:
         CorruptFileError: (while iterating) a truncated record, or a length or data CRC mismatch; the message names
             the file and the byte offset of the record (in the decompressed stream when compressed).
-        FileNotFoundError: ``path`` does not exist.
+        MissingDatasetError: ``path`` does not exist (a ``FileNotFoundError``).
+        UserError: ``path`` is a folder or cannot be read.
     """
     key = _check_compression(compression)
     path = os.fspath(path)
-    size = os.path.getsize(path) if key is None else None
+    with _open_tfrecord(path) as f:  # a missing or unreadable file is named here, not at the first record
+        size = os.fstat(f.fileno()).st_size if key is None else None
     return _records(path, key, size, check_crc)
 
 
+def _open_tfrecord(path: str):
+    try:
+        return open(path, "rb")
+    except FileNotFoundError as exc:
+        raise MissingDatasetError(f"TFRecord file '{path}' does not exist; pass the path of an existing file. "
+                                  f"Received: {path!r}") from exc
+    except OSError as exc:
+        raise UserError(f"Cannot read TFRecord file '{path}': {exc.strerror or exc}; pass a readable file. "
+                        f"Received: {path!r}") from exc
+
+
 def _records(path: str, key, size, check_crc: bool) -> Iterator[bytes]:
-    with open(path, "rb") as raw:
+    with _open_tfrecord(path) as raw:
         f = gzip.GzipFile(fileobj=raw) if key == "GZIP" else _ZlibReader(raw) if key == "ZLIB" else raw
         offset = index = 0
         while True:
@@ -263,10 +276,18 @@ def write_tfrecord(path, records: Iterable[bytes], compression: str | None = Non
 
     Returns:
         The number of records written.
+
+    Raises:
+        UserError: an unknown ``compression``, or a ``path`` that cannot be written.
     """
     key = _check_compression(compression)
     n = 0
-    with open(path, "wb") as raw:
+    try:
+        raw = open(path, "wb")
+    except OSError as exc:
+        raise UserError(f"Cannot write TFRecord file '{os.fspath(path)}': {exc.strerror or exc}; its folder must "
+                        f"exist and be writable. Received: {os.fspath(path)!r}") from exc
+    with raw:
         z = zlib.compressobj() if key == "ZLIB" else None
         f = gzip.GzipFile(fileobj=raw, mode="wb") if key == "GZIP" else raw
         try:

@@ -5,10 +5,19 @@ from deep500lite.lv0.cppop import (CompilationError, CppOp, CppOpError, compile_
 from deep500lite.lv0.custom import CUSTOM_DOMAIN, custom_node, register_op, registered_op, unregister_op
 from deep500lite.lv0.operator import CustomOp, CustomPythonOp, Operator
 from deep500lite.lv0.tensordesc import TensorDescriptor, tensordesc
-from deep500lite.lv0.validation import (DeterminismResult, FrameworkOp, OpTestResult, framework_op, test_op_determinism,
-                                       test_op_forward, test_op_gradient)
+from deep500lite.lv0.validation import (DeterminismResult, OpTestResult, test_op_determinism, test_op_forward,
+                                       test_op_gradient)
 
 __all__ = ["TensorDescriptor", "tensordesc", "Operator", "CustomOp", "CustomPythonOp", "CUSTOM_DOMAIN",
            "register_op", "unregister_op", "registered_op", "custom_node", "compile_custom_cppop",
-           "compile_custom_cppop_inline", "CppOp", "CompilationError", "CppOpError", "test_op_forward", "test_op_gradient",
-           "test_op_determinism", "framework_op", "OpTestResult", "DeterminismResult", "FrameworkOp"]
+           "compile_custom_cppop_inline", "CppOp", "CompilationError", "CppOpError", "test_op_forward",
+           "test_op_gradient", "test_op_determinism", "OpTestResult", "DeterminismResult"]
+
+_MOVED_TO_LV1 = ("FrameworkOp", "framework_op")
+
+
+def __getattr__(name: str):
+    # FrameworkOp builds executors, so it is level 1 now; say where it went instead of a bare AttributeError.
+    if name in _MOVED_TO_LV1:
+        raise AttributeError(f"deep500lite.lv0.{name} moved to level 1: use deep500lite.lv1.{name} or d5.{name}.")
+    raise AttributeError(f"module 'deep500lite.lv0' has no attribute {name!r}")

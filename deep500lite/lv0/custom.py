@@ -6,7 +6,8 @@ node of an ONNX graph in a custom domain once it is registered under an op type:
     d5.register_op(op, "Swish")                       # domain ai.onnx.contrib
     network.add_custom_operation("Swish", ["x"], ["y"])
 
-Every executor looks registered ops up by ``(domain, op_type)`` when it builds a graph: torch
+Every executor looks registered ops up by ``(domain, op_type)`` with :func:`lookup_custom_op` (one
+lookup, one "not registered" message) when it checks and builds a graph: torch
 wraps the op in an ``autograd.Function``, TensorFlow in a ``tf.custom_gradient``, ONNX Runtime in
 an onnxruntime-extensions Python operator and the reference executor in an
 ``onnx.reference.op_run.OpRun``. Registering an op also registers its backward as the op type
@@ -26,12 +27,12 @@ from typing import Sequence
 import numpy as np
 import onnx
 
-from deep500lite.errors import UserError
+from deep500lite.errors import UnsupportedOperatorError, UserError
 from deep500lite.lv0.operator import CustomOp, Operator
 from deep500lite.lv0.tensordesc import TensorDescriptor
 
 __all__ = ["CUSTOM_DOMAIN", "register_op", "unregister_op", "registered_op", "registered_ops",
-           "custom_node", "grad_op_type", "is_custom_domain", "BackwardOp", "as_tuple"]
+           "lookup_custom_op", "custom_node", "grad_op_type", "is_custom_domain", "BackwardOp", "as_tuple"]
 
 CUSTOM_DOMAIN = "ai.onnx.contrib"
 _GRAD_SUFFIX = "_Grad"
@@ -153,18 +154,35 @@ def registered_ops() -> dict[tuple[str, str], Operator]:
         return dict(_OPS)
 
 
-def lookup(node: onnx.NodeProto, framework: str) -> Operator:
-    """The registered operator of a custom-domain node, or a :class:`UnsupportedOperatorError`."""
-    op = registered_op(node.domain, node.op_type)
-    if op is None:
-        from deep500lite.errors import UnsupportedOperatorError
+def lookup_custom_op(op_type: str, domain: str = CUSTOM_DOMAIN, node_name: str | None = None) -> Operator:
+    """The operator registered as ``domain::op_type``: the one lookup every executor and converter uses.
 
-        known = sorted(f"{d}::{t}" for d, t in _OPS if not t.endswith(_GRAD_SUFFIX))
+    Every executor's support check (:meth:`GraphExecutor.check_supported`) and every framework's
+    converter of custom-domain nodes call this, so a node nobody registered is refused with the same
+    message everywhere.
+
+    Args:
+        op_type: the node's op type (``<op_type>_Grad`` finds the backward of a registered op).
+        domain: the node's domain.
+        node_name: the node's name, for the message.
+
+    Returns:
+        The registered operator (a :class:`BackwardOp` for ``*_Grad``).
+
+    Raises:
+        UnsupportedOperatorError: nothing is registered as ``domain::op_type``.
+    """
+    op = registered_op(domain, op_type)
+    if op is None:
+        with _lock:
+            known = sorted(f"{d}::{t}" for d, t in _OPS if not t.endswith(_GRAD_SUFFIX))
+        node = f" (node '{node_name}')" if node_name else ""
         raise UnsupportedOperatorError(
-            f"The {framework} executor cannot run '{node.domain}::{node.op_type}' (node "
-            f"'{node.name or node.output[0]}'): no custom operator is registered under that name. "
-            f"Register one with d5.register_op(op, '{node.op_type}', domain='{node.domain}'). "
-            f"Registered: {', '.join(known) if known else 'none'}.")
+            f"Operator '{domain}::{op_type}'{node} is not a registered custom operator. Register it "
+            f"with d5.register_op(op, '{op_type}', domain='{domain}'), or add the node with "
+            f"Network.add_custom_operation('{op_type}', inputs, outputs, op=op, domain='{domain}'); "
+            f"registered custom operators: {', '.join(known) if known else 'none'}. "
+            f"Received: op_type={op_type!r}, domain={domain!r}.")
     return op
 
 

@@ -8,6 +8,7 @@ from typing import ClassVar
 import numpy as np
 
 from deep500lite.errors import DeviceError, UnsupportedOperatorError
+from deep500lite.lv0.custom import lookup_custom_op
 from deep500lite.lv1.device import Device, as_device
 from deep500lite.lv1.network import Network, iter_nodes, load_model
 
@@ -42,8 +43,10 @@ class GraphExecutor(abc.ABC):
                 + self.device_unavailable_reason(device)
             )
         self.devname: Device = device
-        self.network: Network = load_model(network)._attach(self)
-        self.check_supported(self.network)
+        network = load_model(network)
+        # Checked before attaching, so a refused network stays usable with another executor.
+        self.check_supported(network)
+        self.network: Network = network._attach(self)
 
     # ----------------------------------------------------------------- contract
     @abc.abstractmethod
@@ -111,15 +114,14 @@ class GraphExecutor(abc.ABC):
             return
         for node in iter_nodes(network.graph):
             if node.domain not in ("", "ai.onnx"):
+                # The registration is checked first, so an unregistered op gets the same message everywhere.
+                lookup_custom_op(node.op_type, node.domain, node.name or node.output[0])
                 if not cls.supports_custom_domain(node.domain):
                     raise UnsupportedOperatorError(
                         f"The {cls.framework} executor does not support operator "
                         f"'{node.domain}::{node.op_type}' (node '{node.name or node.output[0]}'): "
                         f"{cls.custom_domain_reason(node.domain)}"
                     )
-                from deep500lite.lv0.custom import lookup
-
-                lookup(node, cls.framework)
                 continue
             if node.op_type not in cls.SUPPORTED_OPS:
                 from deep500lite.registry import executors_supporting
@@ -146,3 +148,18 @@ class GraphExecutor(abc.ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(device={self.devname}, network={self.network!r})"
+
+    def device_peak_memory(self, reset: bool = False) -> int | None:
+        """The peak memory allocated on the executor's accelerator, in bytes.
+
+        Executors that can read it (torch and TensorFlow on a GPU) override this;
+        :class:`~deep500lite.metrics.training.PeakMemory` calls it.
+
+        Args:
+            reset: start a new peak now instead of reading it (then returns None).
+
+        Returns:
+            Bytes since the last reset (or since the device was first used), or None on the CPU,
+            after a reset, or when the framework cannot tell (the default).
+        """
+        return None

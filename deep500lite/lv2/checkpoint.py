@@ -104,9 +104,12 @@ def _decode(value, arrays):
     if "__array__" in value:
         arr = np.array(arrays[value["__array__"]])
         if value.get("torch"):
-            import torch
+            # Saved from a torch tensor: the torch framework package makes it one again (lv2 imports no torch).
+            from deep500lite.lv1.device import CPUDevice
+            from deep500lite.registry import framework_module
 
-            return torch.from_numpy(arr)
+            cpu = framework_module("torch").torch_device(CPUDevice())
+            return framework_module("torch", "dtypes").to_torch(arr, cpu)
         return arr
     if "__float__" in value:
         return float(value["__float__"])
@@ -123,7 +126,9 @@ def _public_attributes(opt) -> dict:
 
 
 def _is_native(opt, framework: str) -> bool:
-    return type(opt).__module__.startswith(f"deep500lite.frameworks.{framework}.")
+    from deep500lite.registry import FRAMEWORKS
+
+    return type(opt).__module__.startswith(FRAMEWORKS[framework][0] + ".")
 
 
 def _optimizer_state(opt) -> dict:

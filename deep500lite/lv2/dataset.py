@@ -6,6 +6,8 @@ import abc
 
 import numpy as np
 
+from deep500lite.errors import UserError
+
 __all__ = ["Dataset", "NumpyDataset"]
 
 
@@ -46,6 +48,9 @@ class NumpyDataset(Dataset):
         input_node: the network input the samples feed.
         labels: one label per sample, or None.
         label_node: the network input the labels feed.
+
+    Raises:
+        UserError: labels whose count differs from the samples', or labels without a ``label_node``.
     """
 
     def __init__(self, data: np.ndarray, input_node: str, labels: np.ndarray | None = None,
@@ -55,11 +60,12 @@ class NumpyDataset(Dataset):
         if labels is not None:
             labels = np.asarray(labels)
             if len(labels) != len(data):
-                raise ValueError(
-                    f"NumpyDataset needs one label per sample: {len(data)} samples, {len(labels)} labels."
+                raise UserError(
+                    f"NumpyDataset needs one label per sample. Received: {len(data)} samples, {len(labels)} labels."
                 )
             if label_node is None:
-                raise ValueError("NumpyDataset was given labels but no label_node to feed them to.")
+                raise UserError("NumpyDataset was given labels but no label_node to feed them to: pass "
+                                "label_node= (the network input the labels feed). Received: label_node=None")
         self.data, self.labels = data, labels
 
     def __getitem__(self, index):

@@ -7,6 +7,8 @@ from typing import Callable
 
 import numpy as np
 
+from deep500lite.errors import UserAttributeError
+
 __all__ = ["Optimizer", "ThreeStepOptimizer", "UpdateRuleOptimizer"]
 
 GradientModifier = Callable[[str, np.ndarray, np.ndarray], np.ndarray]
@@ -43,10 +45,10 @@ class Optimizer(abc.ABC):
         """Change a hyperparameter (for example ``learning_rate``) between steps.
 
         Raises:
-            AttributeError: the optimizer has no such hyperparameter.
+            UserAttributeError: the optimizer has no such hyperparameter (an ``AttributeError``).
         """
         if not hasattr(self, name) or name.startswith("_") or callable(getattr(self, name)):
-            raise AttributeError(f"{type(self).__name__} has no hyperparameter '{name}'.")
+            raise UserAttributeError(f"{type(self).__name__} has no hyperparameter '{name}'.")
         setattr(self, name, value)
 
 

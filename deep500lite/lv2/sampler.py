@@ -21,15 +21,15 @@ from typing import Sequence
 
 import numpy as np
 
-from deep500lite.errors import UserError
+from deep500lite.errors import UserError, UserTypeError
 
 __all__ = ["Sampler", "OrderedSampler", "ShuffleSampler", "BucketSampler"]
 
 
 def _check_dataset(dataset) -> int:
     if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
-        raise TypeError(f"A sampler needs a dataset with __len__ and __getitem__ (a d5.Dataset). "
-                        f"Received: {type(dataset).__name__}")
+        raise UserTypeError(f"A sampler needs a dataset with __len__ and __getitem__ (a d5.Dataset). "
+                            f"Received: {type(dataset).__name__}")
     n = len(dataset)
     if n == 0:
         raise UserError("The sampler's dataset is empty: it needs at least one sample.")
@@ -69,7 +69,7 @@ class Sampler(abc.ABC):
             in order (for example the transforms of :mod:`deep500lite.frameworks.reference.transforms`).
 
     Raises:
-        TypeError: ``dataset``, ``events`` or ``transformations`` of the wrong kind.
+        UserTypeError: ``dataset``, ``events`` or ``transformations`` of the wrong kind (a ``TypeError``).
         UserError: a bad value, or settings that would yield no batch at all.
     """
 
@@ -87,10 +87,10 @@ class Sampler(abc.ABC):
         transformations = list(transformations or [])
         for i, t in enumerate(transformations):
             if not callable(t):
-                raise TypeError(f"transformations must be callables batch -> batch; item {i} is a "
-                                f"{type(t).__name__}: {t!r}")
+                raise UserTypeError(f"transformations must be callables batch -> batch; item {i} is a "
+                                    f"{type(t).__name__}: {t!r}")
         if events is not None and (isinstance(events, (str, bytes)) or not hasattr(events, "__iter__")):
-            raise TypeError(f"events must be a list of sampler events. Received: {type(events).__name__}")
+            raise UserTypeError(f"events must be a list of sampler events. Received: {type(events).__name__}")
         self.dataset = dataset
         self.batch_size = int(batch_size)
         self.seed = seed

@@ -1,8 +1,12 @@
 """Level 3: distributed training (communicators, allreduce algorithms, distributed optimizers).
 
 Re-exported as ``deep500lite.distributed``. Nothing here imports mpi4py or torch at import time:
-:class:`MPICommunicator` imports mpi4py when it is created.
+:class:`MPICommunicator` imports mpi4py when it is created, and ``TorchDistributedCommunicator``
+(defined in :mod:`deep500lite.frameworks.torch.distributed`, as ``torch.distributed`` is a torch
+feature) is imported, with the torch framework, on first access to this attribute.
 """
+
+import importlib
 
 from deep500lite.lv3 import compression
 from deep500lite.lv3.allreduce import ALGORITHMS, AlphaBeta, allreduce_cost, choose_algorithm
@@ -14,7 +18,6 @@ from deep500lite.lv3.distributed_optimizers import (ConsistentDecentralized, Con
 from deep500lite.lv3.mpi import MPICommunicator, install_abort_on_exception
 from deep500lite.lv3.optimizer import DistributedOptimizer, fuse_buckets
 from deep500lite.lv3.sampler import DistributedSampler, PartitionedDistributedSampler
-from deep500lite.lv3.torch_dist import TorchDistributedCommunicator
 
 __all__ = [
     "CommunicationNetwork",
@@ -42,3 +45,31 @@ __all__ = [
     "choose_algorithm",
     "install_abort_on_exception",
 ]
+
+# Names that live in a framework package: attribute -> (framework key, module).
+_FRAMEWORK_NAMES = {
+    "TorchDistributedCommunicator": ("torch", "deep500lite.frameworks.torch.distributed"),
+}
+
+
+def __getattr__(name: str):
+    """Resolve framework-provided names (``TorchDistributedCommunicator``) on first access.
+
+    Raises:
+        FrameworkNotAvailableError: the framework's package (torch) is not installed; the
+            message names the extra to install.
+        AttributeError: any other unknown name.
+    """
+    if name not in _FRAMEWORK_NAMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from deep500lite.registry import import_framework
+
+    framework, module = _FRAMEWORK_NAMES[name]
+    import_framework(framework)
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

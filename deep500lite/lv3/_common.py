@@ -1,4 +1,5 @@
-"""Level 3: checks and conventions shared by the communicators (MPI, torch.distributed).
+"""Level 3: checks and conventions shared by the communicators (MPI in :mod:`deep500lite.lv3.mpi`,
+torch.distributed in :mod:`deep500lite.frameworks.torch.distributed`).
 
 Argument checks with the project's error format, the timeout setting, the timeout message, the
 byte-counting convention for collectives that run inside a library, and the ``auto`` algorithm

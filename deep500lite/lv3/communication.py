@@ -1,7 +1,9 @@
 """Level 3: the communicator interface.
 
-A communicator moves numpy buffers between ranks. Implementations (MPI through mpi4py in
-:mod:`deep500lite.lv3.mpi`) live beside this module and import their library only when used.
+A communicator moves numpy buffers between ranks. Implementations import their library only
+when used: MPI through mpi4py in :mod:`deep500lite.lv3.mpi`, beside this module, and
+``torch.distributed`` in :mod:`deep500lite.frameworks.torch.distributed` (reached as
+``deep500lite.lv3.TorchDistributedCommunicator``).
 Every operation adds the bytes it sends and receives to :attr:`CommunicationNetwork.bytes_sent`
 and :attr:`CommunicationNetwork.bytes_received`, and per operation to
 :attr:`CommunicationNetwork.stats`.

@@ -30,8 +30,7 @@ import numpy as np
 from deep500lite.errors import UserError
 from deep500lite.lv2.optimizer import Optimizer
 from deep500lite.lv3.communication import CommunicationNetwork
-from deep500lite.lv3.distributed_optimizers import _check_bucket, _flatten, _unflatten
-from deep500lite.lv3.optimizer import DistributedOptimizer, fuse_buckets
+from deep500lite.lv3.optimizer import DistributedOptimizer, check_bucket, flatten, fuse_buckets, unflatten
 
 __all__ = ["Compressor", "TopK", "QSGD", "SignSGD", "Ternary", "ErrorFeedback", "CompressedDecentralized"]
 
@@ -195,7 +194,7 @@ class CompressedDecentralized(DistributedOptimizer):
                             f"Received: {type(compressor).__name__}")
         self.compressor = compressor
         self.feedback = ErrorFeedback(compressor) if error_feedback else None
-        self.bucket_bytes = None if bucket_bytes is None else _check_bucket(bucket_bytes)
+        self.bucket_bytes = None if bucket_bytes is None else check_bucket(bucket_bytes)
 
     def buckets(self, grads: list[np.ndarray]) -> list[list[int]]:
         """The indices of the gradients compressed together, bucket by bucket."""
@@ -213,13 +212,13 @@ class CompressedDecentralized(DistributedOptimizer):
         averaged: list[np.ndarray] = [None] * len(grads)
         for b, bucket in enumerate(self.buckets(grads)):
             members = [grads[i] for i in bucket]
-            flat = _flatten(members)
+            flat = flatten(members)
             key = "all" if self.bucket_bytes is None else f"bucket{b}"
             parts = self.feedback.encode(key, flat) if self.feedback else self.compressor.encode(flat)
             gathered = [self.communication.allgather(np.ascontiguousarray(part)) for part in parts]
             total = np.zeros(flat.size, np.float64)
             for r in range(self.communication.size):
                 total += self.compressor.decode(tuple(g[r] for g in gathered), flat.size, np.float64)
-            for i, value in zip(bucket, _unflatten(total / self.communication.size, members)):
+            for i, value in zip(bucket, unflatten(total / self.communication.size, members)):
                 averaged[i] = value
         return averaged

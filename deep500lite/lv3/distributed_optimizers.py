@@ -29,7 +29,8 @@ from deep500lite.errors import UserError
 from deep500lite.lv2.optimizer import Optimizer
 from deep500lite.lv3.allreduce import ALGORITHMS
 from deep500lite.lv3.communication import CommunicationNetwork
-from deep500lite.lv3.optimizer import DistributedOptimizer, fuse_buckets
+from deep500lite.lv3.compression import Compressor, ErrorFeedback
+from deep500lite.lv3.optimizer import DistributedOptimizer, check_bucket, flatten, fuse_buckets, unflatten
 
 __all__ = ["ConsistentDecentralized", "ConsistentParameterServer", "InconsistentParameterServer",
            "ModelAverageDecentralized", "ConsistentNeighbors", "ElasticAveraging", "StaleSynchronous",
@@ -60,24 +61,17 @@ def _check_tag(tag, span: int = 1) -> int:
 
 def _check_compressor(compressor, error_feedback):
     """``(compressor, ErrorFeedback or None)``; ``(None, None)`` without compression."""
-    from deep500lite.lv3 import compression  # compression imports this module
     if compressor is None:
         return None, None
-    if not isinstance(compressor, compression.Compressor):
+    if not isinstance(compressor, Compressor):
         raise TypeError("compressor must be None or a deep500lite Compressor (compression.TopK, QSGD, SignSGD, "
                         f"Ternary). Received: {type(compressor).__name__}")
-    return compressor, (compression.ErrorFeedback(compressor) if error_feedback else None)
+    return compressor, (ErrorFeedback(compressor) if error_feedback else None)
 
 
 def _encode(compressor, feedback, key: str, flat: np.ndarray) -> tuple[np.ndarray, ...]:
     parts = feedback.encode(key, flat) if feedback is not None else compressor.encode(flat)
     return tuple(np.ascontiguousarray(part) for part in parts)
-
-
-def _check_bucket(bucket_bytes) -> int:
-    if isinstance(bucket_bytes, bool) or not isinstance(bucket_bytes, (int, np.integer)) or bucket_bytes < 0:
-        raise UserError(f"bucket_bytes must be an integer >= 0 (0: no fusion). Received: bucket_bytes={bucket_bytes!r}")
-    return int(bucket_bytes)
 
 
 def _check_algorithm(algorithm) -> str:
@@ -97,18 +91,6 @@ def _fused_allreduce(comm, arrays, bucket_bytes, algorithm, op="mean") -> list[n
             n = arrays[i].size
             out[i] = reduced[start:start + n].reshape(arrays[i].shape)
             start += n
-    return out
-
-
-def _flatten(arrays) -> np.ndarray:
-    return np.concatenate([np.ravel(a) for a in arrays]) if arrays else np.zeros(0, np.float32)
-
-
-def _unflatten(flat, like) -> list[np.ndarray]:
-    out, start = [], 0
-    for a in like:
-        out.append(flat[start:start + a.size].reshape(a.shape).astype(a.dtype, copy=False))
-        start += a.size
     return out
 
 
@@ -137,7 +119,7 @@ class ConsistentDecentralized(DistributedOptimizer):
     def __init__(self, optimizer: Optimizer, comm: CommunicationNetwork, bucket_bytes: int = DEFAULT_BUCKET_BYTES,
                  algorithm: str = "native"):
         super().__init__(optimizer, comm)
-        self.bucket_bytes = _check_bucket(bucket_bytes)
+        self.bucket_bytes = check_bucket(bucket_bytes)
         self.algorithm = _check_algorithm(algorithm)
 
     def step(self, inputs):
@@ -182,7 +164,7 @@ class ConsistentParameterServer(DistributedOptimizer):
         start = self._begin()
         comm = self.communication
         outputs, names, params, grads = self._gradients(inputs)
-        flat = _flatten(grads)
+        flat = flatten(grads)
         if self.compressor is None:
             gathered = comm.gather(flat, self.root)
             if comm.rank == self.root:
@@ -199,13 +181,13 @@ class ConsistentParameterServer(DistributedOptimizer):
                         total += self.compressor.decode(tuple(g[r] for g in gathered), flat.size, np.float64)
                 mean = total / comm.size
         if comm.rank == self.root:
-            self._apply(names, params, _unflatten(mean, grads))
-            flat = _flatten(self.network.fetch_tensors(names))
+            self._apply(names, params, unflatten(mean, grads))
+            flat = flatten(self.network.fetch_tensors(names))
         else:
-            flat = _flatten(params)
+            flat = flatten(params)
         new = comm.broadcast(flat, self.root)
         if comm.rank != self.root:
-            for name, value in zip(names, _unflatten(new, params)):
+            for name, value in zip(names, unflatten(new, params)):
                 self.network.feed_tensor(name, value)
         self._end(start)
         return outputs
@@ -275,15 +257,15 @@ class InconsistentParameterServer(DistributedOptimizer):
         start = self._begin()
         comm = self.communication
         outputs, names, params, grads = self._gradients(inputs)
-        flat = _flatten(grads)
+        flat = flatten(grads)
         if comm.rank != self.root:
             if self.compressor is None:
                 comm.send(flat, self.root, self.tag)
             else:
                 for part in _encode(self.compressor, self.feedback, "all", flat):
                     comm.send(part, self.root, self.tag)
-            new = comm.recv(_flatten(params), self.root, self.tag + 1)
-            for name, value in zip(names, _unflatten(new, params)):
+            new = comm.recv(flatten(params), self.root, self.tag + 1)
+            for name, value in zip(names, unflatten(new, params)):
                 self.network.feed_tensor(name, value)
         else:
             self._apply(names, params, grads)
@@ -297,9 +279,9 @@ class InconsistentParameterServer(DistributedOptimizer):
                 self.served_ranks.append(source)
                 self.base_optimizer.new_input()
                 current = self.network.fetch_tensors(names)
-                self._apply(names, current, _unflatten(grad, grads))
+                self._apply(names, current, unflatten(grad, grads))
                 self.updates += 1
-                comm.send(_flatten(self.network.fetch_tensors(names)), source, self.tag + 1)
+                comm.send(flatten(self.network.fetch_tensors(names)), source, self.tag + 1)
                 self._sent_version[source] = self.updates
         self._end(start)
         return outputs
@@ -331,7 +313,7 @@ class ModelAverageDecentralized(DistributedOptimizer):
         if isinstance(period, bool) or not isinstance(period, (int, np.integer)) or period < 1:
             raise UserError(f"period must be an integer >= 1. Received: period={period!r}")
         self.period = int(period)
-        self.bucket_bytes = _check_bucket(bucket_bytes)
+        self.bucket_bytes = check_bucket(bucket_bytes)
         self.algorithm = _check_algorithm(algorithm)
 
     def step(self, inputs):
@@ -360,8 +342,8 @@ class ConsistentNeighbors(DistributedOptimizer):
 
     def step(self, inputs):
         start = self._begin()
-        outputs = self._exchange_step(inputs, lambda names, params, grads: _unflatten(
-            self.communication.reduce_from_neighbors(_flatten(grads), op="mean"), grads))
+        outputs = self._exchange_step(inputs, lambda names, params, grads: unflatten(
+            self.communication.reduce_from_neighbors(flatten(grads), op="mean"), grads))
         self._end(start)
         return outputs
 
@@ -392,7 +374,7 @@ class ElasticAveraging(DistributedOptimizer):
             raise UserError(f"period must be an integer >= 1. Received: period={period!r}")
         self.alpha = float(alpha)
         self.period = int(period)
-        self.bucket_bytes = _check_bucket(bucket_bytes)
+        self.bucket_bytes = check_bucket(bucket_bytes)
         self.algorithm = _check_algorithm(algorithm)
         self.center: dict[str, np.ndarray] | None = None
 
@@ -488,14 +470,14 @@ class StaleSynchronous(DistributedOptimizer):
         total = np.zeros(like.size, np.float64)
         for _, _, g in sorted(contributions, key=lambda c: (c[0], c[1])):
             total += g
-        self._apply(names, params, _unflatten(total / self.communication.size, params))
+        self._apply(names, params, unflatten(total / self.communication.size, params))
 
     def step(self, inputs):
         start = self._begin()
         comm = self.communication
         t = self.steps
         outputs, names, params, grads = self._gradients(inputs)
-        flat = _flatten(grads)
+        flat = flatten(grads)
         for q in self._peers:
             self._sends.append(comm.isend(flat, q, self.tag))
             # Messages from one rank with one tag arrive in order: this receive gets q's step t.
@@ -517,7 +499,7 @@ class StaleSynchronous(DistributedOptimizer):
         if received:
             names, params = self._parameters()
             self.base_optimizer.new_input()
-            self._apply_mean(names, params, _flatten(params), received)
+            self._apply_mean(names, params, flatten(params), received)
         for req in self._sends:
             req.wait()
         self._sends = []

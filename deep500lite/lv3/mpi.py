@@ -15,12 +15,13 @@ import traceback
 
 import numpy as np
 
+from deep500lite.errors import FrameworkNotAvailableError
 from deep500lite.lv3 import _common
 from deep500lite.lv3 import allreduce as _ar
 from deep500lite.lv3._common import TIMEOUT_ENV
 from deep500lite.lv3.communication import CommunicationNetwork, Request
 
-__all__ = ["MPICommunicator", "TIMEOUT_ENV", "install_abort_on_exception"]
+__all__ = ["MPICommunicator", "TIMEOUT_ENV", "install_abort_on_exception", "import_mpi"]
 
 _TAG_RIGHT = 1
 _TAG_LEFT = 2
@@ -28,12 +29,20 @@ _SPIN_SECONDS = 0.05
 _yield = getattr(os, "sched_yield", lambda: time.sleep(0))
 
 
-def _import_mpi():
+def import_mpi():
+    """Import and return ``mpi4py.MPI`` (which initializes MPI on first import).
+
+    Used by :class:`MPICommunicator` and by the torch.distributed communicator's ``mpiexec``
+    rendezvous.
+
+    Raises:
+        FrameworkNotAvailableError: mpi4py is not installed (an ``ImportError``).
+    """
     try:
         from mpi4py import MPI
     except ImportError as exc:
-        raise ImportError("MPICommunicator needs mpi4py and an MPI library: "
-                          "pip install 'deep500lite[mpi]' (mpi4py and the mpich wheel)") from exc
+        raise FrameworkNotAvailableError("MPICommunicator needs mpi4py and an MPI library: "
+                                         "pip install 'deep500lite[mpi]' (mpi4py and the mpich wheel)") from exc
     return MPI
 
 
@@ -51,7 +60,7 @@ def install_abort_on_exception() -> None:
     global _HOOK_INSTALLED
     if _HOOK_INSTALLED:
         return
-    MPI = _import_mpi()
+    MPI = import_mpi()
     previous = sys.excepthook
 
     def hook(exc_type, exc, tb):
@@ -117,7 +126,7 @@ class MPICommunicator(_common.AlgorithmChoice, CommunicationNetwork):
     def __init__(self, comm=None, timeout: float | None = None, abort_on_exception: bool = True,
                  cost_model: _ar.AlphaBeta | None = None):
         super().__init__()
-        MPI = _import_mpi()
+        MPI = import_mpi()
         self._MPI = MPI
         self.comm = MPI.COMM_WORLD if comm is None else comm
         self._p2p = self.comm.Dup()  # algorithm messages never match the user's own sends

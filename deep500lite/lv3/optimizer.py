@@ -11,7 +11,7 @@ from deep500lite.errors import UserError
 from deep500lite.lv2.optimizer import Optimizer, ThreeStepOptimizer
 from deep500lite.lv3.communication import CommunicationNetwork
 
-__all__ = ["DistributedOptimizer", "fuse_buckets"]
+__all__ = ["DistributedOptimizer", "fuse_buckets", "check_bucket", "flatten", "unflatten"]
 
 
 def fuse_buckets(arrays: list[np.ndarray], bucket_bytes: int) -> list[list[int]]:
@@ -34,6 +34,31 @@ def fuse_buckets(arrays: list[np.ndarray], bucket_bytes: int) -> list[list[int]]
             buckets.append([i])
             size = a.nbytes
     return buckets
+
+
+def check_bucket(bucket_bytes) -> int:
+    """``bucket_bytes`` as an int, after checking it is an integer >= 0 (0: no fusion).
+
+    Raises:
+        UserError: ``bucket_bytes`` is not an integer >= 0.
+    """
+    if isinstance(bucket_bytes, bool) or not isinstance(bucket_bytes, (int, np.integer)) or bucket_bytes < 0:
+        raise UserError(f"bucket_bytes must be an integer >= 0 (0: no fusion). Received: bucket_bytes={bucket_bytes!r}")
+    return int(bucket_bytes)
+
+
+def flatten(arrays) -> np.ndarray:
+    """The arrays raveled and concatenated into one flat message (an empty float32 array for none)."""
+    return np.concatenate([np.ravel(a) for a in arrays]) if arrays else np.zeros(0, np.float32)
+
+
+def unflatten(flat, like) -> list[np.ndarray]:
+    """Split a flat message made by :func:`flatten` back into arrays shaped and typed like ``like``."""
+    out, start = [], 0
+    for a in like:
+        out.append(flat[start:start + a.size].reshape(a.shape).astype(a.dtype, copy=False))
+        start += a.size
+    return out
 
 
 class DistributedOptimizer(Optimizer, abc.ABC):

@@ -6,6 +6,22 @@ onnxruntime has it). Parameters are initializers of the session, so ONNX Runtime
 them; ``feed_tensor`` changes the executor's copy and the session is rebuilt before the next
 run. Inputs and outputs are numpy arrays; ``InferenceSession.run`` returns once the outputs are
 on the host, so no separate synchronization is needed.
+
+Training: the backward graph is built by deep500lite's ONNX autodiff and runs in its own
+session; the optimizers (:mod:`.optimizers`: ``GradientDescent``, ``MomentumOptimizer``,
+``NesterovOptimizer``, ``AdaGradOptimizer``, ``RMSPropOptimizer``, ``AdamOptimizer``,
+``AcceleGradOptimizer``) are the reference ones, updating in numpy on the host, as the
+``onnxruntime`` inference package has no optimizer of its own.
+
+Role modules (the same names in every framework package; see ``docs/architecture.md``):
+
+- ``executor.py``: :class:`OnnxRuntimeExecutor` and ``from_model``.
+- ``ops/``: ``SUPPORTED_OPS``, what the installed ONNX Runtime's kernels cover.
+- ``custom.py``: ``custom_op``, a deep500lite custom operator as an ONNX Runtime custom op.
+- ``optimizers.py``: the reference optimizers, re-exported (see above).
+- ``bench.py``: this framework's benchmark runners.
+
+ONNX Runtime runs ONNX as it is, so it has no ``dtypes.py``, ``native.py`` or ``models.py``.
 """
 
 try:
@@ -18,8 +34,13 @@ except ImportError as exc:
 
 from deep500lite.frameworks.onnxruntime.custom import custom_op
 from deep500lite.frameworks.onnxruntime.executor import OnnxRuntimeExecutor, from_model
-from deep500lite.frameworks.onnxruntime.operators import SUPPORTED_OPS
+from deep500lite.frameworks.onnxruntime.ops import SUPPORTED_OPS
+from deep500lite.frameworks.onnxruntime.optimizers import (AcceleGradOptimizer, AdaGradOptimizer, AdamOptimizer,
+                                                           GradientDescent, MomentumOptimizer, NesterovOptimizer,
+                                                           RMSPropOptimizer)
 
 executor_class = OnnxRuntimeExecutor
 
-__all__ = ["custom_op", "OnnxRuntimeExecutor", "from_model", "SUPPORTED_OPS", "executor_class"]
+__all__ = ["custom_op", "OnnxRuntimeExecutor", "from_model", "SUPPORTED_OPS", "executor_class", "GradientDescent",
+           "MomentumOptimizer", "NesterovOptimizer", "AdaGradOptimizer", "RMSPropOptimizer", "AdamOptimizer",
+           "AcceleGradOptimizer"]

@@ -20,8 +20,8 @@ import numpy as np
 import onnx
 
 from deep500lite.errors import FrameworkNotAvailableError, UserError
-from deep500lite.lv0.custom import (CUSTOM_DOMAIN, as_tuple, check_outputs, grad_op_type, is_custom_domain, lookup,
-                                    register_op, registered_op)
+from deep500lite.lv0.custom import (CUSTOM_DOMAIN, as_tuple, check_outputs, grad_op_type, is_custom_domain,
+                                    lookup_custom_op, register_op, registered_op)
 
 __all__ = ["custom_op", "OnnxRuntimeCustomOp", "extensions_available", "session_options_for"]
 
@@ -65,7 +65,7 @@ def _ensure_pyop(op_type: str) -> None:
     """
     ext = _extensions()
     for name in (op_type, grad_op_type(op_type)):
-        op = registered_op(CUSTOM_DOMAIN, name)
+        op = lookup_custom_op(name, CUSTOM_DOMAIN)
         types = (tuple(_pyop_type(ext, d.dtype) for d in op.input_descriptors),
                  tuple(_pyop_type(ext, d.dtype) for d in op.output_descriptors))
         with _lock:
@@ -83,7 +83,7 @@ def _ensure_pyop(op_type: str) -> None:
 
 def _dispatcher(op_type: str):
     def body(*arrays):
-        current = registered_op(CUSTOM_DOMAIN, op_type)
+        current = lookup_custom_op(op_type, CUSTOM_DOMAIN)
         return tuple(check_outputs(current, as_tuple(current.forward(*arrays))))
 
     return body
@@ -114,10 +114,10 @@ def session_options_for(model: onnx.ModelProto, base, cache: dict):
         return base
     needed = set()
     for node in custom:
+        lookup_custom_op(node.op_type, node.domain, node.name or node.output[0])
         if node.domain != CUSTOM_DOMAIN:
             raise UserError(f"ONNX Runtime runs custom operators of the domain '{CUSTOM_DOMAIN}' only "
                             f"(onnxruntime-extensions). Received: node '{node.name}' in '{node.domain}'.")
-        lookup(node, "onnxruntime")
         base_type = node.op_type[:-len("_Grad")] if node.op_type.endswith("_Grad") else node.op_type
         if registered_op(CUSTOM_DOMAIN, base_type) is None:
             base_type = node.op_type

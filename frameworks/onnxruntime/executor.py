@@ -10,7 +10,7 @@ import onnxruntime as ort
 
 from deep500lite.errors import UnsupportedOperatorError
 from deep500lite.frameworks.onnxruntime.custom import extensions_available, session_options_for
-from deep500lite.frameworks.onnxruntime.operators import SUPPORTED_OPS, unsupported_reason
+from deep500lite.frameworks.onnxruntime.ops import SUPPORTED_OPS, unsupported_reason
 from deep500lite.lv0.custom import CUSTOM_DOMAIN
 from deep500lite.lv1.device import Device
 from deep500lite.lv1.host import HostGraphExecutor

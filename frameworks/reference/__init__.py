@@ -3,11 +3,24 @@
 It needs no framework, runs every operator ONNX's reference implementation covers, and is the
 yardstick the other executors are compared with. It is slow by design (pure Python and numpy);
 use it for correctness, not for speed. Device: CPU only.
+
+Role modules (the same names in every framework package; see ``docs/architecture.md``):
+
+- ``executor.py``: :class:`ReferenceExecutor` and ``from_model``.
+- ``ops/``: ``SUPPORTED_OPS`` (what ``onnx.reference`` implements) and the faster numpy kernels
+  that replace some of its operators.
+- ``custom.py``: ``custom_op``, a deep500lite custom operator as an ``onnx.reference`` operator.
+- ``optimizers.py``: the reference optimizers in numpy, which run on every executor.
+- ``bench.py``: this framework's benchmark runners.
+- ``transforms.py`` (reference only): data augmentation in numpy, for any framework's samplers.
+
+The reference executor converts nothing, so it has no ``dtypes.py``, ``native.py`` or
+``models.py``.
 """
 
 from deep500lite.frameworks.reference.custom import custom_op
 from deep500lite.frameworks.reference.executor import ReferenceExecutor, from_model
-from deep500lite.frameworks.reference.operators import SUPPORTED_OPS
+from deep500lite.frameworks.reference.ops import SUPPORTED_OPS
 from deep500lite.frameworks.reference.transforms import (BatchTransform, Cutout, Normalize, RandomCrop,
                                                          RandomHorizontalFlip, RandomTransform)
 from deep500lite.frameworks.reference.optimizers import (AcceleGradOptimizer, AdaGradOptimizer, AdamOptimizer,

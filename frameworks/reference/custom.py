@@ -12,7 +12,7 @@ from __future__ import annotations
 import onnx
 from onnx.reference.op_run import OpRun
 
-from deep500lite.lv0.custom import CUSTOM_DOMAIN, as_tuple, check_outputs, is_custom_domain, lookup, registered_op
+from deep500lite.lv0.custom import CUSTOM_DOMAIN, as_tuple, check_outputs, is_custom_domain, lookup_custom_op
 
 __all__ = ["custom_op", "op_run_classes"]
 
@@ -43,6 +43,6 @@ def op_run_classes(model: onnx.ModelProto) -> list[type[OpRun]]:
         key = (node.domain, node.op_type)
         if is_custom_domain(node.domain) and key not in seen:
             seen.add(key)
-            op = registered_op(*key) or lookup(node, "reference")
+            op = lookup_custom_op(node.op_type, node.domain, node.name or node.output[0])
             classes.append(custom_op(op, node.op_type, node.domain))
     return classes

@@ -10,8 +10,7 @@ from onnx.reference import ReferenceEvaluator
 
 from deep500lite.lv1.host import HostGraphExecutor
 from deep500lite.frameworks.reference.custom import op_run_classes
-from deep500lite.frameworks.reference.fast_ops import FAST_OPS
-from deep500lite.frameworks.reference.operators import SUPPORTED_OPS
+from deep500lite.frameworks.reference.ops import FAST_OPS, SUPPORTED_OPS
 
 __all__ = ["ReferenceExecutor", "from_model"]
 
@@ -20,7 +19,7 @@ class ReferenceExecutor(HostGraphExecutor):
     """Runs a network with ``onnx.reference.ReferenceEvaluator`` on numpy arrays.
 
     ``ConvTranspose`` (the input gradient of every convolution) runs deep500lite's vectorized
-    numpy kernel (:mod:`deep500lite.frameworks.reference.fast_ops`) instead of ``onnx.reference``'s
+    numpy kernel (:mod:`deep500lite.frameworks.reference.ops.conv`) instead of ``onnx.reference``'s
     per-position loop; every other operator is ``onnx.reference``'s own.
 
     The network's parameters are held as numpy arrays and fed to the evaluator as graph inputs,

@@ -28,7 +28,23 @@ native optimizers (:mod:`.optimizers`: ``GradientDescent``, ``MomentumOptimizer`
 ``NesterovOptimizer``, ``AdamOptimizer``, ``AdaGradOptimizer``, ``RMSPropOptimizer``) run forward, backward and a Keras
 optimizer's update as one ``tf.function``.
 
-Keras models that have no ONNX form run through :class:`KerasExecutor` (``native.py``).
+Keras models that have no ONNX form run through :class:`TensorFlowNativeExecutor`
+(``native.py``; ``KerasExecutor`` is its deprecated old name, which still works with a
+DeprecationWarning).
+
+Role modules (the same names in every framework package; see ``docs/architecture.md``):
+
+- ``executor.py``: :class:`TensorFlowExecutor` and ``from_model``, the converted ONNX graph.
+- ``ops/``: the ONNX-to-TensorFlow operator converters, one module per operator family, and
+  ``SUPPORTED_OPS``; ``dtypes.py``: ONNX and numpy dtypes to TensorFlow's and back.
+- ``custom.py``: ``custom_op``, a deep500lite custom operator as a TensorFlow op with a custom
+  gradient.
+- ``optimizers.py``: the native optimizers (Keras optimizers under one ``tf.function`` per step).
+- ``bench.py``: this framework's benchmark runners.
+- ``native.py``: :class:`TensorFlowNativeExecutor`, for Keras models with no ONNX form.
+- ``models.py``: ``lenet``, ``resnet20`` (Keras, NHWC ``input_shape``) and ``export_onnx``, with
+  the same names as :mod:`deep500lite.frameworks.torch.models`.
+- ``layout.py`` (TensorFlow only): the NCHW/NHWC layout propagation of the converter.
 """
 
 try:
@@ -40,14 +56,25 @@ except ImportError as exc:
 
 from deep500lite.frameworks.tensorflow.custom import custom_op  # noqa: E402
 from deep500lite.frameworks.tensorflow.executor import TensorFlowExecutor, from_model  # noqa: E402
-from deep500lite.frameworks.tensorflow.native import KerasExecutor  # noqa: E402
-from deep500lite.frameworks.tensorflow.operators import SUPPORTED_OPS  # noqa: E402
+from deep500lite.frameworks.tensorflow.native import NativeNetwork, TensorFlowNativeExecutor  # noqa: E402
+from deep500lite.frameworks.tensorflow.ops import SUPPORTED_OPS  # noqa: E402
 from deep500lite.frameworks.tensorflow.optimizers import (  # noqa: E402
     AdaGradOptimizer, AdamOptimizer, GradientDescent, MomentumOptimizer, NesterovOptimizer, RMSPropOptimizer,
     TensorFlowOptimizer)
 
 executor_class = TensorFlowExecutor
 
-__all__ = ["custom_op", "TensorFlowExecutor", "KerasExecutor", "from_model", "SUPPORTED_OPS", "executor_class",
-           "TensorFlowOptimizer", "GradientDescent", "MomentumOptimizer", "NesterovOptimizer", "AdamOptimizer",
-           "AdaGradOptimizer", "RMSPropOptimizer"]
+__all__ = ["custom_op", "TensorFlowExecutor", "TensorFlowNativeExecutor", "NativeNetwork", "from_model",
+           "SUPPORTED_OPS", "executor_class", "TensorFlowOptimizer", "GradientDescent", "MomentumOptimizer",
+           "NesterovOptimizer", "AdamOptimizer", "AdaGradOptimizer", "RMSPropOptimizer"]
+
+
+def __getattr__(name: str):
+    """``KerasExecutor``, the old name of :class:`TensorFlowNativeExecutor`, with a DeprecationWarning."""
+    if name == "KerasExecutor":
+        import warnings
+
+        warnings.warn("KerasExecutor is deprecated; use deep500lite.frameworks.tensorflow.TensorFlowNativeExecutor "
+                      "(the same class).", DeprecationWarning, stacklevel=2)
+        return TensorFlowNativeExecutor
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -9,8 +9,8 @@ from deep500lite.errors import FeedError
 from deep500lite.lv1.executor import GraphExecutor
 from deep500lite.lv1.network import FLOAT_DTYPES
 from deep500lite.frameworks.tensorflow.layout import Value
-from deep500lite.frameworks.tensorflow.operators import (SUPPORTED_OPS, TRAINING_STATE_OUTPUTS, build_node,
-                                                          check_types)
+from deep500lite.frameworks.tensorflow.dtypes import check_types
+from deep500lite.frameworks.tensorflow.ops import SUPPORTED_OPS, TRAINING_STATE_OUTPUTS, build_node
 
 __all__ = ["TensorFlowExecutor", "from_model", "tf_device_name"]
 
@@ -268,6 +268,20 @@ class TensorFlowExecutor(GraphExecutor):
             raise KeyError(name)
         _check_same(name, np.dtype(old.dtype.as_numpy_dtype), tuple(old.shape), value)
         old.assign(value)
+
+    def device_peak_memory(self, reset: bool = False) -> int | None:
+        """``tf.config.experimental.get_memory_info(...)["peak"]`` on the executor's GPU (None on the CPU).
+
+        ``reset=True`` calls ``tf.config.experimental.reset_memory_stats`` and returns None.
+        """
+        device = self.devname
+        if device is None or not getattr(device, "is_gpu", False):
+            return None
+        name = f"GPU:{device.index}"
+        if reset:
+            tf.config.experimental.reset_memory_stats(name)
+            return None
+        return int(tf.config.experimental.get_memory_info(name)["peak"])
 
 
 def _check_scalar(y, loss):

@@ -1,11 +1,13 @@
-"""A native executor for models that exist only in Keras.
+"""A native executor for models that exist only in Keras (TensorFlow's model API).
 
-:class:`KerasExecutor` wraps a ``keras.Model`` (and optionally a loss) behind the
-:class:`~deep500lite.GraphExecutor` interface, so the benchmarks, metrics and optimizers of
-deep500lite run on it as on an ONNX network:
+:class:`TensorFlowNativeExecutor` (the counterpart of
+``deep500lite.frameworks.torch.TorchNativeExecutor``; formerly ``KerasExecutor``, still
+importable under that name with a DeprecationWarning) wraps a ``keras.Model`` (and optionally a
+loss) behind the :class:`~deep500lite.GraphExecutor` interface, so the benchmarks, metrics and
+optimizers of deep500lite run on it as on an ONNX network:
 
->>> ex = KerasExecutor(model, input_names=["x"], loss=keras.losses.SparseCategoricalCrossentropy(),
-...                    label_name="label")  # doctest: +SKIP
+>>> ex = TensorFlowNativeExecutor(model, input_names=["x"], label_name="label",
+...                               loss=keras.losses.SparseCategoricalCrossentropy())  # doctest: +SKIP
 >>> out = ex.inference({"x": x, "label": y})   # {"output": ..., "loss": ...}  # doctest: +SKIP
 >>> ex.inference_and_backprop({"x": x, "label": y})  # doctest: +SKIP
 >>> ex.network.fetch_tensors(["dense/kernel_grad"])  # doctest: +SKIP
@@ -21,29 +23,34 @@ Semantics:
 - There is no ONNX graph: ``executor.network`` is a small stand-in with ``inputs``,
   ``outputs``, ``parameters`` (the paths of ``model.trainable_variables``, such as
   ``"dense/kernel"``), ``fetch_tensors``/``feed_tensor`` for them and, after
-  :meth:`KerasExecutor.inference_and_backprop`, for their gradients ``"<param>_grad"``.
-- :meth:`KerasExecutor.inference_and_backprop` differentiates the loss with
+  :meth:`TensorFlowNativeExecutor.inference_and_backprop`, for their gradients
+  ``"<param>_grad"``.
+- :meth:`TensorFlowNativeExecutor.inference_and_backprop` differentiates the loss with
   ``tf.GradientTape`` (training semantics for layers such as dropout: ``training=True``).
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Callable, Sequence
 
 import numpy as np
 import tensorflow as tf
 
-from deep500lite.errors import DeviceError, FeedError
+from deep500lite.errors import DeviceError, FeedError, UserTypeError
 from deep500lite.lv1.device import as_device
 from deep500lite.lv1.executor import GraphExecutor
 from deep500lite.lv1.network import Deep500NetworkNames, gradient_name
 from deep500lite.frameworks.tensorflow.executor import TensorFlowExecutor, tf_device_name
 
-__all__ = ["KerasExecutor", "KerasNetwork"]
+__all__ = ["TensorFlowNativeExecutor", "NativeNetwork"]
+
+# Old public names -> their new names; resolved with a DeprecationWarning by __getattr__ below.
+_DEPRECATED = {"KerasExecutor": "TensorFlowNativeExecutor", "KerasNetwork": "NativeNetwork"}
 
 
-class KerasNetwork(Deep500NetworkNames):
-    """The ``network`` of a :class:`KerasExecutor`: names and values of a Keras model's tensors.
+class NativeNetwork(Deep500NetworkNames):
+    """The ``network`` of a :class:`TensorFlowNativeExecutor`: names and values of a Keras model's tensors.
 
     Attributes:
         inputs: the feed names of the model's inputs.
@@ -51,7 +58,7 @@ class KerasNetwork(Deep500NetworkNames):
         parameters: the paths of the model's trainable variables.
     """
 
-    def __init__(self, executor: "KerasExecutor"):
+    def __init__(self, executor: "TensorFlowNativeExecutor"):
         self._executor = executor
         self.inputs = list(executor.input_names)
         self.outputs = list(executor.output_names) + (["loss"] if executor.loss is not None else [])
@@ -59,7 +66,7 @@ class KerasNetwork(Deep500NetworkNames):
         self.parameters = list(self._vars)
 
     def gradient(self, y: str = "loss") -> list[tuple[str, str]]:
-        """The ``(parameter, gradient name)`` pairs that :meth:`KerasExecutor.inference_and_backprop` fills."""
+        """The ``(parameter, gradient name)`` pairs that ``inference_and_backprop`` fills."""
         return [(p, gradient_name(p)) for p in self.parameters]
 
     def fetch_tensors(self, names: Sequence[str]) -> list[np.ndarray]:
@@ -107,10 +114,10 @@ class KerasNetwork(Deep500NetworkNames):
         var.assign(value)
 
     def __repr__(self) -> str:
-        return f"KerasNetwork(inputs={self.inputs}, outputs={self.outputs}, parameters={len(self.parameters)})"
+        return f"NativeNetwork(inputs={self.inputs}, outputs={self.outputs}, parameters={len(self.parameters)})"
 
 
-class KerasExecutor(GraphExecutor):
+class TensorFlowNativeExecutor(GraphExecutor):
     """Runs a ``keras.Model`` as a deep500lite executor (see the module docstring).
 
     Args:
@@ -125,17 +132,19 @@ class KerasExecutor(GraphExecutor):
 
     Raises:
         DeviceError: the device is not present.
-        TypeError: ``model`` is not a Keras model.
+        UserTypeError: ``model`` is not a Keras model (a ``TypeError``).
     """
 
     framework = "tensorflow"
+    device_peak_memory = TensorFlowExecutor.device_peak_memory  # the same GPU peak as the converting executor
 
     def __init__(self, model, input_names: Sequence[str] | None = None, output_names: Sequence[str] | None = None,
                  loss: Callable | None = None, label_name: str = "label", device=None):
         import keras
 
         if not isinstance(model, keras.Model):
-            raise TypeError(f"KerasExecutor expects a keras.Model. Received: {type(model).__name__}")
+            raise UserTypeError(f"TensorFlowNativeExecutor expects a keras.Model. "
+                                f"Received: {type(model).__name__}")
         device = as_device(device)
         if not TensorFlowExecutor.supports_device(device):
             raise DeviceError(f"The {self.framework} executor cannot run on {device}: "
@@ -156,7 +165,7 @@ class KerasExecutor(GraphExecutor):
         self.loss = loss
         self.label_name = label_name
         self._grads: dict[str, tf.Tensor] = {}
-        self.network = KerasNetwork(self)
+        self.network = NativeNetwork(self)
         self._forward = tf.function(self._forward_impl, reduce_retracing=True)
         self._backward = tf.function(self._backward_impl, reduce_retracing=True)
 
@@ -254,4 +263,14 @@ class KerasExecutor(GraphExecutor):
         """Nothing to wait for: outputs are numpy arrays when ``inference`` returns."""
 
     def __repr__(self):
-        return f"KerasExecutor(device={self.devname}, model={self.model.name!r}, network={self.network!r})"
+        return f"TensorFlowNativeExecutor(device={self.devname}, model={self.model.name!r}, network={self.network!r})"
+
+
+def __getattr__(name: str):
+    """``KerasExecutor`` and ``KerasNetwork``, the old names, with a DeprecationWarning."""
+    new = _DEPRECATED.get(name)
+    if new is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(f"{name} is deprecated; use deep500lite.frameworks.tensorflow.{new} (the same class).",
+                  DeprecationWarning, stacklevel=2)
+    return globals()[new]

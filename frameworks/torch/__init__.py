@@ -27,6 +27,20 @@ place on the device with ``torch.optim``.
 ``TorchNativeExecutor`` (see :mod:`deep500lite.frameworks.torch.native`) wraps a
 ``torch.nn.Module`` that exists only in PyTorch, with an optional loss, behind the same
 ``inference``/``inference_and_backprop`` interface.
+
+Role modules (the same names in every framework package; see ``docs/architecture.md``):
+
+- ``executor.py``: :class:`TorchExecutor`, ``from_model`` and ``torch_device``.
+- ``ops/``: the ONNX-to-torch operator converters, one module per operator family, and
+  ``SUPPORTED_OPS``; ``dtypes.py``: ONNX and numpy dtypes to torch's and back.
+- ``custom.py``: ``custom_op``, a deep500lite custom operator as a torch autograd function.
+- ``optimizers.py``: the native optimizers (``torch.optim`` on the device).
+- ``bench.py``: this framework's benchmark runners.
+- ``native.py``: :class:`TorchNativeExecutor` and its :class:`NativeNetwork`.
+- ``models.py``: ``lenet``, ``resnet20`` (``nn.Module``, CHW ``input_shape``) and ``export_onnx``,
+  with the same names as :mod:`deep500lite.frameworks.tensorflow.models`.
+- ``distributed.py`` (torch only): ``TorchDistributedCommunicator`` over ``torch.distributed``,
+  re-exported lazily as ``deep500lite.lv3.TorchDistributedCommunicator``.
 """
 
 try:
@@ -38,7 +52,7 @@ except ImportError as exc:
 from deep500lite.frameworks.torch.custom import custom_op
 from deep500lite.frameworks.torch.executor import TorchExecutor, from_model, torch_device
 from deep500lite.frameworks.torch.native import NativeNetwork, TorchNativeExecutor
-from deep500lite.frameworks.torch.operators import SUPPORTED_OPS
+from deep500lite.frameworks.torch.ops import SUPPORTED_OPS
 from deep500lite.frameworks.torch.optimizers import (
     AdaGradOptimizer, AdamOptimizer, GradientDescent, MomentumOptimizer, NesterovOptimizer,
     RMSPropOptimizer)

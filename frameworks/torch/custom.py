@@ -18,7 +18,7 @@ import numpy as np
 import onnx
 import torch
 
-from deep500lite.frameworks.torch.operators import ONNX_TO_TORCH_DTYPE
+from deep500lite.frameworks.torch.dtypes import ONNX_TO_TORCH_DTYPE
 from deep500lite.lv0.custom import as_tuple, check_outputs
 
 __all__ = ["custom_op", "CustomOpFunction"]

@@ -13,8 +13,8 @@ from deep500lite.errors import FeedError
 from deep500lite.lv1.device import Device
 from deep500lite.lv1.executor import GraphExecutor
 from deep500lite.lv1.network import FLOAT_DTYPES
-from deep500lite.frameworks.torch.operators import (
-    SUPPORTED_OPS, NodeSpec, build_node, to_numpy, to_torch)
+from deep500lite.frameworks.torch.dtypes import to_numpy, to_torch
+from deep500lite.frameworks.torch.ops import SUPPORTED_OPS, NodeSpec, build_node
 
 __all__ = ["TorchExecutor", "from_model", "torch_device"]
 
@@ -372,6 +372,19 @@ class TorchExecutor(GraphExecutor):
         else:
             self._tensors[name] = new.clone().to(self._device)
             self._build()
+
+    def device_peak_memory(self, reset: bool = False) -> int | None:
+        """``torch.cuda.max_memory_allocated`` on the executor's GPU (None on the CPU).
+
+        ``reset=True`` calls ``torch.cuda.reset_peak_memory_stats`` and returns None.
+        """
+        device = self.devname
+        if device is None or not getattr(device, "is_gpu", False):
+            return None
+        if reset:
+            torch.cuda.reset_peak_memory_stats(device.index)
+            return None
+        return int(torch.cuda.max_memory_allocated(device.index))
 
 
 def from_model(network, device=None, seed: int = 0) -> TorchExecutor:

@@ -40,7 +40,7 @@ from deep500lite.lv1.device import as_device
 from deep500lite.lv1.executor import GraphExecutor
 from deep500lite.lv1.network import Deep500NetworkNames, gradient_name
 from deep500lite.frameworks.torch.executor import TorchExecutor, torch_device
-from deep500lite.frameworks.torch.operators import to_numpy, to_torch
+from deep500lite.frameworks.torch.dtypes import to_numpy, to_torch
 
 __all__ = ["TorchNativeExecutor", "NativeNetwork"]
 
@@ -132,6 +132,7 @@ class TorchNativeExecutor(GraphExecutor):
     """
 
     framework = "torch"
+    device_peak_memory = TorchExecutor.device_peak_memory  # the same GPU peak as the converting executor
 
     def __init__(self, module: torch.nn.Module, input_names=("input",), output_names=("output",),
                  loss_fn: Callable | None = None, label_name: str = "label", device=None):

@@ -52,7 +52,7 @@ import torch
 from deep500lite.lv2.optimizer import Optimizer
 from deep500lite.frameworks.torch.executor import TorchExecutor
 from deep500lite.frameworks.torch.native import TorchNativeExecutor
-from deep500lite.frameworks.torch.operators import to_numpy
+from deep500lite.frameworks.torch.dtypes import to_numpy
 
 __all__ = ["GradientDescent", "MomentumOptimizer", "NesterovOptimizer", "AdamOptimizer",
            "AdaGradOptimizer", "RMSPropOptimizer"]

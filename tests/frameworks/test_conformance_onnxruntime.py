@@ -1,6 +1,6 @@
 """ONNX backend node tests on the ONNX Runtime executor.
 
-What this executor declares is version- and type-aware (``frameworks/onnxruntime/operators.py``):
+What this executor declares is version- and type-aware (``frameworks/onnxruntime/ops/__init__.py``):
 a node test runs when onnxruntime has a CPU kernel for each operator version and element type it
 uses. The failures below are onnxruntime's own, each with its reason.
 """

@@ -9,15 +9,17 @@ import pytest
 
 pytest.importorskip("tensorflow", reason="needs tensorflow: pip install 'deep500lite[tensorflow]'")
 
-from conformance import node_test_cases  # noqa: E402
+from conformance import MachineDependent, node_test_cases  # noqa: E402
 
 # test name -> why it fails on this executor
 EXPECTED_FAILURES: dict[str, str] = {
     **{name: "Dropout in training mode draws random numbers; ONNX's expected values come from numpy's generator"
        for name in ["test_training_dropout", "test_training_dropout_default", "test_training_dropout_default_mask",
                     "test_training_dropout_mask"]},
-    **{name: "float16 rounding: TensorFlow's half-precision softmax and matmul round once where the "
-             "step-by-step ONNX expansion rounds per op (1-2 ulp off, above the test's rtol=1e-3)"
+    # Passes on some CPUs (this machine's among them) and fails on others, so not strict.
+    **{name: MachineDependent("float16 rounding: TensorFlow's half-precision softmax and matmul round once where "
+                              "the step-by-step ONNX expansion rounds per op (1-2 ulp off, above the test's "
+                              "rtol=1e-3) on some CPUs")
        for name in ["test_attention_4d_causal_fp16_expanded",
                     "test_attention_4d_gqa_with_past_and_present_fp16_expanded"]},
 }

@@ -9,7 +9,7 @@ import pytest
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
-from deep500lite.frameworks.reference.fast_ops import ConvTranspose
+from deep500lite.frameworks.reference.ops.conv import ConvTranspose
 
 CASES = [
     dict(strides=[1, 1]),

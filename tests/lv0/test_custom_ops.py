@@ -127,6 +127,53 @@ def test_unregistered_custom_node_is_refused_by_name(framework):
         d5.executor(net, framework)
 
 
+def _convert_custom_node(framework, node, model):
+    """Run ``framework``'s converter of custom-domain nodes on ``node`` directly (no support check)."""
+    if framework == "reference":
+        from deep500lite.frameworks.reference.custom import op_run_classes
+
+        op_run_classes(model)
+    elif framework == "torch":
+        import torch
+
+        from deep500lite.frameworks.torch.ops import NodeSpec, build_node
+
+        build_node(NodeSpec(node, 17, [], torch.device("cpu")))
+    elif framework == "tensorflow":
+        from deep500lite.frameworks.tensorflow.ops import build_node
+
+        build_node(node, 17)
+    else:
+        import onnxruntime
+
+        from deep500lite.frameworks.onnxruntime.custom import session_options_for
+
+        session_options_for(model, onnxruntime.SessionOptions(), {})
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_unregistered_custom_node_gets_one_message_everywhere(framework):
+    """Every executor's support check and every converter refuse an unregistered op with one message."""
+    from deep500lite.lv0.custom import lookup_custom_op
+
+    net = _network()
+    node = helper.make_node("NoSuchOp", ["logits"], ["z"], name="unknown", domain=d5.CUSTOM_DOMAIN)
+    net.add_operation(node)
+    with pytest.raises(UnsupportedOperatorError) as expected:
+        lookup_custom_op("NoSuchOp", d5.CUSTOM_DOMAIN, "unknown")
+    message = str(expected.value)
+    assert message.startswith("Operator 'ai.onnx.contrib::NoSuchOp' (node 'unknown') is not a registered custom "
+                              "operator.")
+    assert "d5.register_op(op, 'NoSuchOp'" in message and "Network.add_custom_operation" in message
+    assert message.endswith("Received: op_type='NoSuchOp', domain='ai.onnx.contrib'.")
+    with pytest.raises(UnsupportedOperatorError) as raised:
+        d5.executor(net, framework)
+    assert str(raised.value) == message
+    with pytest.raises(UnsupportedOperatorError) as converted:
+        _convert_custom_node(framework, node, net.to_onnx())
+    assert str(converted.value) == message
+
+
 def test_add_custom_operation_checks_arity(op_type):
     net = _network()
     with pytest.raises(d5.ModelError, match="takes 1 input"):

@@ -10,6 +10,8 @@ import pytest
 import deep500lite as d5
 from conftest import framework_params
 from deep500lite.lv0 import validation as v
+from deep500lite.lv0.validation.determinism import _as_2d
+from deep500lite.lv1.framework_op import framework_op
 
 
 # ------------------------------------------------------------------------------------ test operators
@@ -443,10 +445,10 @@ def test_determinism_needs_two_runs():
 
 
 def test_heatmap_grid_shapes():
-    assert v._as_2d(np.zeros(())).shape == (1, 1)
-    assert v._as_2d(np.zeros(10)).shape == (1, 10)
-    assert v._as_2d(np.zeros((2, 3, 4))).shape == (6, 4)
-    folded = v._as_2d(np.arange(1000.0))
+    assert _as_2d(np.zeros(())).shape == (1, 1)
+    assert _as_2d(np.zeros(10)).shape == (1, 10)
+    assert _as_2d(np.zeros((2, 3, 4))).shape == (6, 4)
+    folded = _as_2d(np.arange(1000.0))
     assert folded.shape == (32, 32) and np.isnan(folded).sum() == 24
 
 
@@ -459,7 +461,7 @@ def _softmax(x):
 @pytest.mark.parametrize("framework", framework_params(["reference", "torch", "onnxruntime"]))
 def test_framework_softmax_forward_and_gradient(framework):
     x = _normal((3, 6), np.float32)
-    op = v.framework_op(framework, "Softmax", [d5.tensordesc(np.float32, [3, 6])], axis=-1)
+    op = framework_op(framework, "Softmax", [d5.tensordesc(np.float32, [3, 6])], axis=-1)
     assert v.test_op_forward(op, [x], _softmax(x.astype(np.float64)).astype(np.float32), verbose=False).passed
     g = _normal((3, 6), np.float32, seed=3)
     res = v.test_op_gradient(op, [x], grad_inputs=g, verbose=False)
@@ -480,8 +482,8 @@ def _conv_inputs():
 def test_framework_conv_matches_the_reference_executor(framework):
     xs = _conv_inputs()
     descs = [d5.tensordesc(np.float32, a.shape) for a in xs]
-    op = v.framework_op(framework, "Conv", descs, pads=[1, 1, 1, 1], strides=[2, 1])
-    reference = v.framework_op("reference", "Conv", descs, pads=[1, 1, 1, 1], strides=[2, 1])
+    op = framework_op(framework, "Conv", descs, pads=[1, 1, 1, 1], strides=[2, 1])
+    reference = framework_op("reference", "Conv", descs, pads=[1, 1, 1, 1], strides=[2, 1])
     assert op.output_descriptors[0].shape == (1, 3, 3, 5)
     assert v.test_op_forward(op, xs, reference.forward(*xs), verbose=False).passed
     res = v.test_op_gradient(op, xs, verbose=False, directions=4, exact_limit=0)
@@ -499,7 +501,7 @@ def test_framework_conv_matches_the_reference_executor(framework):
 @pytest.mark.parametrize("framework", framework_params(["reference", "onnxruntime"]))
 def test_framework_op_with_a_wrong_backward_fails(framework):
     xs = _conv_inputs()
-    conv = v.framework_op(framework, "Conv", [d5.tensordesc(np.float32, a.shape) for a in xs], pads=[1, 1, 1, 1])
+    conv = framework_op(framework, "Conv", [d5.tensordesc(np.float32, a.shape) for a in xs], pads=[1, 1, 1, 1])
 
     class Wrong(d5.Operator):
         input_names = conv.input_names
@@ -522,13 +524,13 @@ def test_framework_op_with_a_wrong_backward_fails(framework):
 def test_framework_op_bad_arguments():
     desc = d5.tensordesc(np.float32, [2, 3])
     with pytest.raises(ValueError, match="'NoSuchOp' is not an ONNX operator"):
-        v.framework_op("reference", "NoSuchOp", [desc])
+        framework_op("reference", "NoSuchOp", [desc])
     with pytest.raises(d5.UserError, match="Unknown framework 'caffe'"):
-        v.framework_op("caffe", "Relu", [desc])
+        framework_op("caffe", "Relu", [desc])
     with pytest.raises(ValueError, match="Relu takes at most 1 inputs. Received: 2"):
-        v.framework_op("reference", "Relu", [desc, desc])
+        framework_op("reference", "Relu", [desc, desc])
     with pytest.raises(ValueError, match="Conv needs at least 2 inputs"):
-        v.framework_op("reference", "Conv", [d5.tensordesc(np.float32, [1, 1, 3, 3])])
-    op = v.framework_op("reference", "Relu", [desc])
+        framework_op("reference", "Conv", [d5.tensordesc(np.float32, [1, 1, 3, 3])])
+    op = framework_op("reference", "Relu", [desc])
     with pytest.raises(ValueError, match=r"takes inputs float32\[2x3\] .* Received: float32\[3, 2\]"):
         op.forward(np.zeros((3, 2), np.float32))

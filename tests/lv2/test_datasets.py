@@ -374,3 +374,36 @@ def test_unknown_dataset():
     with pytest.raises(UserError, match=r"Unknown dataset 'imagenet'. Known datasets: 'cifar10', 'cifar100', "
                                         r"'digits', 'fashion_mnist', 'imagefolder', 'mnist', 'shards', 'synthetic'"):
         datasets.dataset_shape("imagenet")
+
+
+def test_readers_name_a_missing_or_unreadable_file(tmp_path):
+    missing = tmp_path / "nothing-idx3-ubyte"
+    for read in (datasets.read_idx, lambda p: datasets.read_cifar_batch(p, 1, (10,))):
+        with pytest.raises(MissingDatasetError, match=f"'{missing}' does not exist.*Received: '{missing}'") as err:
+            read(missing)
+        assert isinstance(err.value, FileNotFoundError)
+        with pytest.raises(UserError, match=f"Cannot read dataset file '{tmp_path}'"):
+            read(tmp_path)  # a folder
+    with pytest.raises(MissingDatasetError, match="Image folder '.*nope' does not exist"):
+        datasets.formats.scan_image_folder(str(tmp_path / "nope"))
+
+
+def test_bad_dataset_arguments_are_user_errors():
+    from deep500lite.errors import UserTypeError
+
+    with pytest.raises(UserTypeError, match="holds uint8 images. Received dtype float32"):
+        datasets.UInt8ImageDataset(np.zeros((2, 1, 2, 2), np.float32), "x", np.zeros(2), "y")
+    with pytest.raises(UserError, match="one label per image. Received: 2 images, 3 labels"):
+        datasets.UInt8ImageDataset(np.zeros((2, 1, 2, 2), np.uint8), "x", np.zeros(3), "y")
+    from deep500lite.lv2.dataset import NumpyDataset
+
+    with pytest.raises(UserError, match="one label per sample. Received: 2 samples, 1 labels"):
+        NumpyDataset(np.zeros((2, 3)), "x", np.zeros(1), "y")
+    with pytest.raises(UserError, match="no label_node"):
+        NumpyDataset(np.zeros((2, 3)), "x", np.zeros(2))
+    with pytest.raises(UserError, match="synthetic: classes must be an integer >= 2. Received: 'ten'"):
+        datasets.dataset_shape("synthetic", classes="ten")
+    with pytest.raises(UserError, match="separation must be a number. Received: 'far'"):
+        datasets.load_dataset("synthetic", "x", "y", separation="far")
+    with pytest.raises(UserError, match=r"test_fraction must be in \(0, 1\). Received: '0.5'"):
+        datasets.load_dataset("digits", "x", "y", test_fraction="0.5")

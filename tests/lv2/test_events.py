@@ -326,3 +326,17 @@ def test_event_modules_import_no_plotting_or_framework_library():
             "print(sorted(m for m in ('matplotlib', 'rich', 'torch', 'tensorflow', 'scipy') if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
+
+
+def test_training_metrics_declare_every_event_hook():
+    """metrics is a leaf, so TrainingMetric declares the event hooks itself: the same names and signatures."""
+    import inspect
+
+    from deep500lite.metrics.training import TrainingMetric
+
+    assert not issubclass(TrainingMetric, TrainingEvent)
+    hooks = {name for name in vars(TrainingEvent) if not name.startswith("_") and callable(vars(TrainingEvent)[name])}
+    assert hooks == set(HOOKS)
+    for hook in HOOKS:
+        assert inspect.signature(getattr(TrainingMetric, hook)) == inspect.signature(getattr(TrainingEvent, hook)), hook
+    assert TrainingMetric.stop_reason is None

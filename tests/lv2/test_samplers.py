@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import deep500lite as d5
-from deep500lite.errors import UserError
+from deep500lite.errors import UserError, UserTypeError
 from deep500lite.lv2.sampler import BucketSampler, OrderedSampler, ShuffleSampler
 
 
@@ -112,8 +112,8 @@ def test_transformations_run_in_order_and_events_fire():
     (dict(seed=-1), UserError, r"seed must be None or an integer >= 0. Received: seed=-1"),
     (dict(seed="a"), UserError, r"seed must be None or an integer"),
     (dict(drop_last_batch="yes"), UserError, r"drop_last_batch must be True or False. Received: drop_last_batch='yes'"),
-    (dict(transformations=[1]), TypeError, r"item 0 is a int"),
-    (dict(events=5), TypeError, r"events must be a list"),
+    (dict(transformations=[1]), UserTypeError, r"item 0 is a int"),
+    (dict(events=5), UserTypeError, r"events must be a list"),
     (dict(batch_size=20), UserError, r"10 samples, fewer than batch_size=20"),
 ])
 def test_bad_sampler_arguments(kwargs, exc, match):
@@ -123,8 +123,8 @@ def test_bad_sampler_arguments(kwargs, exc, match):
 
 
 def test_bad_datasets():
-    with pytest.raises(TypeError, match=r"needs a dataset with __len__ and __getitem__ \(a d5.Dataset\). "
-                                        r"Received: int"):
+    with pytest.raises(UserTypeError, match=r"needs a dataset with __len__ and __getitem__ \(a d5.Dataset\). "
+                                            r"Received: int"):
         OrderedSampler(3, 2)
     with pytest.raises(UserError, match="empty"):
         OrderedSampler(d5.NumpyDataset(np.zeros((0, 1)), "x"), 2)

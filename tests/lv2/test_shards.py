@@ -233,4 +233,19 @@ def test_pack_errors(tmp_path):
     _one_line_error(run_cli("pack", "mnist", tmp_path / "o", "--root", tmp_path / "empty"),
                     str(tmp_path / "empty" / "train-images-idx3-ubyte"), "downloads nothing")
     _one_line_error(run_cli("pack", "digits", tmp_path / "o", "--option", "colour=1"), "has no option(s) ['colour']")
-    _one_line_error(run_cli("pack", "digits", tmp_path / "o", "--limit", "0"), "expected a positive integer")
+    _one_line_error(run_cli("pack", "digits", tmp_path / "o", "--limit", "0"),
+                    "argument --limit: must be a positive integer")
+
+
+def test_missing_shard_file_and_unwritable_folder(tmp_path, arrays):
+    with pytest.raises(MissingDatasetError, match="Shard file '.*nope.d5shard' does not exist") as err:
+        datasets.read_shard_header(tmp_path / "nope.d5shard")
+    assert isinstance(err.value, FileNotFoundError)
+    with pytest.raises(UserError, match="Cannot read shard file"):
+        ShardDataset(tmp_path, "x")
+    (tmp_path / "file").write_text("x")
+    ds = NumpyDataset(arrays[0], "x", arrays[1], "y")
+    with pytest.raises(UserError, match="Cannot write the shard file '.*file/a.d5shard'"):
+        write_shards(ds, tmp_path / "file" / "a.d5shard")
+    with pytest.raises(UserError, match="limit must be None or a positive integer. Received: limit='3'"):
+        write_shards(ds, tmp_path / "a.d5shard", limit="3")

@@ -263,3 +263,16 @@ def test_tensorflow_example_parsed_without_tensorflow(rng):
     tf_view = tf.train.Example.FromString(unpacked).features.feature
     assert parse_example(unpacked)["u"].tolist() == list(tf_view["u"].int64_list.value) == ints[:5].tolist()
     np.testing.assert_array_equal(parse_example(unpacked)["f"], np.array(tf_view["f"].float_list.value, np.float32))
+
+
+def test_missing_or_unwritable_tfrecord_file_is_named(tmp_path):
+    from deep500lite.datasets import MissingDatasetError
+
+    for compression in (None, "GZIP"):
+        with pytest.raises(MissingDatasetError, match="TFRecord file '.*nope.tfrecord' does not exist") as err:
+            read_tfrecord(tmp_path / "nope.tfrecord", compression=compression)  # at the call, not the first record
+        assert isinstance(err.value, FileNotFoundError)
+    with pytest.raises(UserError, match="Cannot read TFRecord file"):
+        read_tfrecord(tmp_path)
+    with pytest.raises(UserError, match="Cannot write TFRecord file '.*no-folder.*Received"):
+        write_tfrecord(tmp_path / "no-folder" / "x.tfrecord", [b"x"])

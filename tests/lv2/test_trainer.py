@@ -206,6 +206,22 @@ def test_peak_memory_sees_memory_touched_during_training():
     assert len(metric.samples) == 1 and metric.summary().median == metric.samples[0]
 
 
+def test_peak_memory_reads_the_executors_device_peak(monkeypatch):
+    ex, out, train, test, opt = _setup()
+    assert ex.device_peak_memory() is None and ex.device_peak_memory(reset=True) is None  # the default: CPU
+    calls = []
+
+    def device_peak_memory(reset=False):
+        calls.append(reset)
+        return None if reset else 12345
+
+    monkeypatch.setattr(ex, "device_peak_memory", device_peak_memory)
+    metric = PeakMemory()
+    [peak] = test_training(ex, train, test, opt, 2, 16, out, metrics=[metric])
+    assert peak == metric.device_peak_bytes == 12345 and metric.samples == [12345, 12345]
+    assert calls == [True, False, False, False]  # reset before training, read after each epoch and at the end
+
+
 # ------------------------------------------------------------------------------ non-finite loss
 def _nan_setup(bad_index=37):
     ex, out = _mlp(8)

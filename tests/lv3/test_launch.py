@@ -83,7 +83,7 @@ def test_launch_rejects_bad_input():
     rc, out, _ = launch("-n", "2", "--mpiexec", "/no/such/mpiexec", SCRIPT, "ok")
     assert rc == 2 and "--mpiexec is not an executable program. Received: --mpiexec '/no/such/mpiexec'" in out, out
     rc, out, _ = launch("-n", "0", SCRIPT, "ok")
-    assert rc == 2 and "-n/--ranks must be an integer >= 1. Received: -n 0" in out, out
+    assert rc == 2 and "argument -n/--ranks: must be a positive integer (1, 2, 3, ...). Received: '0'" in out, out
     rc, out, _ = launch("-n", "2")
     assert rc == 2 and "launch needs a command" in out, out
 

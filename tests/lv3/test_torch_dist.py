@@ -116,7 +116,7 @@ def test_single_process_and_bad_input(monkeypatch):
     import numpy as np
     import torch
 
-    from deep500lite.lv3.torch_dist import TorchDistributedCommunicator
+    from deep500lite.frameworks.torch.distributed import TorchDistributedCommunicator
 
     for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE",
                  "DEEP500LITE_COMM_TIMEOUT"):
@@ -168,7 +168,32 @@ def test_single_process_and_bad_input(monkeypatch):
 
 
 def test_import_does_not_load_torch():
-    code = ("import sys, deep500lite.lv3.torch_dist as t; "
-            "print('torch' in sys.modules, 'mpi4py' in sys.modules)")
+    """``deep500lite.lv3`` names the communicator but imports torch only when it is first used."""
+    code = ("import sys, deep500lite.lv3 as lv3; "
+            "print('torch' in sys.modules, 'mpi4py' in sys.modules, 'TorchDistributedCommunicator' in lv3.__all__)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
-    assert out.stdout.strip() == "False False", out.stdout + out.stderr
+    assert out.stdout.strip() == "False False True", out.stdout + out.stderr
+
+
+@requires_torch
+def test_resolved_from_the_torch_framework():
+    import deep500lite as d5
+    from deep500lite.frameworks.torch.distributed import TorchDistributedCommunicator
+    from deep500lite.lv3 import TorchDistributedCommunicator as from_lv3
+
+    assert from_lv3 is TorchDistributedCommunicator is d5.distributed.TorchDistributedCommunicator
+    assert "TorchDistributedCommunicator" in dir(d5.distributed)
+    with pytest.raises(AttributeError, match="has no attribute 'NoSuchCommunicator'"):
+        d5.distributed.NoSuchCommunicator  # noqa: B018
+
+
+def test_missing_torch_names_the_extra():
+    """Without torch, the first access raises FrameworkNotAvailableError with the pip command."""
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "import deep500lite.lv3 as lv3\n"
+            "from deep500lite.errors import FrameworkNotAvailableError\n"
+            "try:\n    lv3.TorchDistributedCommunicator\n"
+            "except FrameworkNotAvailableError as exc:\n    print('raised', exc)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert out.stdout.startswith("raised Framework 'torch' needs"), out.stdout + out.stderr
+    assert "pip install 'deep500lite[torch]'" in out.stdout, out.stdout

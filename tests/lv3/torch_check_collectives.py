@@ -23,7 +23,7 @@ import numpy as np
 
 from deep500lite.errors import UserError
 from deep500lite.lv3 import ALGORITHMS, AlphaBeta, CommunicationTimeout, MPICommunicator
-from deep500lite.lv3.torch_dist import TorchDistributedCommunicator
+from deep500lite.frameworks.torch.distributed import TorchDistributedCommunicator
 
 SEED = 4321
 

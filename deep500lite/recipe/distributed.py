@@ -1,0 +1,278 @@
+"""Distributed recipe runs: ``deep500lite run RECIPE -n N``.
+
+The command starts ``mpiexec -n N python -m mpi4py -m deep500lite.recipe.worker RECIPE ... --rank-job``
+(:mod:`deep500lite.recipe.worker`); every rank builds the recipe (its ``distributed`` optimizer
+over an MPI communicator), trains on its shard and writes ``OUT/rank<r>/results.json``. Then,
+unless told not to, the same recipe runs on one rank for as many steps as each rank took
+(``OUT/baseline/results.json``), which gives the 1-rank step time. :func:`aggregate` combines the
+files into ``OUT/results.json``:
+
+- ``per_rank``: each rank's median step time, its compute and communication parts, bytes sent
+  per step, final accuracy and loss, and whether its acceptable metrics held;
+- ``aggregate``: per step, the slowest rank's step time (the job moves at its pace), the
+  communication share, bytes per step over all ranks, the global batch and the job's
+  throughput (global batch / median slowest step time);
+- ``baseline``, ``speedup`` (job throughput / 1-rank throughput) and ``scaling_efficiency``
+  (speedup / N): weak scaling, the batch per rank being fixed.
+
+The job passes when every rank's acceptable metrics hold.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import sys
+
+import numpy as np
+
+from deep500lite.errors import UserError
+
+__all__ = ["DistributedRun", "aggregate", "run_distributed", "rank_command", "DEFAULT_COMM_TIMEOUT"]
+
+#: Seconds one communication may wait in a ``run -n`` job before the job ends with an error naming it.
+DEFAULT_COMM_TIMEOUT = 300.0
+
+
+@dataclasses.dataclass
+class DistributedRun:
+    """The outcome of :func:`run_distributed`.
+
+    Attributes:
+        passed: every rank's acceptable metrics held.
+        results: the aggregated results dict (also written to ``OUT/results.json``).
+        results_path: where it was written.
+    """
+
+    passed: bool
+    results: dict
+    results_path: str
+
+    def lines(self) -> list[str]:
+        """The per-rank table, the job's figures and the verdicts, for the terminal."""
+        return describe(self.results)
+
+
+def rank_command(recipe: str, sets, seed: int, out: str, progress: str | None, max_steps: int | None = None) -> list:
+    """The per-rank command line: the recipe worker under ``python -m mpi4py``."""
+    cmd = [sys.executable, "-m", "mpi4py", "-m", "deep500lite.recipe.worker", recipe, "--seed", str(seed),
+           "--out", out, "--progress", progress or "none", "--rank-job"]
+    for text in sets:
+        cmd += ["--set", text]
+    if max_steps is not None:
+        cmd += ["--max-steps", str(max_steps)]
+    return cmd
+
+
+def _read(path: str, what: str) -> dict:
+    from deep500lite.recipe.results import read_results
+
+    if not os.path.exists(path):
+        raise UserError(f"The {what} wrote no results file: {path} is missing (its errors are printed above).")
+    return read_results(path)
+
+
+def run_distributed(recipe: str, ranks: int, out: str, *, sets=(), seed: int = 0, progress: str | None = "lines",
+                    baseline: bool = True, mpiexec: str | None = None, timeout: float | None = None,
+                    comm_timeout: float | None = DEFAULT_COMM_TIMEOUT) -> DistributedRun:
+    """Run a recipe with a ``distributed`` component on ``ranks`` MPI ranks and aggregate.
+
+    Args:
+        recipe: the recipe file or bundled name (as for ``deep500lite run``).
+        ranks: MPI ranks, at least 1.
+        out: the results folder.
+        sets: ``KEY=VALUE`` overrides of mutable keys.
+        seed: the run seed (every rank uses it, so replicas start equal).
+        progress: rank 0's progress display (``lines``, ``bar``, ``auto`` or None).
+        baseline: also run the 1-rank baseline (for ``ranks > 1``) and compute the scaling
+            efficiency.
+        mpiexec: the launcher (default: beside this Python, else on PATH).
+        timeout: seconds after which a job (the N-rank one, or the baseline) is killed.
+        comm_timeout: ``DEEP500LITE_COMM_TIMEOUT`` for the ranks (None: wait forever).
+
+    Raises:
+        UserError: a bad argument, or a job that failed or wrote no results.
+    """
+    from deep500lite.lv3.launch import JobTimeout, find_mpiexec, run_job
+    from deep500lite.recipe.results import write_results
+
+    if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
+        raise UserError(f"-n/--ranks must be an integer >= 1. Received: {ranks!r}")
+    launcher = find_mpiexec(mpiexec, "deep500lite run -n")
+    env = dict(os.environ)
+    if comm_timeout is not None:
+        env["DEEP500LITE_COMM_TIMEOUT"] = str(comm_timeout)
+
+    def job(n: int, folder: str, what: str, max_steps: int | None = None, shown: str | None = progress) -> None:
+        cmd = [launcher, "-n", str(n), *rank_command(recipe, sets, seed, folder, shown, max_steps)]
+        try:
+            rc = run_job(cmd, timeout=timeout, env=env)
+        except JobTimeout as exc:
+            raise UserError(f"The {what} was killed: {exc}. Raise --timeout if it is just slow.") from None
+        if rc != 0:
+            raise UserError(f"The {what} failed (exit status {rc}); its ranks' errors are printed above. "
+                            f"Command: {' '.join(cmd)}")
+
+    os.makedirs(out, exist_ok=True)
+    print(f"training on {ranks} rank{'s' if ranks > 1 else ''} (mpiexec -n {ranks})", flush=True)
+    job(ranks, out, f"{ranks}-rank job")
+    if ranks == 1:
+        per_rank = [_read(os.path.join(out, "results.json"), "1-rank job")]
+    else:
+        per_rank = [_read(os.path.join(out, f"rank{r}", "results.json"), f"rank {r}") for r in range(ranks)]
+    base = None
+    if baseline and ranks > 1:
+        steps = int(per_rank[0]["summaries"]["steps_done"])
+        folder = os.path.join(out, "baseline")
+        print(f"baseline: the same recipe on 1 rank for {steps} steps (the steps each rank took)", flush=True)
+        job(1, folder, "1-rank baseline", max_steps=steps, shown=None)
+        base = _read(os.path.join(folder, "results.json"), "1-rank baseline")
+    results = aggregate(per_rank, base)
+    path = os.path.join(out, "results.json")
+    write_results(path, results)
+    return DistributedRun(bool(results["passed"]), results, path)
+
+
+def _median(summary) -> float:
+    return float(summary["median"]) if summary else math.nan
+
+
+def aggregate(per_rank: list[dict], baseline: dict | None = None) -> dict:
+    """Combine the results dicts of every rank (and of the 1-rank baseline) into one.
+
+    Args:
+        per_rank: rank ``r``'s results dict at index ``r`` (from a recipe with ``distributed``).
+        baseline: the 1-rank run's results dict, or None.
+
+    Returns:
+        Rank 0's results dict with ``passed`` over all ranks, ``verdicts`` per metric over all
+        ranks, and ``distributed`` holding ``per_rank``, ``aggregate``, ``baseline``,
+        ``speedup`` and ``scaling_efficiency`` (see the module documentation).
+    """
+    from deep500lite.recipe.results import jsonable
+    from deep500lite.recipe.results import summary_of as _summary
+
+    if not per_rank:
+        raise UserError("aggregate needs the results of at least one rank. Received none.")
+    for r, res in enumerate(per_rank):
+        dist = res.get("distributed")
+        if not dist:
+            raise UserError(f"The results of rank {r} have no 'distributed' section: not a distributed recipe run.")
+        if dist.get("rank") != r or dist.get("ranks") != len(per_rank):
+            raise UserError(f"Results file {r} is rank {dist.get('rank')} of {dist.get('ranks')}; expected rank {r} "
+                            f"of {len(per_rank)}.")
+    p = len(per_rank)
+    warmup = int(per_rank[0]["summaries"].get("warmup_steps", 0))
+    rows = []
+    for r, res in enumerate(per_rank):
+        s = res["summaries"]
+        rows.append({"rank": r, "step_time": _median(s.get("step_time")),
+                     "compute_time": _median(s.get("compute_time")),
+                     "communication_time": _median(s.get("communication_time")),
+                     "bytes_per_step": _median(s.get("bytes_sent")),
+                     "bytes_sent": res["distributed"]["bytes_sent"],
+                     "steps": s.get("steps_done"), "final_test_accuracy": s.get("final_test_accuracy"),
+                     "final_train_loss": s.get("final_train_loss"), "passed": bool(res.get("passed"))})
+    steps = [res["samples"]["steps"] for res in per_rank]
+    n = min(len(s) for s in steps)
+
+    def per_step(key, combine):
+        return [combine([s[i].get(key, math.nan) for s in steps]) for i in range(warmup, n)]
+
+    slowest = per_step("step_time", max)
+    comm = per_step("communication_time", max)
+    samples = per_step("samples", sum)
+    job_bytes = per_step("bytes_sent", sum)
+    step_summary = _summary(slowest)
+    global_batch = int(np.median(samples)) if samples else None
+    throughput = (global_batch / step_summary["median"]) if step_summary and global_batch else None
+    fraction = [c / t for c, t in zip(per_step("communication_time", np.mean), per_step("step_time", np.mean))
+                if t > 0 and math.isfinite(c)]
+    agg = {"steps": n, "warmup_steps": warmup, "step_time": step_summary,
+           "communication_time": _summary(comm),
+           "communication_fraction": float(np.median(fraction)) if fraction else None,
+           "bytes_per_step": _summary(job_bytes), "bytes_sent": sum(row["bytes_sent"] for row in rows),
+           "global_batch_size": global_batch, "samples_per_second": throughput}
+    base = speedup = efficiency = None
+    if baseline is not None:
+        bs = baseline["summaries"]
+        b_steps = baseline["samples"]["steps"][int(bs.get("warmup_steps", 0)):]
+        b_time = bs.get("step_time")
+        b_batch = int(np.median([s["samples"] for s in b_steps])) if b_steps else None
+        b_throughput = (b_batch / b_time["median"]) if b_time and b_batch else None
+        base = {"steps": bs.get("steps_done"), "step_time": b_time, "batch_size": b_batch,
+                "samples_per_second": b_throughput}
+        if throughput and b_throughput:
+            speedup = throughput / b_throughput
+            efficiency = speedup / p
+    verdicts = []
+    for i, v in enumerate(per_rank[0].get("verdicts", [])):
+        values = [res["verdicts"][i].get("measured") for res in per_rank]
+        passes = [res["verdicts"][i].get("passed") for res in per_rank]
+        judged = v.get("required") is not None
+        verdicts.append({**v, "measured": values[0], "per_rank": values,
+                         "failed_ranks": [r for r, ok in enumerate(passes) if judged and not ok],
+                         "passed": all(passes) if judged else None})
+    out = dict(per_rank[0])
+    out["verdicts"] = verdicts
+    out["passed"] = all(row["passed"] for row in rows)
+    out["error"] = next((res.get("error") for res in per_rank if res.get("error")), None)
+    out["distributed"] = {**per_rank[0]["distributed"], "rank": None, "per_rank": rows, "aggregate": agg,
+                          "baseline": base, "speedup": speedup, "scaling_efficiency": efficiency,
+                          "rank_files": [f"rank{r}/results.json" for r in range(p)] if p > 1 else None}
+    return jsonable(out)
+
+
+def _fmt_bytes(n) -> str:
+    if n is None or (isinstance(n, float) and not math.isfinite(n)):
+        return "n/a"
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
+def describe(results: dict) -> list[str]:
+    """Terminal lines for an aggregated results dict: the per-rank table, the job and the verdicts."""
+    from deep500lite.metrics.tables import format_seconds, format_table
+
+    def sec(v):
+        return format_seconds(v) if v is not None and math.isfinite(v) else "n/a"
+
+    d = results["distributed"]
+    rows = [[row["rank"], sec(row["step_time"]), sec(row["compute_time"]), sec(row["communication_time"]),
+             _fmt_bytes(row["bytes_per_step"]),
+             "n/a" if row["final_test_accuracy"] is None else f"{row['final_test_accuracy']:.2f}%",
+             "PASS" if row["passed"] else "FAIL"] for row in d["per_rank"]]
+    p = len(d["per_rank"])
+    ranks = "rank 0" if p == 1 else f"ranks 0..{p - 1}"
+    lines = [format_table(["rank", "step (median)", "compute", "communication", "sent/step", "test acc", "metrics"],
+                          rows)]
+    agg = d["aggregate"]
+    st = agg["step_time"]
+    if st:
+        lines.append(f"job: {p} rank{'s' if p > 1 else ''}, {d['optimizer'].rsplit('.', 1)[-1]} over "
+                     f"{d['communicator'].rsplit('.', 1)[-1]}; slowest rank's step {sec(st['median'])} "
+                     f"[{sec(st['ci_low'])}, {sec(st['ci_high'])}], communication "
+                     f"{100 * (agg['communication_fraction'] or 0):.1f}% of it; "
+                     f"{_fmt_bytes(_median(agg['bytes_per_step']))} sent per step (all ranks); global batch "
+                     f"{agg['global_batch_size']}, {agg['samples_per_second']:.4g} samples/s")
+    base = d.get("baseline")
+    if base and base.get("step_time"):
+        lines.append(f"1-rank baseline: step {sec(base['step_time']['median'])} (batch {base['batch_size']}), "
+                     f"{base['samples_per_second']:.4g} samples/s; speedup {d['speedup']:.3g}x on "
+                     f"{len(d['per_rank'])} ranks, scaling efficiency {100 * d['scaling_efficiency']:.1f}% "
+                     "(weak scaling: batch per rank fixed)")
+    for v in results.get("verdicts", []):
+        values = ", ".join("n/a" if x is None else f"{x:.4g}" for x in v["per_rank"])
+        if v.get("required") is None:
+            lines.append(f"{v['metric']}: {values} ({ranks}; measured only)")
+            continue
+        sign = ">=" if v["direction"] == "higher" else "<="
+        verdict = "PASS" if v["passed"] else f"FAIL (ranks {', '.join(map(str, v['failed_ranks']))})"
+        lines.append(f"{v['metric']}: {values} on {ranks}, required {sign} "
+                     f"{v['required']:g}: {verdict}")
+    if results.get("error"):
+        lines.append(f"training stopped: {results['error']}")
+    return lines

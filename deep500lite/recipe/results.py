@@ -1,0 +1,311 @@
+"""Results files: one JSON document per recipe run, written atomically.
+
+Layout (``"format": "deep500lite-results"``, ``"version": 1``)::
+
+    recipe        the resolved recipe: name, file, SHA-256 of the file, every key's value
+                  (callables as qualified names), which keys were fixed / mutable / overridden,
+                  and the acceptable metrics (threshold, required value, direction, unit)
+    framework     the executor's framework key; device: its device
+    seeds         every seed used: run, model, executor, samplers, transformations
+    components    what was built: sample counts, classes, sample shape, parameter count, classes
+                  of executor, samplers and optimizer, steps per epoch
+    samples       every raw sample: steps (one record per training step: loss, accuracy,
+                  data_time, step_time, forward_backward_time, optimizer_time, elapsed, ...) and
+                  epochs (train/test loss and accuracy, times, ...)
+    summaries     medians with exact 95% confidence intervals of the step-time parts (after
+                  warmup_steps), throughput, final accuracies and losses, time to accuracy, peak
+                  memory, total training time
+    metrics       each acceptable metric's measured value and raw samples
+    verdicts      one per acceptable metric: measured, required, direction, passed
+    passed        every acceptable metric held; error: what stopped training, or null
+    divergence    first-step output and gradient differences from the reference executor, or null
+    distributed   only for a recipe with a ``distributed`` component: this rank, the ranks, the
+                  optimizer and communicator, bytes sent and received, seconds inside
+                  communication, per-operation counts; each step record then also has
+                  communication_time, compute_time and bytes_sent (summarized in summaries).
+                  The aggregate of a ``run -n N`` job adds per_rank, aggregate, baseline,
+                  speedup and scaling_efficiency (:mod:`deep500lite.recipe.distributed`)
+    environment   collect_environment() (packages, frameworks, CPU and GPU model, thread
+                  variables, MPI library, git commit of the working folder), the git commit of
+                  the recipe's folder, the thread counts the frameworks use, the command line
+    started, finished, wall_time   Unix times and seconds
+
+Non-finite numbers are written as ``null``. MLPerf-style log lines (``:::MLLOG {...}``) are
+written by :class:`MLLogEvent`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+
+import numpy as np
+
+from deep500lite.errors import UserError
+from deep500lite.recipe.verdicts import metric_name
+from deep500lite.utils import atomic_write_text
+
+__all__ = ["RESULTS_FORMAT", "RESULTS_VERSION", "build_results", "write_results", "read_results", "find_results",
+           "jsonable", "summary_of", "MLLogEvent", "runtime_threads", "step_times"]
+
+RESULTS_FORMAT = "deep500lite-results"
+RESULTS_VERSION = 1
+RESULTS_FILE = "results.json"
+
+
+def jsonable(value):
+    """``value`` as JSON-ready data: numpy scalars and arrays to Python, NaN and infinities to None."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        v = float(value)
+        return v if math.isfinite(v) else None
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return jsonable(value.tolist())
+    if hasattr(value, "to_dict"):
+        return jsonable(value.to_dict())
+    return repr(value)
+
+
+def runtime_threads() -> dict:
+    """Thread counts of the frameworks imported in this process, and the usable CPU cores."""
+    out = {}
+    try:
+        out["usable_cores"] = len(os.sched_getaffinity(0))
+    except AttributeError:
+        out["usable_cores"] = os.cpu_count()
+    torch = sys.modules.get("torch")
+    if torch is not None and hasattr(torch, "get_num_threads"):
+        out["torch_intra_op"] = torch.get_num_threads()
+        out["torch_inter_op"] = torch.get_num_interop_threads()
+    tf = sys.modules.get("tensorflow")
+    if tf is not None:
+        try:
+            out["tensorflow_intra_op"] = tf.config.threading.get_intra_op_parallelism_threads()
+            out["tensorflow_inter_op"] = tf.config.threading.get_inter_op_parallelism_threads()
+        except AttributeError:  # a partially imported tensorflow
+            pass
+    return out
+
+
+def summary_of(values) -> dict | None:
+    """The :func:`~deep500lite.metrics.statistics.summarize` dict of the finite values, or None if there are none."""
+    from deep500lite.metrics.statistics import summarize
+
+    kept = [float(v) for v in values if v is not None and math.isfinite(v)]
+    return summarize(kept).to_dict() if kept else None
+
+
+def step_times(results: dict, part: str = "step_time", warmup: int | None = None) -> list[float]:
+    """The raw per-step times of a results dict after its warm-up steps.
+
+    Args:
+        results: a results dict.
+        part: ``step_time``, ``data_time``, ``forward_backward_time`` or ``optimizer_time``.
+        warmup: steps left out at the start (default: the file's ``summaries.warmup_steps``).
+    """
+    if warmup is None:
+        warmup = (results.get("summaries") or {}).get("warmup_steps", 1)
+    steps = (results.get("samples") or {}).get("steps") or []
+    return [s[part] for s in steps[warmup:] if s.get(part) is not None and math.isfinite(s[part])]
+
+
+def build_results(recipe, parts, stats, judged, values, verdicts, internal, passed, error, seed, started, finished,
+                  divergence=None, environment: bool = True) -> dict:
+    """The results dict of one run (used by :func:`deep500lite.recipe.train_recipe`)."""
+    breakdown = internal["breakdown"]
+    warmup = breakdown.warmup
+    steps = list(stats.steps)
+    epochs = list(stats.epochs)
+    last = epochs[-1] if epochs else {}
+    tta = internal.get("time_to_accuracy")
+    memory = internal["memory"]
+    throughput = internal["throughput"]
+    summaries = {
+        "warmup_steps": warmup,
+        "step_time": summary_of([s["step_time"] for s in steps[warmup:]]),
+        "data_time": summary_of([s["data_time"] for s in steps[warmup:]]),
+        "forward_backward_time": summary_of([s["forward_backward_time"] for s in steps[warmup:]]),
+        "optimizer_time": summary_of([s["optimizer_time"] for s in steps[warmup:]]),
+        **{key: summary_of([s[key] for s in steps[warmup:]]) for key in ("communication_time", "compute_time",
+                                                                         "bytes_sent") if steps and key in steps[0]},
+        "throughput": {"samples_per_second": throughput.measure(None, stats, None),
+                       "per_step": summary_of(throughput.samples[warmup:])},
+        "final_test_accuracy": stats.test_accuracy,
+        "final_train_accuracy": stats.train_accuracy,
+        "final_train_loss": last.get("train_loss"),
+        "final_test_loss": last.get("test_loss"),
+        "time_to_accuracy": ({"target": tta.target, "seconds": tta.seconds, "epoch": tta.epoch}
+                             if tta is not None else None),
+        "peak_memory_bytes": memory.measure(None, stats, None),
+        "host_peak_memory_bytes": memory.host_peak_bytes,
+        "device_peak_memory_bytes": memory.device_peak_bytes,
+        "training_time": stats.total_time,
+        "epochs_done": len(epochs),
+        "steps_done": len(steps),
+        "stopped_by": stats.stopped_by,
+    }
+    metrics = []
+    for m, v in zip(judged, values):
+        entry = {"metric": metric_name(m), "value": v}
+        if hasattr(m, "samples"):
+            entry["samples"] = list(m.samples)
+        metrics.append(entry)
+    env = {}
+    if environment:
+        from deep500lite.environment import collect_environment, git_commit
+
+        folder = os.path.dirname(recipe.path) if recipe.path else None
+        env = collect_environment(folder=None)
+        env["recipe_git_commit"] = git_commit(folder) if folder else None
+    env["runtime_threads"] = runtime_threads()
+    env["command"] = list(sys.argv)
+    framework = parts.info.get("framework")
+    results = {
+        "format": RESULTS_FORMAT, "version": RESULTS_VERSION,
+        "recipe": recipe.describe(),
+        "framework": framework, "device": parts.info.get("device"),
+        "seeds": dict(parts.seeds),
+        "components": dict(parts.info),
+        "samples": {"steps": steps, "epochs": epochs},
+        "summaries": summaries,
+        "metrics": metrics,
+        "verdicts": [v.to_dict() for v in verdicts],
+        "passed": bool(passed),
+        "error": error,
+        "divergence": divergence,
+        "environment": env,
+        "started": started, "finished": finished, "wall_time": finished - started,
+    }
+    return jsonable(results)
+
+
+def write_results(path, results: dict) -> str:
+    """Write a results dict as JSON, atomically (NaN and infinities as null). Returns the path."""
+    text = json.dumps(jsonable(results), indent=1, allow_nan=False)
+    atomic_write_text(path, text + "\n")
+    return os.fspath(path)
+
+
+def read_results(path) -> dict:
+    """Read one results file (or ``DIR/results.json``).
+
+    Raises:
+        UserError: the file is missing, not JSON, or not a deep500lite results file.
+    """
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        path = os.path.join(path, RESULTS_FILE)
+    if not os.path.isfile(path):
+        raise UserError(f"Results file '{path}' does not exist. Give results.json files written by "
+                        "`deep500lite run` or `deep500lite compare` (or the folders holding them).")
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UserError(f"Results file '{path}' is not valid JSON ({exc}); it may be truncated.") from exc
+    if not isinstance(data, dict) or data.get("format") != RESULTS_FORMAT:
+        raise UserError(f"'{path}' is not a deep500lite results file (its \"format\" is not '{RESULTS_FORMAT}').")
+    if data.get("version", 0) > RESULTS_VERSION:
+        raise UserError(f"Results file '{path}' has version {data.get('version')}; this deep500lite reads up to "
+                        f"version {RESULTS_VERSION}. Upgrade deep500lite.")
+    data["_path"] = path
+    return data
+
+
+def find_results(paths) -> list[str]:
+    """Expand files and folders into results files (folders are searched recursively, sorted).
+
+    Raises:
+        UserError: a path that does not exist, or a folder without results files.
+    """
+    found = []
+    for p in paths:
+        p = os.fspath(p)
+        if os.path.isfile(p):
+            found.append(p)
+        elif os.path.isdir(p):
+            inside = sorted(os.path.join(root, RESULTS_FILE) for root, _, files in os.walk(p) if RESULTS_FILE in files)
+            if not inside:
+                raise UserError(f"Folder '{p}' holds no {RESULTS_FILE} (searched recursively).")
+            found.extend(inside)
+        else:
+            raise UserError(f"Results path '{p}' does not exist.")
+    return found
+
+
+class MLLogEvent:
+    """A training event writing MLPerf-style log lines, ``:::MLLOG {json}``, one per event.
+
+    Each line is ``:::MLLOG {"namespace": "", "time_ms": ..., "event_type": ..., "key": ...,
+    "value": ..., "metadata": {...}}`` as in the ``mlperf_logging`` package: ``POINT_IN_TIME``
+    for ``submission_benchmark``, ``seed``, ``global_batch_size``, ``opt_name``,
+    ``opt_base_learning_rate``, ``train_samples``, ``eval_samples`` and ``eval_accuracy`` (a
+    fraction, with ``epoch_num``); ``INTERVAL_START``/``INTERVAL_END`` for ``run_start`` /
+    ``run_stop`` (with ``status`` ``success`` when every acceptable metric held, else
+    ``aborted``), ``epoch_start`` / ``epoch_stop`` and ``eval_start`` / ``eval_stop`` (with
+    ``epoch_num``, counted from 1). Lines are appended and flushed as they happen; the file is
+    truncated when training starts.
+
+    Args:
+        path: the log file.
+        recipe: the resolved recipe (for the benchmark name and hyperparameters).
+        parts: the built components.
+        seed: the run seed.
+    """
+
+    def __init__(self, path, recipe, parts, seed: int):
+        self.path = os.fspath(path)
+        self.recipe, self.parts, self.seed = recipe, parts, seed
+        self._epoch = 0
+
+    def log(self, key: str, value=None, event_type: str = "POINT_IN_TIME", **metadata) -> None:
+        """Append one ``:::MLLOG`` line."""
+        record = {"namespace": "", "time_ms": int(time.time() * 1000), "event_type": event_type, "key": key,
+                  "value": jsonable(value), "metadata": jsonable(metadata)}
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(":::MLLOG " + json.dumps(record, allow_nan=False) + "\n")
+
+    def before_training(self, trainer, stats):
+        folder = os.path.dirname(os.path.abspath(self.path))
+        os.makedirs(folder, exist_ok=True)
+        open(self.path, "w").close()
+        opt = trainer.optimizer
+        self.log("submission_benchmark", self.recipe.name)
+        self.log("seed", self.seed)
+        self.log("global_batch_size", self.recipe.config["batch_size"])
+        self.log("opt_name", type(opt).__name__)
+        lr = getattr(opt, "learning_rate", None)
+        if isinstance(lr, (int, float)):
+            self.log("opt_base_learning_rate", lr)
+        self.log("train_samples", self.parts.info.get("train_samples"))
+        self.log("eval_samples", self.parts.info.get("test_samples"))
+        self.log("run_start", None, "INTERVAL_START")
+
+    def before_epoch(self, trainer, stats, epoch):
+        self._epoch = epoch + 1
+        self.log("epoch_start", None, "INTERVAL_START", epoch_num=epoch + 1)
+
+    def before_test_set(self, trainer, stats):
+        self.log("eval_start", None, "INTERVAL_START", epoch_num=self._epoch)
+
+    def after_test_set(self, trainer, stats, result):
+        self.log("eval_stop", None, "INTERVAL_END", epoch_num=self._epoch)
+        if result.get("test_accuracy") is not None:
+            self.log("eval_accuracy", result["test_accuracy"] / 100.0, epoch_num=self._epoch)
+
+    def after_epoch(self, trainer, stats, epoch):
+        self.log("epoch_stop", None, "INTERVAL_END", epoch_num=epoch + 1)
+
+    def run_stop(self, passed: bool) -> None:
+        """Write ``run_stop`` (``status``: ``success`` or ``aborted``)."""
+        self.log("run_stop", None, "INTERVAL_END", status="success" if passed else "aborted")

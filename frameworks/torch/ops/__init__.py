@@ -1,0 +1,57 @@
+"""ONNX operators as torch functions: the converter table, assembled from one module per family.
+
+Every converter takes a :class:`NodeSpec` (the node's parsed attributes, the values of its inputs
+that are constant at build time, the opset) and returns a function of the node's input tensors
+that returns its output tensor, or a tuple with one entry per declared output. Attributes are
+parsed once, when the function is built, so running it does no protobuf work. Converters never
+modify their inputs in place.
+
+Families (the same module names as :mod:`deep500lite.frameworks.tensorflow.ops`):
+:mod:`.elementwise`, :mod:`.linalg`, :mod:`.conv` (convolution and pooling),
+:mod:`.normalization` (with Dropout), :mod:`.shape`, :mod:`.reduction`, :mod:`.recurrent`,
+:mod:`.losses`; shared helpers are in :mod:`._common`, the dtype tables in
+:mod:`deep500lite.frameworks.torch.dtypes`. Custom-domain nodes run registered custom operators
+(:func:`deep500lite.lv0.custom.lookup_custom_op`) as ``torch.autograd.Function`` objects.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from deep500lite.errors import UnsupportedOperatorError
+from deep500lite.frameworks.torch.custom import custom_op
+from deep500lite.frameworks.torch.ops import (conv, elementwise, linalg, losses, normalization, recurrent, reduction,
+                                              shape)
+from deep500lite.frameworks.torch.ops._common import NodeSpec, parse_attributes
+from deep500lite.lv0.custom import lookup_custom_op
+
+__all__ = ["SUPPORTED_OPS", "CONVERTERS", "NodeSpec", "build_node", "parse_attributes"]
+
+FAMILIES = (elementwise, linalg, conv, normalization, shape, reduction, recurrent, losses)
+
+
+def _assemble(families) -> dict[str, Callable]:
+    table: dict[str, Callable] = {}
+    for family in families:
+        for op_type, converter in family.CONVERTERS.items():
+            assert op_type not in table, f"{op_type} has converters in two families"
+            table[op_type] = converter
+    return table
+
+
+CONVERTERS: dict[str, Callable] = _assemble(FAMILIES)
+"""ONNX op type -> converter, over every family."""
+
+SUPPORTED_OPS: frozenset = frozenset(CONVERTERS)
+
+
+def build_node(spec: NodeSpec) -> Callable:
+    """The function computing ``spec``'s node (see module docstring)."""
+    if spec.domain not in ("", "ai.onnx"):
+        return custom_op(lookup_custom_op(spec.op, spec.domain, spec.name))
+    try:
+        converter = CONVERTERS[spec.op]
+    except KeyError:
+        raise UnsupportedOperatorError(
+            f"The torch executor does not support operator '{spec.op}' (node '{spec.name}').") from None
+    return converter(spec)

@@ -1,0 +1,123 @@
+"""The architecture of issue 13, checked: levels import only downward (import-linter contracts in
+pyproject.toml, run on the installed layout), no framework package outside ``frameworks/``, the
+same role modules in every framework package, nothing outside ``cli/`` starts the CLI, and no
+source file over 1,000 lines."""
+
+from __future__ import annotations
+
+import ast
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+REPO = next(str(p) for p in pathlib.Path(__file__).resolve().parents
+            if (p / 'pyproject.toml').exists())
+
+SOURCE_ROOTS = {"deep500lite": "deep500lite", "frameworks": "deep500lite.frameworks", "metrics": "deep500lite.metrics"}
+FRAMEWORK_PACKAGES = ["reference", "torch", "tensorflow", "onnxruntime"]
+# role -> frameworks that have it (docs/architecture.md explains the roles)
+ROLES = {
+    "executor.py": FRAMEWORK_PACKAGES,
+    "ops": FRAMEWORK_PACKAGES,
+    "custom.py": FRAMEWORK_PACKAGES,
+    "optimizers.py": FRAMEWORK_PACKAGES,
+    "bench.py": FRAMEWORK_PACKAGES,
+    "dtypes.py": ["torch", "tensorflow"],
+    "native.py": ["torch", "tensorflow"],
+    "models.py": ["torch", "tensorflow"],
+    "distributed.py": ["torch"],
+}
+MAX_LINES = 1000
+
+
+def _source_files():
+    for folder in SOURCE_ROOTS:
+        for root, dirs, files in os.walk(os.path.join(REPO, folder)):
+            dirs[:] = [d for d in dirs if not d.startswith((".", "__"))]
+            for name in files:
+                if name.endswith(".py"):
+                    yield os.path.join(root, name)
+
+
+def test_import_contracts_hold(installed_wheel):
+    """lint-imports on the installed wheel: every contract in pyproject.toml is kept."""
+    lint = shutil.which("lint-imports", path=os.path.dirname(sys.executable))
+    assert lint, "import-linter is not installed (it is in the 'test' extra)"
+    _, site = installed_wheel
+    env = dict(os.environ, PYTHONPATH=str(site))
+    # run outside the repository, so the working tree's deep500lite/ does not shadow the wheel's
+    out = subprocess.run([lint, "--no-cache", "--no-logo", os.path.join(REPO, "pyproject.toml")],
+                         capture_output=True, text=True, env=env, cwd=site.parent)
+    assert out.returncode == 0, out.stdout[-6000:] + out.stderr[-2000:]
+    with open(os.path.join(REPO, "pyproject.toml"), encoding="utf-8") as f:
+        contracts = f.read().count("[[tool.importlinter.contracts]]")
+    assert contracts >= 4
+    assert f"Contracts: {contracts} kept, 0 broken." in out.stdout, out.stdout
+
+
+def test_contracts_see_the_frameworks(installed_wheel):
+    """The contracts would be vacuous if the graph missed frameworks/ or metrics/."""
+    grimp = pytest.importorskip("grimp")
+    _, site = installed_wheel
+    code = ("import grimp; g = grimp.build_graph('deep500lite', include_external_packages=True); "
+            "print(any(m.startswith('deep500lite.frameworks.torch.') for m in g.modules), "
+            "any(m.startswith('deep500lite.metrics.') for m in g.modules)); "
+            "print(g.direct_import_exists(importer='deep500lite.frameworks.torch.executor', imported='torch'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONPATH=str(site)), cwd=site.parent)
+    assert out.returncode == 0, out.stderr
+    first, second = out.stdout.splitlines()
+    assert first == "True True"
+    assert second == "True"
+    del grimp
+
+
+def test_no_source_file_over_1000_lines():
+    long = {os.path.relpath(p, REPO): n for p in _source_files()
+            if (n := sum(1 for _ in open(p, encoding="utf-8"))) > MAX_LINES}
+    assert long == {}
+
+
+@pytest.mark.parametrize("framework", FRAMEWORK_PACKAGES)
+def test_framework_package_has_its_role_modules(framework):
+    folder = os.path.join(REPO, "frameworks", framework)
+    expected = sorted(role for role, owners in ROLES.items() if framework in owners)
+    missing = [role for role in expected if not os.path.exists(os.path.join(folder, role))]
+    assert missing == []
+    assert os.path.exists(os.path.join(folder, "ops", "__init__.py"))
+    assert not os.path.exists(os.path.join(folder, "operators.py"))
+
+
+def _string_constants(tree):
+    docstrings = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            body = getattr(node, "body", [])
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                docstrings.add(id(body[0].value))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            yield node
+
+
+def test_nothing_outside_cli_starts_the_cli():
+    """Only deep500lite/cli/ names the CLI's modules: the library starts workers, not its own CLI."""
+    cli_dir = os.path.join(REPO, "deep500lite", "cli") + os.sep
+    offenders = []
+    for path in _source_files():
+        if path.startswith(cli_dir) or path.endswith(os.path.join("deep500lite", "__main__.py")):
+            continue
+        tree = ast.parse(open(path, encoding="utf-8").read())
+        for node in _string_constants(tree):
+            if "deep500lite.cli" in node.value:
+                offenders.append(f"{os.path.relpath(path, REPO)}:{node.lineno}")
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+                if any(n == "deep500lite.cli" or n.startswith("deep500lite.cli.") for n in names):
+                    offenders.append(f"{os.path.relpath(path, REPO)}:{node.lineno}")
+    assert offenders == []
