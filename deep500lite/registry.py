@@ -43,13 +43,13 @@ def canonical_framework(name: str) -> str:
         UserError: the name is not a known framework.
     """
     if not isinstance(name, str):
-        raise TypeError(f"A framework is named by a string. Received: {type(name).__name__}")
+        raise UserTypeError(f"A framework is named by a string, such as 'torch'. Received: {type(name).__name__}")
     key = name.strip().lower()
     key = FRAMEWORK_ALIASES.get(key, key)
     if key not in FRAMEWORKS:
         raise UserError(
             f"Unknown framework {name!r}. Known frameworks: {format_choices(FRAMEWORKS)} "
-            f"(aliases: {format_choices(FRAMEWORK_ALIASES)})."
+            f"(aliases: {format_choices(FRAMEWORK_ALIASES)}). Received: {name!r}"
         )
     return key
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from deep500lite.errors import UserError, UserKeyError
 from deep500lite.metrics.base import TestMetric
 
 __all__ = ["L1Error", "L2Error", "MaxError", "RelativeL2Error", "output_errors"]
@@ -13,7 +14,8 @@ def _pairs(outputs, reference_outputs):
     if isinstance(outputs, dict):
         missing = [k for k in reference_outputs if k not in outputs]
         if missing:
-            raise KeyError(f"Outputs {missing} are in the reference but not in the measured outputs.")
+            raise UserKeyError(f"Outputs {missing} are in the reference but not in the measured outputs. The measured "
+                               f"outputs must hold every reference output. Received: outputs {list(outputs)}")
         return [(np.asarray(outputs[k], np.float64), np.asarray(reference_outputs[k], np.float64))
                 for k in reference_outputs]
     if isinstance(outputs, (list, tuple)):
@@ -24,7 +26,8 @@ def _pairs(outputs, reference_outputs):
 def _check_shapes(pairs):
     for o, r in pairs:
         if o.shape != r.shape:
-            raise ValueError(f"Output shape {list(o.shape)} differs from the reference shape {list(r.shape)}.")
+            raise UserError(f"Output shape differs from the reference shape; an output must have the reference "
+                             f"shape {list(r.shape)}. Received: shape {list(o.shape)}")
 
 
 class _ErrorMetric(TestMetric):

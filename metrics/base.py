@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import abc
 
+from deep500lite.errors import UserError
+
 __all__ = ["TestMetric"]
 
 
@@ -26,7 +28,7 @@ class TestMetric(abc.ABC):
 
     def __init__(self, reruns: int = 1):
         if not isinstance(reruns, int) or reruns < 1:
-            raise ValueError(f"reruns must be an integer >= 1. Received: {reruns!r}")
+            raise UserError(f"reruns must be an integer >= 1. Received: {reruns!r}")
         self.reruns = reruns
 
     def begin(self, inputs):

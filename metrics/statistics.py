@@ -19,6 +19,8 @@ from typing import Sequence
 
 import numpy as np
 
+from deep500lite.errors import UserError
+
 __all__ = ["Summary", "median_ci", "median_ci_ranks", "summarize"]
 
 
@@ -30,9 +32,9 @@ def median_ci_ranks(n: int, confidence: float = 0.95) -> tuple[int, int, float]:
     returned coverage is lower than asked for.
     """
     if n < 1:
-        raise ValueError(f"median_ci_ranks needs at least one sample. Received: n={n}")
+        raise UserError(f"median_ci_ranks needs at least one sample (n >= 1). Received: n={n}")
     if not 0 < confidence < 1:
-        raise ValueError(f"confidence must be in (0, 1). Received: {confidence}")
+        raise UserError(f"confidence must be a number in (0, 1), exclusive. Received: {confidence}")
     alpha_half = Fraction(1 - confidence).limit_denominator(10**9) / 2
     total = 2**n
     best, below, below_at_best = 1, 0, 1  # too few samples: the extremes, with lower coverage
@@ -88,7 +90,7 @@ def summarize(samples: Sequence[float], confidence: float = 0.95) -> Summary:
     """Summarize raw samples: median and its CI, mean, standard deviation, extremes, quartiles."""
     x = np.asarray(samples, dtype=np.float64)
     if x.size == 0:
-        raise ValueError("summarize needs at least one sample. Received none.")
+        raise UserError("summarize needs at least one sample. Received: no samples")
     lo, hi, cov = median_ci(x, confidence)
     q1, med, q3 = np.percentile(x, [25, 50, 75])
     return Summary(

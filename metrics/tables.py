@@ -6,6 +6,8 @@ import csv
 import io
 from typing import Sequence
 
+from deep500lite.errors import UserError, format_choices
+
 __all__ = ["format_table", "TABLE_FORMATS", "format_seconds", "format_ci"]
 
 TABLE_FORMATS = ("table", "markdown", "csv")
@@ -14,7 +16,7 @@ TABLE_FORMATS = ("table", "markdown", "csv")
 def format_table(headers: Sequence[str], rows: Sequence[Sequence], fmt: str = "table") -> str:
     """Render rows under headers as ``table`` (aligned text), ``markdown`` or ``csv``."""
     if fmt not in TABLE_FORMATS:
-        raise ValueError(f"Table format must be one of {TABLE_FORMATS}. Received: {fmt!r}")
+        raise UserError(f"Unknown table format. Allowed values are {format_choices(TABLE_FORMATS)}. Received: {fmt!r}")
     cells = [[str(c) for c in row] for row in rows]
     if fmt == "csv":
         buf = io.StringIO()

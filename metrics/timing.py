@@ -20,6 +20,7 @@ import dataclasses
 import time
 from typing import Callable, Protocol
 
+from deep500lite.errors import UserError
 from deep500lite.metrics.base import TestMetric
 from deep500lite.metrics.statistics import Summary, summarize
 
@@ -96,7 +97,8 @@ def time_function(fn: Callable[[], object], *, label: str = "", sync: Callable[[
         A :class:`Measurement` with every sample.
     """
     if min_runs < 1 or max_runs < min_runs:
-        raise ValueError(f"Need 1 <= min_runs <= max_runs. Received: min_runs={min_runs}, max_runs={max_runs}")
+        raise UserError(f"min_runs and max_runs are out of range; allowed: 1 <= min_runs <= max_runs. "
+                         f"Received: min_runs={min_runs}, max_runs={max_runs}")
     for _ in range(warmup):
         fn()
         if sync is not None:

@@ -19,14 +19,9 @@ metric                     samples                       ``measure`` returns    
 :class:`PeakMemory`        per epoch, bytes              peak bytes                  lower
 =========================  ============================  ==========================  ======
 
-Why the hooks are declared here: ``deep500lite.metrics`` is a leaf that imports no level, so
-:class:`TrainingMetric` cannot subclass :class:`deep500lite.lv2.events.TrainingEvent`. The trainer
-needs no base class: it calls each hook by name on any object that has it (``getattr``, never
-``isinstance``), and ``test_training`` treats a metric with ``after_epoch`` or
-``after_training_batch`` as an event. So :class:`TrainingMetric` declares the same no-op hooks
-itself (a test keeps the two lists equal) and stays a training event by its methods. Keeping
-``TrainingEvent`` in level 2, where the trainer and its documentation are, was preferred over
-moving a training concept into the metrics package.
+:class:`TrainingMetric` derives from :class:`~deep500lite.metrics.events.TrainingEvent`, the
+base of every training event, defined in this leaf package and re-exported by
+:mod:`deep500lite.lv2.events`.
 """
 
 from __future__ import annotations
@@ -34,73 +29,29 @@ from __future__ import annotations
 import math
 import sys
 
+from deep500lite.errors import UserError, format_choices
 from deep500lite.metrics.base import TestMetric
+from deep500lite.metrics.events import TrainingEvent
 from deep500lite.metrics.statistics import Summary, summarize
 
 __all__ = ["TrainingMetric", "TrainingAccuracy", "TestAccuracy", "TimeToAccuracy", "Throughput",
            "StepTimeBreakdown", "PeakMemory"]
 
 
-class TrainingMetric(TestMetric):
+class TrainingMetric(TestMetric, TrainingEvent):
     """Base of the training metrics: a :class:`TestMetric` that is also a training event.
 
-    It has every hook of :class:`deep500lite.lv2.events.TrainingEvent` (same names, signatures
-    and no-op defaults), so the trainer calls it like any event; subclasses override the hooks
-    they measure in.
+    As a :class:`~deep500lite.metrics.events.TrainingEvent` it has every hook (no-ops here), so
+    the trainer calls it like any event; subclasses override the hooks they measure in.
 
     Attributes:
         samples: every raw sample, in the order measured.
         stop_reason: as on a training event (metrics never ask to stop).
     """
 
-    stop_reason: str | None = None
-
     def __init__(self):
         super().__init__(reruns=1)
         self.samples: list[float] = []
-
-    # The training-event hooks (deep500lite.lv2.events.HOOKS), all no-ops here.
-    def before_training(self, trainer, stats):
-        """Called once, before the first epoch."""
-
-    def after_training(self, trainer, stats):
-        """Called once, after the last epoch (also after an early stop)."""
-
-    def before_epoch(self, trainer, stats, epoch: int):
-        """Called before the epoch's first batch."""
-
-    def after_epoch(self, trainer, stats, epoch: int):
-        """Called after the epoch's validation, once ``stats.epochs[-1]`` describes it."""
-
-    def before_sampling(self, trainer, stats):
-        """Called before the next training batch is loaded."""
-
-    def after_sampling(self, trainer, stats, batch):
-        """Called after a training batch was loaded (``batch``: the dict of feeds)."""
-
-    def before_training_batch(self, trainer, stats, batch):
-        """Called before a training step on ``batch``."""
-
-    def after_training_batch(self, trainer, stats, batch, outputs):
-        """Called after a training step, once ``stats.steps[-1]`` describes it."""
-
-    def before_optimizer_step(self, trainer, stats, batch):
-        """Called right before ``optimizer.step(batch)``."""
-
-    def after_optimizer_step(self, trainer, stats, batch, outputs):
-        """Called right after ``optimizer.step``; ``outputs`` are the network outputs of the step."""
-
-    def before_test_set(self, trainer, stats):
-        """Called before the validation set is evaluated."""
-
-    def after_test_set(self, trainer, stats, result: dict):
-        """Called after the validation set was evaluated."""
-
-    def before_test_batch(self, trainer, stats, batch):
-        """Called before a validation batch is run."""
-
-    def after_test_batch(self, trainer, stats, batch, outputs):
-        """Called after a validation batch was run."""
 
     def summary(self) -> Summary | None:
         """Median of the finite samples with its 95% CI (None without samples)."""
@@ -188,9 +139,10 @@ class TimeToAccuracy(TrainingMetric):
     def __init__(self, target: float, key: str = "test_accuracy"):
         super().__init__()
         if isinstance(target, bool) or not isinstance(target, (int, float)) or not 0 <= target <= 100:
-            raise ValueError(f"target must be an accuracy in percent, from 0 to 100. Received: {target!r}")
+            raise UserError(f"target must be an accuracy in percent, from 0 to 100. Received: {target!r}")
         if key not in ("test_accuracy", "train_accuracy"):
-            raise ValueError(f"key must be 'test_accuracy' or 'train_accuracy'. Received: {key!r}")
+            raise UserError(f"Unknown accuracy key. Allowed values are "
+                            f"{format_choices(('test_accuracy', 'train_accuracy'))}. Received: {key!r}")
         self.target, self.key = float(target), key
         self.seconds: float | None = None
         self.epoch: int | None = None
@@ -265,7 +217,7 @@ class StepTimeBreakdown(TrainingMetric):
     def __init__(self, warmup: int = 1):
         super().__init__()
         if not isinstance(warmup, int) or warmup < 0:
-            raise ValueError(f"warmup must be an integer >= 0. Received: {warmup!r}")
+            raise UserError(f"warmup must be an integer >= 0. Received: {warmup!r}")
         self.warmup = warmup
         self.parts: dict[str, list[float]] = {k: [] for k in self._KEYS}
 

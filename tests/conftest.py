@@ -1,24 +1,27 @@
-"""The framework matrix and shared fixtures.
+"""The framework matrix, markers and shared fixtures.
 
-Every test that needs a framework takes the ``framework`` fixture (or the ``FRAMEWORKS``
-parameter list) and is skipped, with the reason, when that framework is not installed.
+A test that takes the ``framework`` argument runs once per registered framework, each skipped
+with the reason when that framework is not installed (``pytest_generate_tests`` below), unless the
+test parametrizes ``framework`` itself (``support.framework_params(names)`` for a subset).
 ``pytest --framework torch`` narrows the matrix to one framework.
+
+``@pytest.mark.requires("torch", ...)`` skips a test (or one ``pytest.param``) unless every named
+package is importable. Plain helpers (``run_cli``, ``mpirun``, ``REPO``) are in ``support.py``;
+nothing imports this file.
 """
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+from support import REPO, framework_params
 
-from deep500lite.registry import FRAMEWORKS as _REGISTRY
-from deep500lite.registry import is_framework_available
+from deep500lite.utils import is_package_available
 
-NAMES = list(_REGISTRY)
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+__all__ = ["exported", "installed_wheel", "lenet_file", "repo_root", "rng"]
 
 
 def pytest_addoption(parser):
@@ -26,18 +29,32 @@ def pytest_addoption(parser):
                      help="run framework-parametrized tests only for this framework (repeatable)")
 
 
-def framework_params(names=None):
-    """pytest params for frameworks, each skipped with a reason when not installed."""
-    return [pytest.param(n, marks=pytest.mark.skipif(not is_framework_available(n),
-                                                     reason=f"needs {n}: pip install 'deep500lite[{n}]'"),
-                         id=n)
-            for n in (names or NAMES)]
+def _parametrized_names(metafunc):
+    """The argument names the test's own ``parametrize`` marks cover."""
+    names = set()
+    for mark in metafunc.definition.iter_markers("parametrize"):
+        argnames = mark.args[0] if mark.args else mark.kwargs.get("argnames", ())
+        if isinstance(argnames, str):
+            argnames = argnames.split(",")
+        names.update(n.strip() for n in argnames)
+    return names
 
 
-FRAMEWORKS = framework_params()
+# trylast: after the test's own parametrize marks, so the framework id comes last, as it did when
+# every test stacked @pytest.mark.parametrize("framework", FRAMEWORKS) on top
+@pytest.hookimpl(trylast=True)
+def pytest_generate_tests(metafunc):
+    if "framework" in metafunc.fixturenames and "framework" not in _parametrized_names(metafunc):
+        metafunc.parametrize("framework", framework_params())
 
 
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        for mark in item.iter_markers("requires"):
+            missing = [p for p in mark.args if not is_package_available(p)]
+            if missing:
+                item.add_marker(pytest.mark.skip(reason=f"needs {missing[0]}"))
+                break
     wanted = config.getoption("--framework")
     if not wanted:
         return
@@ -49,23 +66,10 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-def require(package: str):
-    """Skip unless ``package`` is importable (named like accelerate's ``require_*``)."""
-    from deep500lite.utils import is_package_available
-
-    return pytest.mark.skipif(not is_package_available(package), reason=f"needs {package}")
-
-
-require_torch = require("torch")
-require_tensorflow = require("tensorflow")
-require_tf2onnx = require("tf2onnx")
-
-
-def run_cli(*args, cwd=None, env=None, timeout=300):
-    """Run ``deep500lite ARGS`` in a fresh interpreter; returns the CompletedProcess."""
-    full_env = dict(os.environ, **(env or {}))
-    return subprocess.run([sys.executable, "-m", "deep500lite", *map(str, args)], capture_output=True,
-                          text=True, cwd=cwd, env=full_env, timeout=timeout)
+@pytest.fixture(scope="session")
+def repo_root():
+    """The repository root (the folder holding pyproject.toml), as a ``pathlib.Path``."""
+    return REPO
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """The architecture of issue 13, checked: levels import only downward (import-linter contracts in
 pyproject.toml, run on the installed layout), no framework package outside ``frameworks/``, the
-same role modules in every framework package, nothing outside ``cli/`` starts the CLI, and no
-source file over 1,000 lines."""
+same role modules in every framework package, nothing outside ``cli/`` starts the CLI, no
+source file over 1,000 lines, and tests/ mirrors the package without importing conftest."""
 
 from __future__ import annotations
 
@@ -57,6 +57,27 @@ def test_import_contracts_hold(installed_wheel):
         contracts = f.read().count("[[tool.importlinter.contracts]]")
     assert contracts >= 4
     assert f"Contracts: {contracts} kept, 0 broken." in out.stdout, out.stdout
+
+
+@pytest.mark.parametrize("module, source, contract, expected", [
+    ("lv0/_upward.py", "import deep500lite.recipe\n", "levels",
+     "deep500lite.lv0 is not allowed to import deep500lite.recipe"),
+    ("metrics/_upward.py", "from deep500lite.lv2 import trainer\n", "leaves",
+     "deep500lite.metrics is not allowed to import deep500lite.lv2"),
+    ("lv2/_framework.py", "def f():\n    import torch\n", "no-framework-in-core",
+     "deep500lite.lv2 is not allowed to import torch"),
+])
+def test_a_wrong_import_breaks_a_contract(installed_wheel, tmp_path, module, source, contract, expected):
+    """The contracts can fail: one planted wrong import (even inside a function) is reported."""
+    lint = shutil.which("lint-imports", path=os.path.dirname(sys.executable))
+    _, site = installed_wheel
+    planted = tmp_path / "site"
+    shutil.copytree(site, planted)
+    (planted / "deep500lite" / module).write_text(source)
+    out = subprocess.run([lint, "--no-cache", "--no-logo", "--contract", contract,
+                          os.path.join(REPO, "pyproject.toml")],
+                         capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(planted)), cwd=tmp_path)
+    assert out.returncode != 0 and expected in out.stdout, out.stdout[-3000:]
 
 
 def test_contracts_see_the_frameworks(installed_wheel):
@@ -120,4 +141,52 @@ def test_nothing_outside_cli_starts_the_cli():
                 names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
                 if any(n == "deep500lite.cli" or n.startswith("deep500lite.cli.") for n in names):
                     offenders.append(f"{os.path.relpath(path, REPO)}:{node.lineno}")
+    assert offenders == []
+
+
+# tests/ mirrors the package: one folder per level and package, one per framework
+TEST_FOLDERS = ["lv0", "lv1", "lv2", "lv3", "cli", "datasets", "recipe"]
+
+
+def _test_files():
+    for root, dirs, files in os.walk(os.path.join(REPO, "tests")):
+        dirs[:] = [d for d in dirs if not d.startswith((".", "__")) and d != "data"]
+        for name in files:
+            if name.endswith(".py"):
+                yield os.path.join(root, name)
+
+
+def test_tests_mirror_the_package():
+    """tests/ has a folder per level, package and framework; pytest's default "prepend" import mode
+    (no ``__init__.py`` in tests/) needs every test module's basename to be unique."""
+    from deep500lite.registry import FRAMEWORKS
+
+    tests = os.path.join(REPO, "tests")
+    wanted = TEST_FOLDERS + [os.path.join("frameworks", fw) for fw in FRAMEWORKS]
+    assert [d for d in wanted if not os.path.isdir(os.path.join(tests, d))] == []
+    files = list(_test_files())
+    assert [os.path.relpath(p, REPO) for p in files if os.path.basename(p) == "__init__.py"] == []
+    frameworks_dir = os.path.join(tests, "frameworks")
+    assert [n for n in os.listdir(frameworks_dir) if n.endswith(".py")] == [], "put tests in tests/frameworks/<fw>/"
+    seen = {}
+    for path in files:
+        if os.path.basename(path).startswith("test_"):
+            seen.setdefault(os.path.basename(path), []).append(os.path.relpath(path, REPO))
+    assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}
+
+
+def test_no_test_imports_conftest():
+    """Fixtures and markers come from conftest through pytest; plain helpers live in tests/support.py."""
+    offenders = []
+    for path in _test_files():
+        tree = ast.parse(open(path, encoding="utf-8").read())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                names = [node.module or ""] + [f"{node.module or ''}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            if any(n.split(".")[-1] == "conftest" for n in names):
+                offenders.append(f"{os.path.relpath(path, REPO)}:{node.lineno}")
     assert offenders == []

@@ -7,23 +7,21 @@ import zipfile
 
 import pytest
 
-from conftest import REPO
-
 try:
     import tomllib
 except ImportError:  # Python 3.10
     tomllib = None
 
 
-def _package_folders():
+def _package_folders(repo):
     mapping = {"deep500lite": "deep500lite", "deep500lite.frameworks": "frameworks",
                "deep500lite.metrics": "metrics", "deep500lite.recipes": "recipes"}
     found = set()
     for prefix, folder in mapping.items():
-        for root, dirs, files in os.walk(os.path.join(REPO, folder)):
+        for root, dirs, files in os.walk(os.path.join(repo, folder)):
             dirs[:] = [d for d in dirs if not d.startswith((".", "__"))]
             if "__init__.py" in files:
-                rel = os.path.relpath(root, os.path.join(REPO, folder))
+                rel = os.path.relpath(root, os.path.join(repo, folder))
                 name = prefix if rel == "." else prefix + "." + rel.replace(os.sep, ".")
                 if not any(name.startswith(p + ".") for p in mapping if p != prefix and p.startswith(prefix)):
                     found.add(name)
@@ -31,10 +29,10 @@ def _package_folders():
 
 
 @pytest.mark.skipif(tomllib is None, reason="tomllib needs Python 3.11")
-def test_pyproject_lists_every_package():
-    with open(os.path.join(REPO, "pyproject.toml"), "rb") as f:
+def test_pyproject_lists_every_package(repo_root):
+    with open(os.path.join(repo_root, "pyproject.toml"), "rb") as f:
         listed = set(tomllib.load(f)["tool"]["setuptools"]["packages"])
-    assert listed == _package_folders()
+    assert listed == _package_folders(repo_root)
 
 
 def test_wheel_installs_namespaced_packages(installed_wheel, tmp_path):

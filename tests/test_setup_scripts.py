@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from conftest import REPO
+from support import REPO
 
 
 @pytest.mark.skipif(not os.path.exists(os.path.join(REPO, ".venv", ".deep500lite-setup")),

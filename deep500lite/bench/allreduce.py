@@ -154,7 +154,9 @@ class AllreduceBenchmark:
             return cls(ranks=int(data["ranks"]), model=dict(data["model"]), rows=rows,
                        mpi_library=data.get("mpi_library", ""))
         except (KeyError, TypeError) as exc:
-            raise UserError(f"Not the JSON of 'deep500lite bench allreduce --json': missing {exc}.") from None
+            got = format_choices(sorted(map(str, data))) if isinstance(data, dict) else type(data).__name__
+            raise UserError(f"Not the JSON of 'deep500lite bench allreduce --json': missing {exc}; give the output "
+                            f"of that command. Received: {got}") from None
 
     def plot(self, path) -> str:
         """Write a PNG: per algorithm, the median time (95% CI bars) and the alpha-beta prediction
@@ -247,8 +249,8 @@ def run_allreduce_benchmark(ranks: int, sizes, algorithms=DEFAULT_ALGORITHMS, ma
                config_path]
         rc = run_job(cmd, timeout=job_timeout)
         if rc != 0 or not os.path.exists(config["output"]):
-            raise RuntimeError(f"the allreduce benchmark job failed (exit status {rc}): {' '.join(cmd)}; "
-                               f"its ranks' errors are printed above.")
+            raise UserError(f"the allreduce benchmark job failed (exit status {rc}): {' '.join(cmd)}; "
+                            "its ranks' errors are printed above.")
         with open(config["output"]) as f:
             data = json.load(f)
     return AllreduceBenchmark(ranks=data["ranks"], model=data["model"], rows=data["rows"],

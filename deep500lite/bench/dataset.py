@@ -259,12 +259,13 @@ def run_dataset_bench(dataset: str = "synthetic", samples: int = 4096, batch_siz
     n = len(x)
     if n < batch_size:
         raise UserError(f"batch_size {batch_size} exceeds the {n} samples available from {dataset!r}; use a "
-                        f"smaller --batch-size or more --samples.")
+                        f"smaller --batch-size or more --samples. Received: --batch-size {batch_size}")
     classes = max(int(y.max()) + 1, 2)
     if file_format == "png":
         if x.min() < 0 or x.max() > 1 or x.shape[1] not in (1, 3):
             raise UserError(f"PNG files hold 1- or 3-channel images in [0, 1]; {dataset!r} samples are "
-                            f"{x.dtype}{list(x.shape[1:])} in [{x.min():.3g}, {x.max():.3g}]. Use --format npy.")
+                            f"{x.dtype}{list(x.shape[1:])} in [{x.min():.3g}, {x.max():.3g}]. Use --format npy. "
+                            "Received: --format png")
         x = np.rint(x.astype(np.float64) * 255).astype(np.uint8)
 
     own = directory is None

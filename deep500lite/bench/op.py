@@ -59,7 +59,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from deep500lite.errors import DeviceError, UserError, format_choices
+from deep500lite.errors import DeviceError, UserError, UserTypeError, format_choices
 from deep500lite.lv0.operator import CustomPythonOp, Operator
 from deep500lite.lv0.tensordesc import tensordesc
 
@@ -297,12 +297,12 @@ def custom_case(op: Operator, flops: float, bytes_moved: float | None = None, *,
         A :class:`CustomCase`.
 
     Raises:
-        TypeError: ``op`` is not an Operator.
+        UserTypeError: ``op`` is not an Operator.
         UserError: no inputs and the descriptors are missing or not concrete, or ``flops <= 0``.
     """
     if not isinstance(op, Operator):
-        raise TypeError(f"custom_case needs a d5.Operator (a CustomPythonOp or a compiled C++ op). "
-                        f"Received: {type(op).__name__}")
+        raise UserTypeError("custom_case needs a d5.Operator (a CustomPythonOp or a compiled C++ op). "
+                            f"Received: {type(op).__name__}")
     label = name or type(op).__name__
     if not flops or flops <= 0:
         raise UserError(f"custom case {label!r}: flops must be a positive number of FLOP per call. Received: {flops!r}")
@@ -428,16 +428,21 @@ def load_custom_cases(spec: str, size: str = "default") -> list[CustomCase]:
     try:
         if where.endswith(".py"):
             if not os.path.isfile(where):
-                raise UserError(f"--custom-op: file {where!r} does not exist.")
+                raise UserError(f"--custom-op: file {where!r} does not exist; give MODULE:NAME or the path of an "
+                                f"existing FILE.py:NAME. Received: {spec!r}")
             mod_spec = importlib.util.spec_from_file_location(f"_d5_custom_{abs(hash(where))}", where)
             module = importlib.util.module_from_spec(mod_spec)
             mod_spec.loader.exec_module(module)
         else:
             module = importlib.import_module(where)
-    except ImportError as exc:
-        raise UserError(f"--custom-op: cannot import {where!r}: {exc}") from exc
+    except UserError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - an error in the user's module is the user's to fix
+        raise UserError(f"--custom-op: cannot import {where!r}: {type(exc).__name__}: {exc}; give an importable "
+                        f"module or .py file. Received: {spec!r}") from exc
     if not hasattr(module, attr):
-        raise UserError(f"--custom-op: {where!r} has no {attr!r}.")
+        raise UserError(f"--custom-op: {where!r} has no {attr!r}; NAME must be a CustomCase, a list of them or a "
+                        f"function returning them, defined in {where!r}. Received: {spec!r}")
     obj = getattr(module, attr)
     if callable(obj) and not isinstance(obj, CustomCase):
         obj = obj(size)
@@ -519,7 +524,8 @@ class OpRunner:
 
 def _custom_runner(case, device) -> OpRunner:
     if device.is_gpu:
-        raise DeviceError("custom operators are timed through forward() on numpy arrays, on the CPU")
+        raise DeviceError("custom operators are timed through forward() on numpy arrays, on the CPU; use --device "
+                          f"cpu. Received: --device {device}")
     op, inputs = case.op, case.inputs
 
     def call():

@@ -156,7 +156,8 @@ def run_overhead(framework: str, models=MODELS, batch_size: int = 64, max_time: 
                         f"{format_choices(supported)}. Received: {framework!r}")
     unknown = [m for m in models if m not in MODELS]
     if unknown:
-        raise UserError(f"Unknown model(s) {unknown} for bench overhead. Known: {format_choices(MODELS)}.")
+        raise UserError(f"Unknown model(s) {unknown} for bench overhead. Known: {format_choices(MODELS)}. "
+                        f"Received: {format_choices(models)}")
     bench = framework_module(key, "bench")
     bench.set_seed(seed)
     pair = bench.training_pair if training else bench.inference_pair

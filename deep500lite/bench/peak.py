@@ -37,6 +37,7 @@ import os
 
 import numpy as np
 
+from deep500lite.errors import DeviceError, UserError
 from deep500lite.registry import framework_module
 
 __all__ = ["Peak", "Roofline", "measure_peak", "measure_kernel", "roofline", "usable_cores", "require_torch_gpu",
@@ -152,8 +153,8 @@ def roofline(flops: float, bytes_moved: float, seconds: float, peak: Peak) -> Ro
         A :class:`Roofline`.
     """
     if flops <= 0 or bytes_moved <= 0 or seconds <= 0:
-        raise ValueError(f"roofline needs positive flops, bytes and time. Received: flops={flops}, "
-                         f"bytes_moved={bytes_moved}, seconds={seconds}")
+        raise UserError(f"roofline needs positive flops, bytes and time. Received: flops={flops}, "
+                        f"bytes_moved={bytes_moved}, seconds={seconds}")
     achieved = flops / seconds
     intensity = flops / bytes_moved
     attainable = min(peak.flops, intensity * peak.bandwidth)
@@ -288,10 +289,9 @@ def measure_peak(device="cpu", threads: int | None = None, refresh: bool = False
 
 def require_torch_gpu(index: int) -> None:
     """Raise a :class:`~deep500lite.errors.DeviceError` unless torch sees CUDA GPU ``index``."""
-    from deep500lite.errors import DeviceError
     from deep500lite.utils import is_package_available
 
     if not is_package_available("torch"):
         raise DeviceError(f"--device gpu:{index} needs PyTorch with CUDA (pip install torch); torch is not "
-                          "installed. Use --device cpu.")
+                          f"installed. Use --device cpu. Received: --device gpu:{index}")
     framework_module("torch", "bench").require_gpu(index)

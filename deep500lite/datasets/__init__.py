@@ -272,7 +272,8 @@ def list_datasets() -> list[str]:
 
 def _entry(name):
     if name not in _DATASETS:
-        raise UserError(f"Unknown dataset {name!r}. Known datasets: {format_choices(list_datasets())}.")
+        raise UserError(f"Unknown dataset {name!r}. Known datasets: {format_choices(list_datasets())}. "
+                        f"Received: {name!r}")
     return _DATASETS[name]
 
 
@@ -282,7 +283,7 @@ def _options(name, kwargs):
     unknown = sorted(set(kwargs) - set(allowed))
     if unknown:
         raise UserError(f"Dataset {name!r} has no option(s) {unknown}. Its options are "
-                        f"{format_choices(allowed) or 'none'}.")
+                        f"{format_choices(allowed) or 'none'}. Received: {format_choices(sorted(kwargs))}")
     return {p: params[p].default for p in allowed} | kwargs
 
 

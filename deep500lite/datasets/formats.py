@@ -153,7 +153,8 @@ def scan_image_folder(folder: str, classes: list[str] | None = None) -> tuple[li
     unknown = [c for c in found if c not in index]
     if unknown:
         raise UserError(f"Image folder '{folder}' has class folder(s) {unknown[:5]} that the training split "
-                        f"does not have; the classes are {classes[:10]}{' ...' if len(classes) > 10 else ''}.")
+                        f"does not have; the classes are {classes[:10]}{' ...' if len(classes) > 10 else ''}. "
+                        f"Received: class folders {found[:10]}{' ...' if len(found) > 10 else ''}")
     files, labels = [], []
     for c in found:
         names = sorted(n for n in os.listdir(os.path.join(folder, c)) if n.lower().endswith(IMAGE_EXTENSIONS))
@@ -161,7 +162,7 @@ def scan_image_folder(folder: str, classes: list[str] | None = None) -> tuple[li
         labels += [index[c]] * len(names)
     if not files:
         raise UserError(f"Image folder '{folder}' holds no images: expected {folder}/<class>/<image> with "
-                        f"extensions {', '.join(IMAGE_EXTENSIONS)}.")
+                        f"extensions {', '.join(IMAGE_EXTENSIONS)}. Received: {folder!r}")
     return classes, files, np.asarray(labels, dtype=np.int64)
 
 
@@ -221,7 +222,8 @@ class ImageFolderDataset(Dataset):
         elif arr.shape[1:] != tuple(self._expected):
             raise UserError(f"Image '{path}' is {arr.shape[2]}x{arr.shape[1]} (WxH) but the images before it "
                             f"are {self._expected[1]}x{self._expected[0]}; pass image_size=(H, W) (CLI: "
-                            "--image-size HxW) to resize every image to one size.")
+                            "--image-size HxW) to resize every image to one size. "
+                            f"Received: {arr.shape[2]}x{arr.shape[1]}")
         return arr
 
     def __getitem__(self, index):

@@ -95,7 +95,8 @@ def write_shards(dataset: Dataset, path, batch_size: int = 1024, image_dtype: st
         raise UserError(f"limit must be None or a positive integer. Received: limit={limit!r}")
     count = len(dataset) if limit is None else min(int(limit), len(dataset))
     if count < 1:
-        raise UserError(f"Cannot write a shard of an empty dataset ({len(dataset)} samples, limit={limit!r}).")
+        raise UserError("Cannot write a shard of an empty dataset: give a dataset with samples, and limit None "
+                        f"or >= 1. Received: {len(dataset)} samples, limit={limit!r}")
     path = os.fspath(path)
     roles = [("input", dataset.input_node)] + ([("label", dataset.label_node)] if dataset.label_node else [])
     first = dataset[np.arange(min(batch_size, count))]
@@ -106,7 +107,8 @@ def write_shards(dataset: Dataset, path, batch_size: int = 1024, image_dtype: st
         if role == "input" and image_dtype == "uint8":
             dtype = np.dtype(np.uint8)
         if dtype.kind not in "biuf":
-            raise UserError(f"Shards hold numeric samples; the dataset's {role} {node!r} has dtype {arr.dtype}.")
+            raise UserError(f"Shards hold numeric samples (bool, int, uint or float); the dataset's {role} {node!r} "
+                            f"has dtype {arr.dtype}. Received: {arr.dtype}")
         dtype = dtype.newbyteorder("<") if dtype.itemsize > 1 else dtype
         field = {"role": role, "node": node, "dtype": dtype.str, "shape": list(arr.shape[1:]), "offset": offset}
         if role == "input" and image_dtype == "uint8":
@@ -147,18 +149,20 @@ def write_shards(dataset: Dataset, path, batch_size: int = 1024, image_dtype: st
                     if arr.shape != expect:
                         raise UserError(f"Samples {idx[0]}..{idx[-1]}: {role} {node!r} has shape {list(arr.shape)}, "
                                         f"expected {list(expect)} like the first samples; a shard holds samples "
-                                        f"of one shape.")
+                                        f"of one shape. Received: {list(arr.shape)}")
                     if "divisor" in field:
                         if arr.size and (arr.min() < 0 or arr.max() > 1):
                             raise UserError(f"image_dtype='uint8' stores samples in [0, 1]; samples {idx[0]}.."
                                             f"{idx[-1]} range over [{arr.min():.4g}, {arr.max():.4g}]. Store them "
-                                            "in their own dtype (image_dtype=None, CLI: --dtype keep).")
+                                            "in their own dtype (image_dtype=None, CLI: --dtype keep). "
+                                            f"Received: [{arr.min():.4g}, {arr.max():.4g}]")
                         q = np.rint(arr.astype(np.float64) * 255)
                         quant_err = max(quant_err, float(np.max(np.abs(q / 255 - arr), initial=0)))
                         arr = q.astype(np.uint8)
                     elif arr.dtype != np.dtype(field["dtype"]):
                         raise UserError(f"Samples {idx[0]}..{idx[-1]}: {role} {node!r} has dtype {arr.dtype}, "
-                                        f"expected {np.dtype(field['dtype'])} like the first samples.")
+                                        f"expected {np.dtype(field['dtype'])} like the first samples. "
+                                        f"Received: {arr.dtype}")
                     if role == "label" and arr.size and arr.dtype.kind in "iu":
                         max_label = max(max_label, int(arr.max()))
                     records[role] = arr
@@ -238,7 +242,7 @@ def read_shard_header(path) -> dict:
         raise CorruptFileError(path, f"the header is not a valid shard header ({exc})", offset=_PREFIX) from exc
     if header.get("version") != FORMAT_VERSION:
         raise UserError(f"Shard '{path}' has format version {header.get('version')!r}; this deep500lite reads "
-                        f"version {FORMAT_VERSION}.")
+                        f"version {FORMAT_VERSION}. Received: version {header.get('version')!r}")
     if index_offset != data_offset + count * record_size or expected != index_offset + 4 * count:
         raise CorruptFileError(path, "the header's offsets disagree with its record count and size", offset=_PREFIX)
     if size != expected:
@@ -278,7 +282,8 @@ class ShardDataset(Dataset):
         self.header = read_shard_header(self.path)
         self.fields = {f["role"]: f for f in self.header["fields"]}
         if label_node is not None and "label" not in self.fields:
-            raise UserError(f"Shard '{self.path}' holds no labels, so label_node={label_node!r} cannot be fed.")
+            raise UserError(f"Shard '{self.path}' holds no labels, so label_node={label_node!r} cannot be fed; "
+                            f"pass label_node=None for a shard without labels. Received: label_node={label_node!r}")
         self.classes = self.header.get("classes")
         self.verify = verify
         self._dtype = _record_dtype(self.header["fields"], self.header["record_size"])

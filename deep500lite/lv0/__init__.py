@@ -17,7 +17,13 @@ _MOVED_TO_LV1 = ("FrameworkOp", "framework_op")
 
 
 def __getattr__(name: str):
-    # FrameworkOp builds executors, so it is level 1 now; say where it went instead of a bare AttributeError.
+    # FrameworkOp builds executors, so it is level 1 now. The old names keep working as deprecated
+    # aliases, resolved on first use (a static import here would make level 0 depend on level 1).
     if name in _MOVED_TO_LV1:
-        raise AttributeError(f"deep500lite.lv0.{name} moved to level 1: use deep500lite.lv1.{name} or d5.{name}.")
+        import importlib
+        import warnings
+
+        warnings.warn(f"deep500lite.lv0.{name} moved to level 1: use deep500lite.lv1.{name} (or d5.{name}); "
+                      "the old name will be removed.", DeprecationWarning, stacklevel=2)
+        return getattr(importlib.import_module("deep500lite.lv1.framework_op"), name)
     raise AttributeError(f"module 'deep500lite.lv0' has no attribute {name!r}")

@@ -27,7 +27,7 @@ from typing import Sequence
 import numpy as np
 import onnx
 
-from deep500lite.errors import UnsupportedOperatorError, UserError
+from deep500lite.errors import UnsupportedOperatorError, UserError, UserTypeError
 from deep500lite.lv0.operator import CustomOp, Operator
 from deep500lite.lv0.tensordesc import TensorDescriptor
 
@@ -126,12 +126,14 @@ def register_op(op: Operator, op_type: str, domain: str = CUSTOM_DOMAIN, replace
         raise UserError(f"Custom operators need a custom domain (default '{CUSTOM_DOMAIN}'), not one of "
                         f"ONNX's own. Received: {domain!r}")
     if not isinstance(op, Operator):
-        raise UserError(f"register_op expects a d5.Operator (e.g. a d5.CustomPythonOp subclass). "
+        raise UserTypeError(f"register_op expects a d5.Operator (e.g. a d5.CustomPythonOp subclass). "
                         f"Received: {type(op).__name__}")
     _descriptors(op)
     with _lock:
         if not replace and (domain, op_type) in _OPS and _OPS[(domain, op_type)] is not op:
-            raise UserError(f"Operator {domain}::{op_type} is already registered; pass replace=True to replace it.")
+            raise UserError(f"Operator {domain}::{op_type} is already registered; pass replace=True to replace it, "
+                            f"or register the operator under another op_type. Received: op_type={op_type!r}, "
+                            f"domain={domain!r}, replace=False")
         _OPS[(domain, op_type)] = op
         _OPS[(domain, grad_op_type(op_type))] = BackwardOp(op)
 
@@ -211,13 +213,14 @@ def check_outputs(op: Operator, outputs: Sequence[np.ndarray]) -> tuple:
     """Check an op's results against its output descriptors (count, dtype, shape)."""
     _, outs = _descriptors(op)
     if len(outputs) != len(outs):
-        raise ValueError(f"{type(op).__name__}.forward returned {len(outputs)} outputs; its descriptors "
-                         f"declare {len(outs)}.")
+        raise UserError(f"{type(op).__name__}.forward returned {len(outputs)} outputs; its descriptors "
+                        f"declare {len(outs)}, so it must return one array per output descriptor. "
+                        f"Received: {len(outputs)} outputs")
     result = []
     for i, (x, d) in enumerate(zip(outputs, outs)):
         x = np.asarray(x)
         if not d.matches(x):
-            raise ValueError(f"{type(op).__name__} output {i} must be {d}. Received: "
-                             f"{x.dtype.name}{list(x.shape)}")
+            raise UserError(f"{type(op).__name__} output {i} must be {d}. Received: "
+                            f"{x.dtype.name}{list(x.shape)}")
         result.append(x)
     return tuple(result)

@@ -12,6 +12,7 @@ from typing import Sequence
 
 import numpy as np
 
+from deep500lite.errors import UserError, UserTypeError
 from deep500lite.lv0.tensordesc import TensorDescriptor
 
 __all__ = ["Operator", "CustomOp", "CustomPythonOp"]
@@ -64,7 +65,7 @@ class CustomOp(Operator, abc.ABC):
                  output_descriptors: Sequence[TensorDescriptor]):
         for what, descs in (("input_descriptors", input_descriptors), ("output_descriptors", output_descriptors)):
             if not all(isinstance(d, TensorDescriptor) for d in descs):
-                raise TypeError(
+                raise UserTypeError(
                     f"{what} must be a list of d5.tensordesc(...) values. Received: {list(descs)!r}"
                 )
         self.input_descriptors = list(input_descriptors)
@@ -73,12 +74,12 @@ class CustomOp(Operator, abc.ABC):
     def __call__(self, *inputs: np.ndarray) -> tuple:
         """Check the inputs against the descriptors, run ``forward`` and return a tuple of outputs."""
         if len(inputs) != len(self.input_descriptors):
-            raise ValueError(
+            raise UserError(
                 f"{type(self).__name__} takes {len(self.input_descriptors)} inputs. Received: {len(inputs)}"
             )
         for i, (x, d) in enumerate(zip(inputs, self.input_descriptors)):
             if not d.matches(np.asarray(x)):
-                raise ValueError(
+                raise UserError(
                     f"{type(self).__name__} input {i} must be {d}. Received: "
                     f"{np.asarray(x).dtype.name}{list(np.shape(x))}"
                 )

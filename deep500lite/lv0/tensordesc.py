@@ -7,6 +7,8 @@ from typing import Sequence
 
 import numpy as np
 
+from deep500lite.errors import UserError, UserTypeError
+
 __all__ = ["TensorDescriptor", "tensordesc"]
 
 
@@ -29,13 +31,17 @@ class TensorDescriptor:
         try:
             dtype = np.dtype(self.dtype)
         except TypeError as exc:
-            raise TypeError(f"TensorDescriptor dtype must be a numpy dtype. Received: {self.dtype!r}") from exc
+            raise UserTypeError(f"TensorDescriptor dtype must be a numpy dtype. Received: {self.dtype!r}") from exc
         object.__setattr__(self, "dtype", dtype)
         if self.shape is not None:
-            shape = tuple(self.shape)
+            try:
+                shape = tuple(self.shape)
+            except TypeError:
+                raise UserTypeError("TensorDescriptor shape must be a list of dimensions (integers >= 0 or None), "
+                                    f"or None. Received: shape={self.shape!r}") from None
             for d in shape:
                 if d is not None and (not isinstance(d, (int, np.integer)) or d < 0):
-                    raise ValueError(
+                    raise UserError(
                         "TensorDescriptor dimensions must be integers >= 0 or None. "
                         f"Received: shape={list(self.shape)}"
                     )
@@ -77,7 +83,13 @@ class _TensorDescFactory:
     """``d5.tensordesc(dtype, shape)`` builds a :class:`TensorDescriptor` (Deep500's spelling)."""
 
     def __call__(self, dtype, shape: Sequence[int | None]) -> TensorDescriptor:
-        return TensorDescriptor(dtype, tuple(shape))
+        try:
+            dims = tuple(shape)
+        except TypeError:
+            raise UserTypeError("d5.tensordesc shape must be a list of dimensions (integers >= 0 or None); for a "
+                                "shape known only at run time use d5.tensordesc.runtime_shape(dtype). "
+                                f"Received: shape={shape!r}") from None
+        return TensorDescriptor(dtype, dims)
 
     @staticmethod
     def runtime_shape(dtype) -> TensorDescriptor:

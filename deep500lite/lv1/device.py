@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from deep500lite.errors import DeviceError
+from deep500lite.errors import DeviceError, UserTypeError
 
 __all__ = ["Device", "CPUDevice", "GPUDevice", "as_device"]
 
@@ -55,7 +55,7 @@ def as_device(device) -> Device:
 
     Raises:
         DeviceError: the string is not of the form ``cpu``, ``gpu`` or ``gpu:N``.
-        TypeError: the value is neither None, a string nor a Device.
+        UserTypeError: the value is neither None, a string nor a Device.
     """
     if device is None:
         return CPUDevice()
@@ -72,4 +72,4 @@ def as_device(device) -> Device:
         if kind == "cpu" and index != 0:
             raise DeviceError(f"The CPU device has no index other than 0. Received: {device!r}")
         return Device(kind, index)
-    raise TypeError(f"Expected a device (None, 'cpu', 'gpu:N' or a Device). Received: {type(device).__name__}")
+    raise UserTypeError(f"Expected a device (None, 'cpu', 'gpu:N' or a Device). Received: {type(device).__name__}")

@@ -7,7 +7,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from deep500lite.errors import DeviceError, UnsupportedOperatorError
+from deep500lite.errors import DeviceError, UnsupportedOperatorError, UserKeyError
 from deep500lite.lv0.custom import lookup_custom_op
 from deep500lite.lv1.device import Device, as_device
 from deep500lite.lv1.network import Network, iter_nodes, load_model
@@ -40,7 +40,7 @@ class GraphExecutor(abc.ABC):
         if not self.supports_device(device):
             raise DeviceError(
                 f"The {self.framework} executor cannot run on {device}: "
-                + self.device_unavailable_reason(device)
+                + self.device_unavailable_reason(device) + f" Received: device={str(device)!r}"
             )
         self.devname: Device = device
         network = load_model(network)
@@ -96,12 +96,22 @@ class GraphExecutor(abc.ABC):
         return False
 
     def fetch_tensor(self, name: str) -> np.ndarray:
-        """The value of a tensor the executor holds, copied to a numpy array."""
-        raise KeyError(name)
+        """The value of a tensor the executor holds, copied to a numpy array.
+
+        Raises:
+            UserKeyError: the executor holds no tensor ``name`` (this default holds none).
+        """
+        raise UserKeyError(f"The {self.framework or type(self).__name__} executor holds no tensor '{name}'; "
+                           f"has_tensor(name) says which it holds. Received: {name!r}")
 
     def feed_tensor(self, name: str, value: np.ndarray) -> None:
-        """Set the value of a parameter the executor holds (on its device)."""
-        raise KeyError(name)
+        """Set the value of a parameter the executor holds (on its device).
+
+        Raises:
+            UserKeyError: the executor holds no tensor ``name`` (this default holds none).
+        """
+        raise UserKeyError(f"feed_tensor: the {self.framework or type(self).__name__} executor holds no tensor "
+                           f"'{name}'; has_tensor(name) says which it holds. Received: {name!r}")
 
     def _network_changed(self) -> None:
         """Called when operations or outputs are added to the network (rebuild what depends on it)."""
@@ -120,7 +130,7 @@ class GraphExecutor(abc.ABC):
                     raise UnsupportedOperatorError(
                         f"The {cls.framework} executor does not support operator "
                         f"'{node.domain}::{node.op_type}' (node '{node.name or node.output[0]}'): "
-                        f"{cls.custom_domain_reason(node.domain)}"
+                        f"{cls.custom_domain_reason(node.domain)} Received: domain={node.domain!r}"
                     )
                 continue
             if node.op_type not in cls.SUPPORTED_OPS:
@@ -129,7 +139,8 @@ class GraphExecutor(abc.ABC):
                 others = executors_supporting(node.op_type)
                 raise UnsupportedOperatorError(
                     f"The {cls.framework} executor does not support operator '{node.op_type}' "
-                    f"(node '{node.name or node.output[0]}'). Executors that support it: {others}."
+                    f"(node '{node.name or node.output[0]}'). Executors that support it: {others}. "
+                    f"Received: op_type={node.op_type!r}"
                 )
 
     @classmethod

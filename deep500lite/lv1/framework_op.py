@@ -15,6 +15,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from deep500lite.errors import UserError, UserTypeError
 from deep500lite.lv0.operator import CustomOp
 from deep500lite.lv0.tensordesc import TensorDescriptor
 from deep500lite.lv0.validation.common import F64, as_tuple
@@ -35,7 +36,7 @@ def _io_names(params, count: int, what: str, op_type: str) -> list:
         elif params and params[-1].option == onnx.defs.OpSchema.FormalParameterOption.Variadic:
             names.append(f"{params[-1].name}{idx}")
         else:
-            raise ValueError(f"framework_op: {op_type} takes at most {len(params)} {what}s. Received: {count}")
+            raise UserError(f"framework_op: {op_type} takes at most {len(params)} {what}s. Received: {count}")
     return names
 
 
@@ -79,13 +80,16 @@ class FrameworkOp(CustomOp):
         try:
             schema = onnx.defs.get_schema(op_type, opset)
         except onnx.defs.SchemaError as exc:
-            raise ValueError(f"framework_op: {op_type!r} is not an ONNX operator in opset {opset}.") from exc
+            raise UserError(f"framework_op: {op_type!r} is not an ONNX operator in opset {opset}; give an operator "
+                            "type of the ONNX standard domain, such as 'Relu' or 'Conv'. "
+                            f"Received: {op_type!r}") from exc
         input_descs = list(input_descs)
         if not all(isinstance(d, TensorDescriptor) for d in input_descs):
-            raise TypeError(f"framework_op: input_descs must be d5.tensordesc(...) values. Received: {input_descs!r}")
+            raise UserTypeError("framework_op: input_descs must be d5.tensordesc(...) values. "
+                                f"Received: {input_descs!r}")
         if len(input_descs) < schema.min_input:
-            raise ValueError(f"framework_op: {op_type} needs at least {schema.min_input} inputs "
-                             f"({', '.join(p.name for p in schema.inputs)}). Received: {len(input_descs)}")
+            raise UserError(f"framework_op: {op_type} needs at least {schema.min_input} inputs "
+                            f"({', '.join(p.name for p in schema.inputs)}). Received: {len(input_descs)}")
         self.input_names = _io_names(schema.inputs, len(input_descs), "input", op_type)
         n_out = len(output_descs) if output_descs is not None else schema.min_output
         self.output_names = _io_names(schema.outputs, n_out, "output", op_type)
@@ -130,17 +134,18 @@ class FrameworkOp(CustomOp):
         try:
             inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True)
         except Exception as exc:  # noqa: BLE001 - reported with the fix
-            raise ValueError(f"framework_op: cannot infer the outputs of {self.op_type} from the inputs "
-                             f"({', '.join(map(str, input_descs))}): {str(exc).splitlines()[0]}. "
-                             "Pass output_descs=[d5.tensordesc(dtype, shape), ...].") from exc
+            raise UserError(f"framework_op: cannot infer the outputs of {self.op_type} from the inputs "
+                            f"({str(exc).splitlines()[0]}). Pass output_descs=[d5.tensordesc(dtype, shape), ...], "
+                            f"or inputs the operator accepts. Received: {', '.join(map(str, input_descs))}") from exc
         found = {vi.name: vi for vi in list(inferred.graph.value_info) + list(inferred.graph.output)}
         descs = []
         for name in self.output_names:
             vi = found.get(name)
             tt = vi.type.tensor_type if vi is not None else None
             if tt is None or tt.elem_type == 0:
-                raise ValueError(f"framework_op: ONNX shape inference gives no type for output '{name}' of "
-                                 f"{self.op_type}. Pass output_descs=[d5.tensordesc(dtype, shape), ...].")
+                raise UserError(f"framework_op: ONNX shape inference gives no type for output '{name}' of "
+                                f"{self.op_type}. Pass output_descs=[d5.tensordesc(dtype, shape), ...]. "
+                                f"Received: input_descs={', '.join(map(str, input_descs))}, output_descs=None")
             shape = None if not tt.HasField("shape") else tuple(
                 d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim)
             descs.append(TensorDescriptor(helper.tensor_dtype_to_np_dtype(tt.elem_type), shape))
@@ -162,8 +167,8 @@ class FrameworkOp(CustomOp):
             return F64
         got = ", ".join(f"{x.dtype.name}{list(x.shape)}" for x in inputs)
         want = ", ".join(map(str, self.input_descriptors))
-        raise ValueError(f"{self.op_type} on {self.framework} takes inputs {want} (or their float64 variant). "
-                         f"Received: {got}")
+        raise UserError(f"{self.op_type} on {self.framework} takes inputs {want} (or their float64 variant). "
+                        f"Received: {got}")
 
     def _executor(self, variant, shapes=None):
         from deep500lite.registry import executor
@@ -205,8 +210,8 @@ class FrameworkOp(CustomOp):
         """Run the one-node graph on the framework (numpy in, numpy out)."""
         inputs = [np.asarray(x) for x in inputs]
         if len(inputs) != len(self.input_names):
-            raise ValueError(f"{self.op_type} takes {len(self.input_names)} inputs ({', '.join(self.input_names)}). "
-                             f"Received: {len(inputs)}")
+            raise UserError(f"{self.op_type} takes {len(self.input_names)} inputs ({', '.join(self.input_names)}). "
+                            f"Received: {len(inputs)}")
         ex = self._executor(self._variant(inputs))
         results = ex.inference(dict(zip(self.input_names, inputs)))
         outs = tuple(np.asarray(results[n]) for n in self.output_names)
@@ -267,7 +272,7 @@ def framework_op(framework: str, op_type: str, input_descs: Sequence[TensorDescr
         A :class:`FrameworkOp`.
 
     Raises:
-        ValueError: unknown operator, too few or too many inputs, or outputs that cannot be
+        UserError: unknown operator, too few or too many inputs, or outputs that cannot be
             inferred.
         deep500lite.UserError: unknown framework (the message lists the known ones).
 

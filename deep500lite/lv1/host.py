@@ -13,6 +13,7 @@ from typing import Callable
 
 import numpy as np
 
+from deep500lite.errors import FeedError, UserKeyError
 from deep500lite.lv1.executor import GraphExecutor
 
 __all__ = ["HostGraphExecutor"]
@@ -84,13 +85,19 @@ class HostGraphExecutor(GraphExecutor, abc.ABC):
         return name in self._tensors or name in self._grads
 
     def fetch_tensor(self, name):
-        return self._tensors[name] if name in self._tensors else self._grads[name]
+        if name in self._tensors:
+            return self._tensors[name]
+        if name not in self._grads:
+            raise UserKeyError(f"The {self.framework} executor holds no tensor '{name}'; it holds the parameters "
+                               "and, after inference_and_backprop, their gradients ('<param>_grad'). "
+                               f"Received: {name!r}")
+        return self._grads[name]
 
     def feed_tensor(self, name, value):
         old = self._tensors.get(name)
         value = np.asarray(value)
         if old is not None and (old.shape != value.shape or old.dtype != value.dtype):
-            raise ValueError(f"feed_tensor('{name}'): expected {old.dtype.name}{list(old.shape)}. "
-                             f"Received: {value.dtype.name}{list(value.shape)}")
+            raise FeedError(f"feed_tensor('{name}'): expected {old.dtype.name}{list(old.shape)}. "
+                            f"Received: {value.dtype.name}{list(value.shape)}")
         self._tensors[name] = np.array(value, copy=True)
         self._parameters_changed()

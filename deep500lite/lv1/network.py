@@ -18,7 +18,7 @@ import onnx
 from onnx import external_data_helper, numpy_helper
 from google.protobuf.message import DecodeError
 
-from deep500lite.errors import FeedError, ModelError
+from deep500lite.errors import FeedError, ModelError, UserKeyError, UserTypeError
 from deep500lite.lv0.tensordesc import TensorDescriptor
 
 if TYPE_CHECKING:
@@ -75,7 +75,7 @@ class Network(Deep500NetworkNames):
 
     def __init__(self, model: onnx.ModelProto, source: str | None = None):
         if not isinstance(model, onnx.ModelProto):
-            raise TypeError(f"Network expects an onnx.ModelProto. Received: {type(model).__name__}")
+            raise UserTypeError(f"Network expects an onnx.ModelProto. Received: {type(model).__name__}")
         self.source = source
         self._model = model
         self._values: dict[str, np.ndarray] = {}
@@ -165,7 +165,7 @@ class Network(Deep500NetworkNames):
         elif hasattr(operation, "nodes"):
             nodes, new_inputs = list(operation.nodes), dict(getattr(operation, "new_inputs", {}) or {})
         else:
-            raise TypeError(
+            raise UserTypeError(
                 "add_operation expects an onnx.NodeProto, a list of them, or an operation with "
                 f"'.nodes'. Received: {type(operation).__name__}"
             )
@@ -181,7 +181,8 @@ class Network(Deep500NetworkNames):
                         raise ModelError(
                             f"Operation {node.op_type} reads '{name}', which the network does not "
                             f"have. Known tensors include the inputs {self.inputs}; pass "
-                            f"inputs={{'{name}': d5.tensordesc(dtype, shape)}} to add it as an input."
+                            f"inputs={{'{name}': d5.tensordesc(dtype, shape)}} to add it as an input. "
+                            f"Received: {name!r}"
                         )
                     added_inputs.append(new_inputs[name].value_info(name))
                     known.add(name)
@@ -229,7 +230,8 @@ class Network(Deep500NetworkNames):
         registered = custom.registered_op(domain, op_type)
         if registered is None:
             raise ModelError(f"No custom operator is registered as '{domain}::{op_type}'; pass op= or call "
-                             f"d5.register_op(op, '{op_type}') first.")
+                             f"d5.register_op(op, '{op_type}') first. Received: op_type={op_type!r}, "
+                             f"domain={domain!r}")
         n_in, n_out = len(registered.input_descriptors), len(registered.output_descriptors)
         if len(inputs) != n_in or len(outputs) != n_out:
             raise ModelError(f"Custom operator '{op_type}' takes {n_in} input(s) and gives {n_out} output(s). "
@@ -249,7 +251,7 @@ class Network(Deep500NetworkNames):
         if name not in produced:
             raise ModelError(
                 f"Cannot add output '{name}': no node produces it. Node outputs include "
-                f"{sorted(produced)[:20]}"
+                f"{sorted(produced)[:20]}. Received: {name!r}"
             )
         self._append_output(name)
         self._changed()
@@ -318,7 +320,7 @@ class Network(Deep500NetworkNames):
         elif not is_param:
             raise FeedError(
                 f"feed_tensor: unknown tensor '{name}'. Known parameters: {self.parameters[:20]}; "
-                "pass is_param=True to add a new one."
+                f"pass is_param=True to add a new one. Received: {name!r}"
             )
         ex = self.executor
         if ex is not None and name in self._initializer_names:
@@ -332,10 +334,11 @@ class Network(Deep500NetworkNames):
         """The current values of the named tensors (parameters, or gradients after backprop).
 
         Raises:
-            KeyError: a name the network and its executor do not hold.
+            UserKeyError: a name the network and its executor do not hold (a ``KeyError``).
+            UserTypeError: ``names`` is one string instead of a list.
         """
         if isinstance(names, str):
-            raise TypeError(f"fetch_tensors expects a list of names. Received the string {names!r}")
+            raise UserTypeError(f"fetch_tensors expects a list of names. Received the string {names!r}")
         ex = self.executor
         out = []
         for name in names:
@@ -344,9 +347,10 @@ class Network(Deep500NetworkNames):
             elif name in self._values:
                 out.append(self._values[name])
             else:
-                raise KeyError(
+                raise UserKeyError(
                     f"fetch_tensors: no tensor '{name}'. Parameters: {self.parameters[:20]}"
                     + ("" if ex is None else "; gradients are available after inference_and_backprop")
+                    + f". Received: {name!r}"
                 )
         return out
 
@@ -362,7 +366,8 @@ class Network(Deep500NetworkNames):
         """
         producers = {o: n for n in self.graph.node for o in n.output}
         if y not in producers and y not in self.inputs:
-            raise ModelError(f"gradient: '{y}' is not a tensor of the network. Outputs: {self.outputs}")
+            raise ModelError(f"gradient: '{y}' is not a tensor of the network. Outputs: {self.outputs}. "
+                             f"Received: y={y!r}")
         params = set(self.parameters)
         found: dict[str, None] = {}
         stack, seen = [y], set()
@@ -396,9 +401,11 @@ class Network(Deep500NetworkNames):
         if len(feeds) != len(declared) or any(k not in declared for k in feeds):
             unknown = [k for k in feeds if k not in declared]
             if unknown:
-                raise FeedError(f"Unknown input(s) {unknown}. The network's inputs are {list(declared)}.")
+                raise FeedError(f"Unknown input(s) {unknown}. The network's inputs are {list(declared)}. "
+                                f"Received: feeds for {list(feeds)}")
             missing = [k for k in declared if k not in feeds]
-            raise FeedError(f"Missing input(s) {missing}. The network's inputs are {list(declared)}.")
+            raise FeedError(f"Missing input(s) {missing}. The network's inputs are {list(declared)}. "
+                            f"Received: feeds for {list(feeds)}")
         out = {}
         for name, desc in declared.items():
             value = feeds[name]
@@ -480,7 +487,7 @@ def _check_external_data(model: onnx.ModelProto, base_dir: str | None, where: st
     if base_dir is None:
         raise ModelError(
             f"{where} stores tensor '{external[0].name}' in an external file; load it from its file "
-            "path (so deep500lite knows the folder) or pass base_dir=."
+            "path (so deep500lite knows the folder) or pass base_dir=. Received: base_dir=None"
         )
     root = os.path.realpath(base_dir)
     for t in external:
@@ -488,14 +495,15 @@ def _check_external_data(model: onnx.ModelProto, base_dir: str | None, where: st
         loc = info.get("location", "")
         if not loc or os.path.isabs(loc):
             raise ModelError(
-                f"{where}: tensor '{t.name}' has external data at {loc!r}; only paths relative to "
-                f"the model's folder are allowed."
+                f"{where}: tensor '{t.name}' has external data at an absolute or empty path; only paths relative "
+                f"to the model's folder are allowed. Received: location={loc!r}"
             )
         target = os.path.realpath(os.path.join(root, loc))
         if os.path.commonpath([root, target]) != root:
             raise ModelError(
                 f"{where}: tensor '{t.name}' has external data at {loc!r}, which points outside the "
-                f"model's folder {root!r}; refusing to read it."
+                f"model's folder {root!r}; refusing to read it. External data must lie inside the model's "
+                f"folder. Received: location={loc!r}"
             )
         if not os.path.isfile(target):
             raise ModelError(f"{where}: external data file {loc!r} for tensor '{t.name}' is missing "
@@ -521,7 +529,7 @@ def load_model(model, base_dir: str | None = None, check: bool = True) -> Networ
     Raises:
         ModelError: the file is missing, not ONNX, truncated or invalid, or its external data
             points outside the model's folder.
-        TypeError: ``model`` is of another type.
+        UserTypeError: ``model`` is of another type.
 
     >>> import deep500lite as d5
     >>> net = d5.load_model("model.onnx")  # doctest: +SKIP
@@ -533,11 +541,15 @@ def load_model(model, base_dir: str | None = None, check: bool = True) -> Networ
         source = os.fspath(model)
         where = f"ONNX model {source!r}"
         if not os.path.exists(source):
-            raise ModelError(f"{where} does not exist.")
+            raise ModelError(f"{where} does not exist; give the path of an .onnx file. Received: {source!r}")
         if os.path.isdir(source):
-            raise ModelError(f"{where} is a folder; expected an .onnx file.")
-        with open(source, "rb") as f:
-            data = f.read()
+            raise ModelError(f"{where} is a folder; expected an .onnx file. Received: {source!r}")
+        try:
+            with open(source, "rb") as f:
+                data = f.read()
+        except OSError as exc:
+            raise ModelError(f"{where} cannot be read ({exc.strerror or exc}); give a readable .onnx file. "
+                             f"Received: {source!r}") from exc
         base_dir = base_dir if base_dir is not None else os.path.dirname(os.path.abspath(source))
         proto = _parse(data, where)
     elif isinstance(model, (bytes, bytearray, memoryview)):
@@ -547,7 +559,7 @@ def load_model(model, base_dir: str | None = None, check: bool = True) -> Networ
         where = "ONNX model (ModelProto)"
         proto = copy.deepcopy(model)
     else:
-        raise TypeError(
+        raise UserTypeError(
             "load_model expects a file path, bytes, an onnx.ModelProto or a d5.Network. "
             f"Received: {type(model).__name__}"
         )

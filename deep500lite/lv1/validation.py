@@ -6,6 +6,7 @@ import dataclasses
 
 import numpy as np
 
+from deep500lite.errors import UserError, UserKeyError
 from deep500lite.metrics.accuracy import L2Error, MaxError, RelativeL2Error
 
 __all__ = ["ExecutorComparison", "test_executor_inference", "test_executor_backprop"]
@@ -58,18 +59,24 @@ def test_executor_inference(executor, inputs: dict, reference, metrics=None, rto
 
     Returns:
         An :class:`ExecutorComparison` with ``passed`` and every metric's value per output.
+
+    Raises:
+        UserKeyError: the executor does not return an output the reference has.
+        UserError: an output's shape differs from the reference's.
     """
     outputs = executor.inference(inputs)
     expected = reference.inference(inputs) if hasattr(reference, "inference") else dict(reference)
     missing = [k for k in expected if k not in outputs]
     if missing:
-        raise KeyError(f"The executor did not return the reference outputs {missing}; it returned {list(outputs)}.")
+        raise UserKeyError(f"The executor did not return the reference outputs {missing}; the reference's outputs "
+                           f"must be among the executor's. Received: outputs {list(outputs)}")
     metrics = list(metrics) if metrics is not None else [MaxError(), L2Error(), RelativeL2Error()]
     values, worst = {}, {}
     for name, ref in expected.items():
         out, ref = np.asarray(outputs[name]), np.asarray(ref)
         if out.shape != ref.shape:
-            raise ValueError(f"Output '{name}' has shape {list(out.shape)}; the reference has {list(ref.shape)}.")
+            raise UserError(f"Output '{name}' must have the reference's shape {list(ref.shape)}. "
+                            f"Received: {list(out.shape)}")
         values[name] = {(m.name or type(m).__name__): m.measure(inputs, out, ref) for m in metrics}
         o64, r64 = out.astype(np.float64), ref.astype(np.float64)
         excess = np.abs(o64 - r64) - rtol * np.abs(r64)

@@ -37,7 +37,7 @@ import os
 
 import numpy as np
 
-from deep500lite.errors import CheckpointError  # noqa: F401 - defined in errors, re-exported here
+from deep500lite.errors import CheckpointError, UserError, UserTypeError  # CheckpointError is re-exported here
 from deep500lite.lv2.events import TrainingEvent
 from deep500lite.utils import atomic_write_bytes, atomic_write_text
 
@@ -91,9 +91,9 @@ class _Encoder:
             if all(isinstance(k, str) for k in value):
                 return {k: self(v, f"{where}.{k}") for k, v in value.items()}
             return {"__items__": [[self(k, where), self(v, f"{where}[{k!r}]")] for k, v in value.items()]}
-        raise TypeError(f"Cannot checkpoint {where}: a {type(value).__name__}. Checkpoints hold numbers, "
-                        "strings, numpy arrays, tensors and lists/dicts of them; give the object get_state() "
-                        "and set_state(state) methods to save it another way.")
+        raise UserTypeError(f"Cannot checkpoint {where}: a {type(value).__name__}. Checkpoints hold numbers, "
+                            "strings, numpy arrays, tensors and lists/dicts of them; give the object get_state() "
+                            f"and set_state(state) methods to save it another way. Received: {type(value).__name__}")
 
 
 def _decode(value, arrays):
@@ -150,7 +150,8 @@ def _restore_optimizer(opt, state: dict, where: str) -> None:
     if kind == "get_state":
         if not callable(getattr(opt, "set_state", None)):
             raise CheckpointError(f"{where}: the optimizer state was saved with get_state(), but "
-                                  f"{type(opt).__name__} has no set_state(state).")
+                                  f"{type(opt).__name__} has no set_state(state); load it into an optimizer that "
+                                  f"has one. Received: {type(opt).__name__}")
         opt.set_state(state["state"])
         return
     for k, v in state["attrs"].items():
@@ -191,7 +192,8 @@ def _restore_sampler(sampler, state, where: str) -> None:
         return
     if state["class"] != type(sampler).__name__:
         raise CheckpointError(f"{where}: the checkpoint's sampler is a {state['class']}; this trainer's is a "
-                              f"{type(sampler).__name__}.")
+                              f"{type(sampler).__name__}. A checkpoint loads into samplers of the saved classes. "
+                              f"Received: {type(sampler).__name__}")
     transforms = getattr(sampler, "transformations", None) or []
     for key, gen_state in state["generators"].items():
         obj = sampler if key == "sampler" else transforms[int(key[len("transformation"):])]
@@ -291,19 +293,26 @@ def load_checkpoint(path, trainer) -> dict:
     for p in (json_path, npz_path):
         if not os.path.exists(p):
             raise CheckpointError(f"Checkpoint file {p} does not exist; a checkpoint is NAME.json plus NAME.npz "
-                                  "written by save_checkpoint(NAME, trainer).")
+                                  f"written by save_checkpoint(NAME, trainer). Received: {os.fspath(path)!r}")
     try:
         with open(json_path, encoding="utf-8") as f:
             meta = json.load(f)
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
+        raise CheckpointError(f"Checkpoint file {json_path} cannot be read ({exc.strerror or exc}); a checkpoint "
+                              f"is a readable NAME.json plus NAME.npz. Received: {os.fspath(path)!r}") from exc
+    except ValueError as exc:
         raise CheckpointError(f"Checkpoint {json_path} is not valid JSON: {exc}") from exc
     if not isinstance(meta, dict) or meta.get("format") != _FORMAT:
         raise CheckpointError(f"{json_path} is not a deep500lite checkpoint (no \"format\": \"{_FORMAT}\").")
     if meta.get("version") != _VERSION:
         raise CheckpointError(f"{json_path} has checkpoint format version {meta.get('version')}; this deep500lite "
-                              f"reads version {_VERSION}.")
-    with open(npz_path, "rb") as f:
-        data = f.read()
+                              f"reads version {_VERSION}. Received: version {meta.get('version')!r}")
+    try:
+        with open(npz_path, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise CheckpointError(f"Checkpoint file {npz_path} cannot be read ({exc.strerror or exc}); a checkpoint "
+                              f"is NAME.json plus a readable NAME.npz. Received: {os.fspath(path)!r}") from exc
     if hashlib.sha256(data).hexdigest() != meta.get("npz_sha256"):
         raise CheckpointError(f"{npz_path} does not match {json_path} (SHA-256 differs): the file is corrupt or "
                               "from another save.")
@@ -324,7 +333,8 @@ def load_checkpoint(path, trainer) -> dict:
     opt_class = meta["optimizer"]["class"]
     if opt_class != type(trainer.optimizer).__name__:
         raise CheckpointError(f"Checkpoint {json_path} holds the state of a {opt_class}; this trainer's optimizer "
-                              f"is a {type(trainer.optimizer).__name__}.")
+                              f"is a {type(trainer.optimizer).__name__}. Load it into a trainer whose optimizer is a "
+                              f"{opt_class}. Received: {type(trainer.optimizer).__name__}")
 
     for i, name in enumerate(saved):
         network.feed_tensor(name, arrays[f"param/{i}"])
@@ -357,7 +367,7 @@ class CheckpointEvent(TrainingEvent):
 
     def __init__(self, path, every: int = 1):
         if not isinstance(every, int) or every < 1:
-            raise ValueError(f"every must be an integer >= 1. Received: {every!r}")
+            raise UserError(f"every must be an integer >= 1. Received: {every!r}")
         self.path, self.every = os.fspath(path), every
         self.saved: list[str] = []
 

@@ -1,7 +1,9 @@
 """Level 2: training events, the hooks :class:`~deep500lite.lv2.trainer.Trainer` calls.
 
 An event is any object with some of the :class:`TrainingEvent` methods; subclass
-:class:`TrainingEvent` to get no-op defaults for the others. The trainer calls the hooks of
+:class:`TrainingEvent` to get no-op defaults for the others (the class is defined in the leaf
+:mod:`deep500lite.metrics.events`, because the training metrics derive from it too, and
+re-exported here). The trainer calls the hooks of
 its events in list order. Every hook receives the trainer and its
 :class:`~deep500lite.lv2.trainer.TrainingStats` first; a hook that returns ``False`` (exactly
 ``False``; ``None`` does not count) asks the trainer to stop (see :class:`TrainingEvent` for
@@ -35,107 +37,14 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from deep500lite.errors import FrameworkNotAvailableError, UserAttributeError, UserError, UserTypeError
+from deep500lite.metrics.events import HOOKS, TrainingEvent
 from deep500lite.utils import atomic_write_bytes, atomic_write_text, is_package_available
 
 __all__ = ["TrainingEvent", "TerminalBarEvent", "EpochHPSchedule", "StepHPSchedule", "piecewise",
            "step_decay", "cosine_decay", "linear_warmup", "TargetAccuracyStop", "TimeBudgetStop",
            "StepBudgetStop",
            "CSVSummaryWriter", "JSONSummaryWriter", "PlotWriter", "HOOKS", "set_hyperparameter"]
-
-#: Every hook name, in the order a training step reaches them.
-HOOKS = ("before_training", "before_epoch", "before_sampling", "after_sampling", "before_training_batch",
-         "before_optimizer_step", "after_optimizer_step", "after_training_batch", "before_test_set",
-         "before_test_batch", "after_test_batch", "after_test_set", "after_epoch", "after_training")
-
-
-class TrainingEvent:
-    """Base class of training events: every hook does nothing and returns ``None``.
-
-    Order of the calls for one epoch (``epoch`` and ``step`` count from 0)::
-
-        before_epoch(trainer, stats, epoch)
-        for each batch:
-            before_sampling(trainer, stats)
-            batch = next(train_sampler)                  # data loading (timed)
-            after_sampling(trainer, stats, batch)
-            before_training_batch(trainer, stats, batch)
-            before_optimizer_step(trainer, stats, batch)
-            outputs = optimizer.step(batch)              # forward, backward, update (timed)
-            after_optimizer_step(trainer, stats, batch, outputs)
-            # the trainer records the step in stats.steps (loss, accuracy, times) and
-            # checks the loss is finite
-            after_training_batch(trainer, stats, batch, outputs)
-        before_test_set(trainer, stats)                  # the whole validation set
-        for each validation batch:
-            before_test_batch(trainer, stats, batch)
-            outputs = executor.inference(batch)
-            after_test_batch(trainer, stats, batch, outputs)
-        after_test_set(trainer, stats, result)           # result: test_accuracy, test_loss, ...
-        # the trainer records the epoch in stats.epochs
-        after_epoch(trainer, stats, epoch)
-
-    ``before_training(trainer, stats)`` comes before the first epoch and
-    ``after_training(trainer, stats)`` after the last one, also when training stopped early or
-    on a non-finite loss.
-
-    Returning ``False`` stops training: from ``before_training`` before any epoch, from
-    ``before_epoch`` before that epoch, from a sampling, batch or optimizer-step hook after the
-    current step (the validation set is still evaluated, so the final accuracy matches the final
-    parameters), from a test hook or ``after_epoch`` after the current epoch. What
-    ``after_training`` returns is ignored.
-
-    The sampling hooks here are the trainer's; a sampler's own events (``Sampler(events=...)``)
-    have Deep500's ``SamplerEvent`` signatures ``before_sampling(sampler, batch_size)`` and
-    ``after_sampling(sampler, samples)``.
-
-    Attributes:
-        stop_reason: a sentence saying why the event asked to stop (read when a hook returns False).
-    """
-
-    stop_reason: str | None = None
-
-    def before_training(self, trainer, stats):
-        """Called once, before the first epoch."""
-
-    def after_training(self, trainer, stats):
-        """Called once, after the last epoch (also after an early stop)."""
-
-    def before_epoch(self, trainer, stats, epoch: int):
-        """Called before the epoch's first batch."""
-
-    def after_epoch(self, trainer, stats, epoch: int):
-        """Called after the epoch's validation, once ``stats.epochs[-1]`` describes it."""
-
-    def before_sampling(self, trainer, stats):
-        """Called before the next training batch is loaded."""
-
-    def after_sampling(self, trainer, stats, batch):
-        """Called after a training batch was loaded (``batch``: the dict of feeds)."""
-
-    def before_training_batch(self, trainer, stats, batch):
-        """Called before a training step on ``batch``."""
-
-    def after_training_batch(self, trainer, stats, batch, outputs):
-        """Called after a training step, once ``stats.steps[-1]`` describes it."""
-
-    def before_optimizer_step(self, trainer, stats, batch):
-        """Called right before ``optimizer.step(batch)`` (after the schedules set hyperparameters)."""
-
-    def after_optimizer_step(self, trainer, stats, batch, outputs):
-        """Called right after ``optimizer.step``; ``outputs`` are the network outputs of the step."""
-
-    def before_test_set(self, trainer, stats):
-        """Called before the validation set is evaluated."""
-
-    def after_test_set(self, trainer, stats, result: dict):
-        """Called after the validation set was evaluated (``result`` as :meth:`Trainer.evaluate` returns)."""
-
-    def before_test_batch(self, trainer, stats, batch):
-        """Called before a validation batch is run."""
-
-    def after_test_batch(self, trainer, stats, batch, outputs):
-        """Called after a validation batch was run."""
-
 
 # ------------------------------------------------------------------------------------ progress
 class TerminalBarEvent(TrainingEvent):
@@ -149,15 +58,16 @@ class TerminalBarEvent(TrainingEvent):
             (a plain line when the stream is not a terminal); ``False``: off.
         stream: where to write (default ``sys.stderr``).
         use_rich: ``None``: rich when installed and the stream is a terminal; ``False``: the
-            plain line; ``True``: rich (raises ImportError if it is missing).
+            plain line; ``True``: rich (raises FrameworkNotAvailableError, an ImportError, if it is
+            missing).
         every: redraw every this many steps (the last step of an epoch is always drawn).
     """
 
     def __init__(self, enabled: bool | None = None, stream=None, use_rich: bool | None = None, every: int = 1):
         if enabled not in (None, True, False):
-            raise ValueError(f"enabled must be None, True or False. Received: {enabled!r}")
+            raise UserError(f"enabled must be None, True or False. Received: {enabled!r}")
         if not isinstance(every, int) or every < 1:
-            raise ValueError(f"every must be an integer >= 1. Received: {every!r}")
+            raise UserError(f"every must be an integer >= 1. Received: {every!r}")
         self.enabled, self.use_rich, self.every = enabled, use_rich, every
         self._stream = stream
         self._progress = None
@@ -187,8 +97,12 @@ class TerminalBarEvent(TrainingEvent):
         else:
             self._rich = bool(self.use_rich)
         if self._rich:
-            from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+            try:
+                from rich.console import Console
+                from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+            except ImportError as exc:
+                raise FrameworkNotAvailableError("TerminalBarEvent(use_rich=True) needs rich, which is not "
+                                                 "installed: pip install rich (or use_rich=None)") from exc
 
             self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                       TextColumn("{task.fields[info]}"), TimeElapsedColumn(),
@@ -259,15 +173,15 @@ def piecewise(points: Sequence[tuple[float, float]]) -> Callable[[int], float | 
     Before the first point the schedule gives ``None`` (the hyperparameter is left as it is).
 
     Raises:
-        ValueError: the points are not ``(start, value)`` pairs with increasing starts.
+        UserError: the points are not ``(start, value)`` pairs with increasing starts.
     """
     try:
         pts = [(int(s), v) for s, v in points]
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"A piecewise schedule takes (start, value) pairs. Received: {points!r}") from exc
+        raise UserError(f"A piecewise schedule takes (start, value) pairs. Received: {points!r}") from exc
     if not pts or any(b[0] <= a[0] for a, b in zip(pts, pts[1:])) or pts[0][0] < 0:
-        raise ValueError(f"A piecewise schedule needs at least one (start, value) pair with starts >= 0 "
-                         f"and strictly increasing. Received: {points!r}")
+        raise UserError(f"A piecewise schedule needs at least one (start, value) pair with starts >= 0 "
+                        f"and strictly increasing. Received: {points!r}")
 
     def value(t):
         current = None
@@ -282,14 +196,14 @@ def piecewise(points: Sequence[tuple[float, float]]) -> Callable[[int], float | 
 def step_decay(base: float, factor: float, every: int) -> Callable[[int], float]:
     """``base * factor ** (t // every)``: multiply by ``factor`` every ``every`` epochs or steps."""
     if not isinstance(every, int) or every < 1:
-        raise ValueError(f"every must be an integer >= 1. Received: {every!r}")
+        raise UserError(f"every must be an integer >= 1. Received: {every!r}")
     return lambda t: base * factor ** (t // every)
 
 
 def cosine_decay(base: float, total: int, final: float = 0.0) -> Callable[[int], float]:
     """``final + (base - final) * (1 + cos(pi * t / total)) / 2`` for ``t < total``, then ``final``."""
     if not isinstance(total, int) or total < 1:
-        raise ValueError(f"total must be an integer >= 1. Received: {total!r}")
+        raise UserError(f"total must be an integer >= 1. Received: {total!r}")
     return lambda t: final + (base - final) * 0.5 * (1 + math.cos(math.pi * min(t, total) / total))
 
 
@@ -300,7 +214,7 @@ def linear_warmup(schedule, warmup: int, start_factor: float = 0.0) -> Callable[
     (t + 1) / warmup)``; ``schedule`` may be a number (warm-up then constant).
     """
     if not isinstance(warmup, int) or warmup < 0:
-        raise ValueError(f"warmup must be an integer >= 0. Received: {warmup!r}")
+        raise UserError(f"warmup must be an integer >= 0. Received: {warmup!r}")
     fn = _as_schedule("schedule", schedule)
 
     def value(t):
@@ -318,8 +232,8 @@ def _as_schedule(name, spec) -> Callable[[int], float | None]:
         return lambda t: spec
     if isinstance(spec, (list, tuple)):
         return piecewise(spec)
-    raise TypeError(f"Schedule for '{name}' must be a number, a list of (start, value) pairs or a callable "
-                    f"f(t) -> value. Received: {type(spec).__name__}")
+    raise UserTypeError(f"Schedule for '{name}' must be a number, a list of (start, value) pairs or a callable "
+                        f"f(t) -> value. Received: {type(spec).__name__}")
 
 
 _ALIASES = {"lr": "learning_rate"}
@@ -334,21 +248,23 @@ def set_hyperparameter(optimizer, name: str, value) -> None:
     elif hasattr(optimizer, name):
         setattr(optimizer, name, value)
     else:
-        raise AttributeError(f"{type(optimizer).__name__} has no hyperparameter '{name}'.")
+        raise UserAttributeError(f"{type(optimizer).__name__} has no hyperparameter '{name}'; its hyperparameters "
+                                 f"are its public attributes, such as learning_rate. Received: {name!r}")
 
 
 class _Schedule(TrainingEvent):
     def __init__(self, schedules: dict):
         if not schedules:
-            raise ValueError(f"{type(self).__name__} needs at least one hyperparameter schedule, such as "
-                             "learning_rate=[(0, 0.1), (30, 0.01)].")
+            raise UserError(f"{type(self).__name__} needs at least one hyperparameter schedule, such as "
+                            "learning_rate=[(0, 0.1), (30, 0.01)]. Received: no schedules")
         self.schedules = {_ALIASES.get(k, k): _as_schedule(k, v) for k, v in schedules.items()}
 
     def before_training(self, trainer, stats):
         for name in self.schedules:
             if not hasattr(trainer.optimizer, name):
-                raise AttributeError(f"{type(self).__name__} schedules '{name}', which "
-                                     f"{type(trainer.optimizer).__name__} does not have.")
+                raise UserAttributeError(f"{type(self).__name__} schedules '{name}', which "
+                                         f"{type(trainer.optimizer).__name__} does not have; schedule only "
+                                         f"hyperparameters the optimizer has. Received: {name!r}")
 
     def _apply(self, trainer, stats, t, factor=1.0):
         for name, fn in self.schedules.items():
@@ -376,7 +292,7 @@ class EpochHPSchedule(_Schedule):
 
     def __init__(self, warmup_epochs: int = 0, **schedules):
         if not isinstance(warmup_epochs, int) or warmup_epochs < 0:
-            raise ValueError(f"warmup_epochs must be an integer >= 0. Received: {warmup_epochs!r}")
+            raise UserError(f"warmup_epochs must be an integer >= 0. Received: {warmup_epochs!r}")
         super().__init__(schedules)
         self.warmup_epochs = warmup_epochs
 
@@ -421,9 +337,9 @@ class TargetAccuracyStop(TrainingEvent):
 
     def __init__(self, target: float, key: str = "test_accuracy"):
         if isinstance(target, bool) or not isinstance(target, (int, float)) or not 0 <= target <= 100:
-            raise ValueError(f"target must be an accuracy in percent, from 0 to 100. Received: {target!r}")
+            raise UserError(f"target must be an accuracy in percent, from 0 to 100. Received: {target!r}")
         if key not in ("test_accuracy", "train_accuracy"):
-            raise ValueError(f"key must be 'test_accuracy' or 'train_accuracy'. Received: {key!r}")
+            raise UserError(f"key must be 'test_accuracy' or 'train_accuracy'. Received: {key!r}")
         self.target, self.key = float(target), key
         self.reached_epoch: int | None = None
 
@@ -449,7 +365,7 @@ class TimeBudgetStop(TrainingEvent):
 
     def __init__(self, seconds: float, clock: Callable[[], float] = time.perf_counter):
         if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds < 0:
-            raise ValueError(f"seconds must be a number >= 0. Received: {seconds!r}")
+            raise UserError(f"seconds must be a number >= 0. Received: {seconds!r}")
         self.seconds, self.clock = float(seconds), clock
         self._start = None
 
@@ -482,7 +398,7 @@ class StepBudgetStop(TrainingEvent):
 
     def __init__(self, steps: int):
         if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
-            raise ValueError(f"steps must be an integer >= 1. Received: {steps!r}")
+            raise UserError(f"steps must be an integer >= 1. Received: {steps!r}")
         self.steps = int(steps)
         self._done = 0
 
@@ -629,7 +545,7 @@ class PlotWriter(TrainingEvent):
         try:
             from matplotlib.figure import Figure
         except ImportError as exc:
-            raise ImportError("PlotWriter needs matplotlib: pip install 'deep500lite[plots]'") from exc
+            raise FrameworkNotAvailableError("PlotWriter needs matplotlib: pip install 'deep500lite[plots]'") from exc
         fig = Figure(figsize=(6, 4))
         ax = fig.add_subplot()
         steps = stats.steps

@@ -48,7 +48,9 @@ class Optimizer(abc.ABC):
             UserAttributeError: the optimizer has no such hyperparameter (an ``AttributeError``).
         """
         if not hasattr(self, name) or name.startswith("_") or callable(getattr(self, name)):
-            raise UserAttributeError(f"{type(self).__name__} has no hyperparameter '{name}'.")
+            raise UserAttributeError(f"{type(self).__name__} has no hyperparameter '{name}'; its hyperparameters are "
+                                     "its public, non-callable attributes, such as learning_rate. "
+                                     f"Received: {name!r}")
         setattr(self, name, value)
 
 

@@ -32,7 +32,8 @@ def _check_dataset(dataset) -> int:
                             f"Received: {type(dataset).__name__}")
     n = len(dataset)
     if n == 0:
-        raise UserError("The sampler's dataset is empty: it needs at least one sample.")
+        raise UserError("The sampler's dataset is empty: it needs at least one sample. Received: a dataset of "
+                        "0 samples")
     return n
 
 
@@ -88,7 +89,7 @@ class Sampler(abc.ABC):
         for i, t in enumerate(transformations):
             if not callable(t):
                 raise UserTypeError(f"transformations must be callables batch -> batch; item {i} is a "
-                                    f"{type(t).__name__}: {t!r}")
+                                    f"{type(t).__name__}. Received: {t!r}")
         if events is not None and (isinstance(events, (str, bytes)) or not hasattr(events, "__iter__")):
             raise UserTypeError(f"events must be a list of sampler events. Received: {type(events).__name__}")
         self.dataset = dataset
@@ -103,7 +104,7 @@ class Sampler(abc.ABC):
         if len(self) == 0:
             raise UserError(
                 f"{type(self).__name__} would yield no batch: {self._why_empty(n)} and drop_last_batch=True. "
-                "Use a smaller batch_size or drop_last_batch=False.")
+                f"Use a smaller batch_size or drop_last_batch=False. Received: batch_size={self.batch_size}")
 
     def _why_empty(self, n: int) -> str:
         return f"the dataset has {n} samples, fewer than batch_size={self.batch_size},"
@@ -240,7 +241,8 @@ class BucketSampler(Sampler):
     @staticmethod
     def _keys(keys, n: int) -> np.ndarray:
         if keys is None:
-            raise UserError("BucketSampler needs keys: one number per sample, or a callable key(index).")
+            raise UserError("BucketSampler needs keys: one number per sample, or a callable key(index). "
+                            "Received: keys=None")
         if callable(keys):
             keys = [keys(i) for i in range(n)]
         if isinstance(keys, (str, bytes)):

@@ -30,7 +30,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from deep500lite.errors import NonFiniteLossError  # noqa: F401 - defined in errors, re-exported here
-from deep500lite.errors import UserError
+from deep500lite.errors import UserError, UserTypeError
 
 __all__ = ["Trainer", "TrainingStats", "TrainingResults", "NonFiniteLossError", "test_training"]
 
@@ -164,14 +164,16 @@ def _count_correct(prediction, labels) -> tuple[int, int]:
     pred = np.asarray(prediction)
     lab = np.asarray(labels)
     if pred.ndim < 2:
-        raise UserError(f"Accuracy needs class scores shaped (batch, classes, ...). Received an output of shape "
-                        f"{list(pred.shape)}; pass the logits or probabilities as network_output.")
+        raise UserError("Accuracy needs class scores shaped (batch, classes, ...); pass the logits or probabilities "
+                        f"as network_output. Received an output of shape {list(pred.shape)}")
     guess = pred.argmax(axis=1)
     if lab.shape == pred.shape:  # one-hot or probability labels
         lab = lab.argmax(axis=1)
     if lab.shape != guess.shape:
         raise UserError(f"Labels of shape {list(lab.shape)} do not match predictions of shape "
-                        f"{list(pred.shape)} (class axis 1).")
+                        f"{list(pred.shape)} (class axis 1); labels are class indices shaped like the predictions "
+                        f"without axis 1 ({list(guess.shape)}), or one-hot like the predictions. "
+                        f"Received: labels of shape {list(np.shape(labels))}")
     return int(np.count_nonzero(guess == lab)), int(guess.size)
 
 
@@ -228,18 +230,20 @@ class Trainer:
                  events: Sequence | None = None, on_nonfinite: str = "raise", synchronize: bool = True,
                  test_every: int = 1, clock: Callable[[], float] = time.perf_counter):
         if not hasattr(optimizer, "step"):
-            raise TypeError(f"optimizer must be a d5.Optimizer (with step(inputs)). Received: {type(optimizer).__name__}")
+            raise UserTypeError("optimizer must be a d5.Optimizer (with step(inputs)). "
+                                f"Received: {type(optimizer).__name__}")
         if not hasattr(executor, "inference"):
-            raise TypeError(f"executor must be a d5.GraphExecutor. Received: {type(executor).__name__}")
+            raise UserTypeError(f"executor must be a d5.GraphExecutor. Received: {type(executor).__name__}")
         for name, s in (("train_sampler", train_sampler), ("validation_sampler", validation_sampler)):
             if s is not None and not hasattr(s, "__iter__"):
-                raise TypeError(f"{name} must be a sampler (an iterable of feed dicts). Received: {type(s).__name__}")
+                raise UserTypeError(f"{name} must be a sampler (an iterable of feed dicts). "
+                                    f"Received: {type(s).__name__}")
         if train_sampler is None:
-            raise TypeError("train_sampler must be a sampler. Received: None")
+            raise UserTypeError("train_sampler must be a sampler. Received: None")
         outputs = executor.network.outputs
         if network_output is not None and network_output not in outputs:
             raise UserError(f"network_output {network_output!r} is not an output of the network. "
-                            f"Outputs: {outputs}")
+                            f"Outputs: {outputs}. Received: {network_output!r}")
         if on_nonfinite not in self._NONFINITE:
             raise UserError(f"on_nonfinite must be one of {self._NONFINITE}. Received: {on_nonfinite!r}")
         if not isinstance(test_every, int) or test_every < 1:
@@ -333,7 +337,8 @@ class Trainer:
         """
         sampler = self.validation_sampler
         if sampler is None:
-            raise UserError("This trainer has no validation sampler to evaluate.")
+            raise UserError("This trainer has no validation sampler to evaluate; create the Trainer with a "
+                            "validation_sampler. Received: validation_sampler=None")
         events = self.events if events is None else events
         stats = self.stats
         label = _label_node(sampler)
@@ -528,7 +533,7 @@ def test_training(executor, train_sampler, validation_sampler, optimizer, epochs
         bs = getattr(s, "batch_size", None)
         if s is not None and bs is not None and bs != batch_size:
             raise UserError(f"test_training: {name} has batch_size {bs}, but batch_size={batch_size} was given. "
-                            "Create the sampler with the same batch size.")
+                            f"Create the sampler with the same batch size. Received: {name} batch_size={bs}")
     training_metrics = [m for m in metrics if any(hasattr(m, h) for h in ("after_epoch", "after_training_batch"))]
     plain = [m for m in metrics if m not in training_metrics]
     trainer = Trainer(train_sampler, validation_sampler, executor, optimizer, network_output=output_node)

@@ -42,8 +42,8 @@ def check_op(op: str, x: np.ndarray) -> None:
         raise UserError(f"Unknown reduction op. Allowed values are {format_choices(ALLREDUCE_OPS)}. "
                         f"Received: op={op!r}")
     if op == "mean" and not np.issubdtype(x.dtype, np.inexact):
-        raise UserError(f"op='mean' needs a floating-point or complex array. Received: dtype={x.dtype}; "
-                        f"use op='sum' and divide, or cast first.")
+        raise UserError("op='mean' needs a floating-point or complex array; use op='sum' and divide, or cast "
+                        f"first. Received: dtype={x.dtype}")
 
 
 def check_rank(rank, size: int, name: str) -> None:
@@ -142,5 +142,6 @@ class AlgorithmChoice:
     def predict(self, algorithm: str, nbytes: int) -> float:
         """Predicted seconds of one allreduce of ``nbytes`` bytes with :attr:`cost_model`."""
         if self.cost_model is None:
-            raise UserError("No cost model yet: call calibrate() on every rank first, or pass cost_model=.")
+            raise UserError("No cost model yet: call calibrate() on every rank first, or pass cost_model=. "
+                            "Received: cost_model=None")
         return _ar.allreduce_cost(algorithm, nbytes, self.size, self.cost_model)

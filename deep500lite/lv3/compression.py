@@ -27,7 +27,7 @@ import abc
 
 import numpy as np
 
-from deep500lite.errors import UserError
+from deep500lite.errors import UserError, UserTypeError
 from deep500lite.lv2.optimizer import Optimizer
 from deep500lite.lv3.communication import CommunicationNetwork
 from deep500lite.lv3.optimizer import DistributedOptimizer, check_bucket, flatten, fuse_buckets, unflatten
@@ -190,8 +190,8 @@ class CompressedDecentralized(DistributedOptimizer):
                  error_feedback: bool = True, bucket_bytes: int | None = None):
         super().__init__(optimizer, comm)
         if not isinstance(compressor, Compressor):
-            raise TypeError(f"compressor must be a deep500lite Compressor (TopK, QSGD, SignSGD, Ternary). "
-                            f"Received: {type(compressor).__name__}")
+            raise UserTypeError(f"compressor must be a deep500lite Compressor (TopK, QSGD, SignSGD, Ternary). "
+                                f"Received: {type(compressor).__name__}")
         self.compressor = compressor
         self.feedback = ErrorFeedback(compressor) if error_feedback else None
         self.bucket_bytes = None if bucket_bytes is None else check_bucket(bucket_bytes)

@@ -25,7 +25,7 @@ import collections
 
 import numpy as np
 
-from deep500lite.errors import UserError
+from deep500lite.errors import UserError, UserTypeError
 from deep500lite.lv2.optimizer import Optimizer
 from deep500lite.lv3.allreduce import ALGORITHMS
 from deep500lite.lv3.communication import CommunicationNetwork
@@ -64,8 +64,8 @@ def _check_compressor(compressor, error_feedback):
     if compressor is None:
         return None, None
     if not isinstance(compressor, Compressor):
-        raise TypeError("compressor must be None or a deep500lite Compressor (compression.TopK, QSGD, SignSGD, "
-                        f"Ternary). Received: {type(compressor).__name__}")
+        raise UserTypeError("compressor must be None or a deep500lite Compressor (compression.TopK, QSGD, SignSGD, "
+                            f"Ternary). Received: {type(compressor).__name__}")
     return compressor, (ErrorFeedback(compressor) if error_feedback else None)
 
 

@@ -49,6 +49,9 @@ def import_mpi():
 _HOOK_INSTALLED = False
 
 
+_ABORT_GRACE_SECONDS = 0.5
+
+
 def install_abort_on_exception() -> None:
     """Make an uncaught exception on any rank print the rank and end the whole MPI job.
 
@@ -72,6 +75,10 @@ def install_abort_on_exception() -> None:
         sys.stderr.write(f"deep500lite: rank {world.Get_rank()} of {world.Get_size()} raised "
                          f"{exc_type.__name__}: {exc}\n{text}")
         sys.stderr.flush()
+        # MPI_Abort kills every rank at once, and mpiexec's I/O forwarding can die with them before
+        # it has passed this message on (seen with MPICH's hydra: the job ended with no output at
+        # all). A short pause lets the message reach the user first; the job ends anyway.
+        time.sleep(_ABORT_GRACE_SECONDS)
         world.Abort(1)
 
     sys.excepthook = hook

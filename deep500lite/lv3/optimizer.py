@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 
-from deep500lite.errors import UserError
+from deep500lite.errors import UserError, UserTypeError
 from deep500lite.lv2.optimizer import Optimizer, ThreeStepOptimizer
 from deep500lite.lv3.communication import CommunicationNetwork
 
@@ -77,7 +77,7 @@ class DistributedOptimizer(Optimizer, abc.ABC):
 
     def __init__(self, optimizer: Optimizer, comm: CommunicationNetwork):
         if not isinstance(optimizer, Optimizer):
-            raise TypeError(f"optimizer must be a deep500lite Optimizer. Received: {type(optimizer).__name__}")
+            raise UserTypeError(f"optimizer must be a deep500lite Optimizer. Received: {type(optimizer).__name__}")
         super().__init__(optimizer.executor, optimizer.loss, optimizer.gradient_modifier)
         self.base_optimizer = optimizer
         self.communication = comm
@@ -189,7 +189,8 @@ class DistributedOptimizer(Optimizer, abc.ABC):
             raise UserError(f"{type(self).__name__} exchanges gradients through the base optimizer's "
                             f"gradient_modifier, which {type(base).__name__}.step never called. Use a "
                             "ThreeStepOptimizer (the reference optimizers), a framework's native optimizer, or an "
-                            "optimizer that applies gradient_modifier to every gradient.")
+                            "optimizer that applies gradient_modifier to every gradient. "
+                            f"Received: a {type(base).__name__}")
         return outputs
 
     def _parameters(self) -> tuple[list[str], list[np.ndarray]]:

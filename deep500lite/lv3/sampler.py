@@ -98,7 +98,7 @@ class PartitionedDistributedSampler(Sampler):
             raise UserError(f"shuffle must be True or False. Received: shuffle={shuffle!r}")
         if n < self.size:
             raise UserError(f"The dataset has {n} samples, fewer than the {self.size} ranks: some shard would be "
-                            "empty. Use fewer ranks or a larger dataset.")
+                            f"empty. Use fewer ranks or a larger dataset. Received: {n} samples, {self.size} ranks")
         self.shuffle = bool(shuffle)
         super().__init__(dataset, batch_size, seed, drop_last_batch, events, transformations)
 

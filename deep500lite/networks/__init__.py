@@ -55,7 +55,8 @@ def model_options(name: str) -> dict:
 
 def _lookup(name):
     if name not in _MODELS:
-        raise UserError(f"Unknown network {name!r}. Known networks: {format_choices(list_models())}.")
+        raise UserError(f"Unknown network {name!r}. Known networks: {format_choices(list_models())}. "
+                        f"Received: {name!r}")
     return _MODELS[name]
 
 
@@ -80,7 +81,7 @@ def _check_args(name, batch_size, classes, shape, seed, kwargs):
     unknown = sorted(set(kwargs) - set(allowed))
     if unknown and not open_ended:
         raise UserError(f"{name} has no option {format_choices(unknown)}. Its options: "
-                        f"{format_choices(allowed) if allowed else 'none'}.")
+                        f"{format_choices(allowed) if allowed else 'none'}. Received: {format_choices(sorted(kwargs))}")
     return fn, tuple(int(s) for s in dims)
 
 

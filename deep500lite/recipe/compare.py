@@ -30,7 +30,7 @@ import sys
 import time
 from typing import Sequence
 
-from deep500lite.errors import UserError, format_choices
+from deep500lite.errors import FrameworkNotAvailableError, UserError, format_choices
 
 __all__ = ["run_comparison", "compare_results", "mann_whitney", "holm", "group_label", "ALPHA"]
 
@@ -60,9 +60,11 @@ def mann_whitney(a: Sequence[float], b: Sequence[float]) -> dict:
     try:
         from scipy.stats import mannwhitneyu
     except ImportError as exc:
-        raise ImportError("The comparison's significance tests need scipy: pip install scipy") from exc
+        raise FrameworkNotAvailableError("The comparison's significance tests need scipy, which is not installed: "
+                                         "pip install scipy (or pip install 'deep500lite[stats]')") from exc
     if len(a) < 1 or len(b) < 1:
-        raise ValueError(f"mann_whitney needs samples on both sides. Received {len(a)} and {len(b)}.")
+        raise UserError("mann_whitney needs samples on both sides (at least one each). "
+                        f"Received: {len(a)} and {len(b)} samples")
     res = mannwhitneyu(a, b, alternative="two-sided")
     return {"u": float(res.statistic), "p": float(res.pvalue), "effect": float(res.statistic) / (len(a) * len(b))}
 
@@ -224,14 +226,16 @@ def run_comparison(recipe, frameworks: Sequence[str], repeats: int = 1, out: str
     resolved = loaded.resolve(overrides)
     if "executor" not in resolved.mutable_keys:
         raise UserError(f"Recipe '{loaded.name}' has 'executor' in FIXED; compare sets it for each framework, so it "
-                        "must be a MUTABLE key.")
+                        f"must be a MUTABLE key. Received: FIXED['executor']={loaded.fixed.get('executor')!r}")
     if not frameworks:
-        raise UserError(f"--frameworks needs at least one framework: {format_choices(FRAMEWORKS)}.")
+        raise UserError(f"--frameworks needs at least one framework: {format_choices(FRAMEWORKS)}. "
+                        f"Received: {list(frameworks or [])!r}")
     keys = list(dict.fromkeys(canonical_framework(f) for f in frameworks))
     missing = [k for k in keys if not is_framework_available(k)]
     if missing:
         raise UserError(f"Framework(s) {format_choices(missing)} are not installed: pip install "
-                        + " ".join(f"'deep500lite[{FRAMEWORKS[k][3]}]'" for k in missing))
+                        + " ".join(f"'deep500lite[{FRAMEWORKS[k][3]}]'" for k in missing)
+                        + f", or compare installed frameworks only. Received: --frameworks {','.join(keys)}")
     out = out or os.path.join("d5-results", loaded.name, "compare")
     t0 = time.perf_counter()
     failures, paths = [], []

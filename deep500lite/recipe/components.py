@@ -46,7 +46,8 @@ def _call_filling(fn, args: Sequence, kwargs: dict, fill: dict, what: str):
         try:
             bound = sig.bind_partial(*args, **kwargs)
         except TypeError as exc:
-            raise UserError(f"{what}: the arguments do not fit {_qualified(fn)}{sig}: {exc}") from exc
+            raise UserError(f"{what}: the arguments do not fit {_qualified(fn)}{sig}: {exc}. Received: "
+                            f"{len(args)} positional, keywords {format_choices(kwargs) or 'none'}") from exc
         for name, value in fill.items():
             param = sig.parameters.get(name)
             if param is not None and name not in bound.arguments and param.kind in (
@@ -60,7 +61,8 @@ def _call_filling(fn, args: Sequence, kwargs: dict, fill: dict, what: str):
             try:
                 sig.bind(*args, **kwargs)
             except TypeError as bind_exc:
-                raise UserError(f"{what}: the arguments do not fit {_qualified(fn)}{sig}: {bind_exc}") from exc
+                raise UserError(f"{what}: the arguments do not fit {_qualified(fn)}{sig}: {bind_exc}. Received: "
+                                f"{len(args)} positional, keywords {format_choices(kwargs) or 'none'}") from exc
         raise
 
 
@@ -79,11 +81,11 @@ def _build_communicator(cfg: dict):
             from deep500lite.lv3 import TorchDistributedCommunicator as spec
         else:
             raise UserError(f"Unknown communicator {spec!r}. Allowed values are {format_choices(COMMUNICATORS)}, or a "
-                            "callable returning a CommunicationNetwork.")
+                            f"callable returning a CommunicationNetwork. Received: {spec!r}")
     comm = spec(*args, **kwargs)
     if not isinstance(comm, CommunicationNetwork):
         raise UserError(f"'communicator' built a {type(comm).__name__}, which is not a d5.distributed."
-                        "CommunicationNetwork.")
+                        f"CommunicationNetwork; it must build one. Received: {type(comm).__name__}")
     return comm
 
 
@@ -141,8 +143,8 @@ def _build_data(cfg: dict) -> tuple:
                         f"Received: {type(result).__name__}")
     train, test = result
     if train is None or not hasattr(train, "__getitem__") or not hasattr(train, "__len__"):
-        raise UserError(f"The dataset callable {_qualified(spec)} returned a training set that is not a d5.Dataset: "
-                        f"{type(train).__name__}")
+        raise UserError(f"The dataset callable {_qualified(spec)} returned a training set that is not a d5.Dataset "
+                        f"(with __getitem__ and __len__). Received: {type(train).__name__}")
     input_node = getattr(train, "input_node", _INPUT)
     first = train[np.arange(1)]
     shape = tuple(np.asarray(first[input_node]).shape[1:])
@@ -237,12 +239,14 @@ def _build_events(cfg: dict) -> list:
     args, kwargs = _args_of(cfg, "events")
     if spec is None:
         if args or kwargs:
-            raise UserError("'events_args'/'events_kwargs' are given but 'events' is not.")
+            raise UserError("'events_args'/'events_kwargs' are given but 'events' is not; set 'events' or remove "
+                            f"them. Received: events_args={args!r}, events_kwargs={kwargs!r}")
         return []
     if isinstance(spec, (list, tuple)):
         if args or kwargs:
             raise UserError("'events_args'/'events_kwargs' apply when 'events' is one class, name or callable, not a "
-                            "list; construct each event in the list instead.")
+                            f"list; construct each event in the list instead. Received: a list of {len(spec)} "
+                            f"events with events_args={args!r}, events_kwargs={kwargs!r}")
         out = []
         for i, item in enumerate(spec):
             item = _event_class(item)
@@ -250,8 +254,8 @@ def _build_events(cfg: dict) -> list:
                 try:
                     item = item()
                 except TypeError as exc:
-                    raise UserError(f"events[{i}]: {item.__name__} needs arguments; construct it in the list "
-                                    f"({exc}).") from exc
+                    raise UserError(f"events[{i}]: {item.__name__} needs arguments ({exc}); construct it in the "
+                                    f"list, as {item.__name__}(...). Received: the class {item.__name__}") from exc
             out.append(_fresh(item))
         return out
     item = _event_class(spec)
@@ -295,7 +299,8 @@ def _build(resolved: ResolvedRecipe, seed: int, with_optimizer: bool = True) -> 
             raise UserError(f"'optimizer' must be an optimizer class or name. Received: {spec!r}")
         opt, _ = _call_filling(spec, [parts.executor, *args], kwargs, {}, "optimizer")
         if not hasattr(opt, "step"):
-            raise UserError(f"'optimizer' built a {type(opt).__name__}, which has no step(); it must be a d5.Optimizer.")
+            raise UserError(f"'optimizer' built a {type(opt).__name__}, which has no step(); it must be a "
+                            f"d5.Optimizer. Received: {type(opt).__name__}")
         if distributed:
             wrapper = _distributed_class(cfg["distributed"])
             args, kwargs = _args_of(cfg, "distributed")

@@ -27,7 +27,7 @@ import sys
 
 import numpy as np
 
-from deep500lite.errors import UserError
+from deep500lite.errors import UserError, format_choices
 
 __all__ = ["DistributedRun", "aggregate", "run_distributed", "rank_command", "DEFAULT_COMM_TIMEOUT"]
 
@@ -154,14 +154,17 @@ def aggregate(per_rank: list[dict], baseline: dict | None = None) -> dict:
     from deep500lite.recipe.results import summary_of as _summary
 
     if not per_rank:
-        raise UserError("aggregate needs the results of at least one rank. Received none.")
+        raise UserError("aggregate needs the results of at least one rank. Received: none")
     for r, res in enumerate(per_rank):
         dist = res.get("distributed")
         if not dist:
-            raise UserError(f"The results of rank {r} have no 'distributed' section: not a distributed recipe run.")
+            raise UserError(f"The results of rank {r} have no 'distributed' section: not a distributed recipe run; "
+                            "aggregate takes the per-rank results of one `deep500lite run -n N`. Received: results "
+                            f"with the sections {format_choices(sorted(res))}")
         if dist.get("rank") != r or dist.get("ranks") != len(per_rank):
             raise UserError(f"Results file {r} is rank {dist.get('rank')} of {dist.get('ranks')}; expected rank {r} "
-                            f"of {len(per_rank)}.")
+                            f"of {len(per_rank)}: give every rank's results of one run, in rank order. "
+                            f"Received: rank {dist.get('rank')} of {dist.get('ranks')}")
     p = len(per_rank)
     warmup = int(per_rank[0]["summaries"].get("warmup_steps", 0))
     rows = []

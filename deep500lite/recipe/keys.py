@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from deep500lite.errors import UserError, format_choices
+from deep500lite.errors import UserError, UserTypeError, format_choices
 
 __all__ = ["RECIPE_KEYS", "COMPONENT_KEYS", "REQUIRED_KEYS"]
 
@@ -32,7 +32,7 @@ REQUIRED_KEYS = ("dataset", "model", "executor", "optimizer", "epochs", "batch_s
 
 def _normalize_keys(d: dict, where: str) -> dict:
     if not isinstance(d, dict):
-        raise TypeError(f"{where} must be a dict of recipe keys. Received: {type(d).__name__}")
+        raise UserTypeError(f"{where} must be a dict of recipe keys. Received: {type(d).__name__}")
     out: dict = {}
     origin: dict = {}
     for key, value in d.items():
@@ -45,9 +45,11 @@ def _normalize_keys(d: dict, where: str) -> dict:
         if name not in RECIPE_KEYS:
             close = difflib.get_close_matches(name, RECIPE_KEYS, n=1)
             hint = f" Did you mean '{close[0]}'?" if close else ""
-            raise UserError(f"{where} has the unknown key '{key}'.{hint} Recipe keys: {format_choices(RECIPE_KEYS)}.")
+            raise UserError(f"{where} has the unknown key '{key}'.{hint} Recipe keys: {format_choices(RECIPE_KEYS)}. "
+                            f"Received: {key!r}")
         if name in out:
-            raise UserError(f"{where} sets '{name}' twice: as '{origin[name]}' and as '{key}'.")
+            raise UserError(f"{where} sets '{name}' twice: as '{origin[name]}' and as '{key}'; set it once. "
+                            f"Received: {origin[name]!r} and {key!r}")
         out[name], origin[name] = value, key
     return out
 

@@ -76,17 +76,22 @@ def load_recipe(path_or_name) -> Recipe:
             path = bundled[text]
         else:
             raise UserError(f"Recipe file '{text}' does not exist. Give a recipe file (.py) or a bundled recipe: "
-                            f"{format_choices(bundled) or 'none'}.")
+                            f"{format_choices(bundled) or 'none'}. Received: {text!r}")
     if os.path.isdir(path):
-        raise UserError(f"Recipe '{path}' is a folder; give a recipe file (.py).")
+        raise UserError(f"Recipe '{path}' is a folder; give a recipe file (.py). Received: {text!r}")
     path = os.path.abspath(path)
-    with open(path, "rb") as f:
-        data = f.read()
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise UserError(f"Recipe '{path}' cannot be read ({exc.strerror or exc}); give a readable recipe file "
+                        f"(.py). Received: {text!r}") from exc
     stem = os.path.splitext(os.path.basename(path))[0]
     module_name = f"deep500lite_recipe_{stem}_{hashlib.sha256(path.encode()).hexdigest()[:8]}"
     spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:
-        raise UserError(f"Recipe '{path}' cannot be imported as a Python module; a recipe is a .py file.")
+        raise UserError(f"Recipe '{path}' cannot be imported as a Python module; a recipe is a .py file. "
+                        f"Received: {text!r}")
     module = importlib.util.module_from_spec(spec)
     folder = os.path.dirname(path)
     sys.path.insert(0, folder)

@@ -17,7 +17,7 @@ import math
 import os
 from typing import Sequence
 
-from deep500lite.errors import UserError
+from deep500lite.errors import FrameworkNotAvailableError, UserError
 
 __all__ = ["load_results", "comparison_table", "significance_lines", "write_plots", "TABLE_HEADERS"]
 
@@ -148,17 +148,19 @@ def write_plots(results: Sequence[dict], folder, comparison: dict | None = None)
     """Draw ``step_times.png``, ``loss.png`` and ``accuracy.png`` in ``folder``; returns their paths.
 
     Raises:
-        ImportError: matplotlib is not installed (``pip install 'deep500lite[plots]'``).
+        FrameworkNotAvailableError: matplotlib is not installed (``pip install 'deep500lite[plots]'``);
+            an ``ImportError``.
     """
     try:
         from matplotlib.figure import Figure
         from matplotlib.ticker import MaxNLocator
     except ImportError as exc:
-        raise ImportError("Plots need matplotlib: pip install 'deep500lite[plots]'") from exc
+        raise FrameworkNotAvailableError("Plots need matplotlib, which is not installed: "
+                                         "pip install 'deep500lite[plots]'") from exc
     from deep500lite.recipe.compare import compare_results
 
     if not results:
-        raise UserError("No results to plot.")
+        raise UserError("No results to plot: give at least one results file. Received: 0 results")
     folder = os.fspath(folder)
     os.makedirs(folder, exist_ok=True)
     comparison = comparison or compare_results(results)

@@ -28,13 +28,13 @@ def _set_dotted(target: dict, key: str, value, allowed_base: set, fixed: dict, r
                         f"{format_choices(sorted(allowed_base))}.")
     if base not in allowed_base:
         raise UserError(f"Cannot set '{key}': '{base}' is not a MUTABLE key of {recipe}; only mutable keys can be set: "
-                        f"{format_choices(sorted(allowed_base))}.")
+                        f"{format_choices(sorted(allowed_base))}. Received: {key!r}")
     if not sub:
         target[base] = value
         return
     if not base.endswith("_kwargs"):
         raise UserError(f"Cannot set '{key}': a dotted key sets one entry of a *_kwargs dict (such as "
-                        f"optimizer_kwargs.learning_rate=0.1); '{base}' is not one.")
+                        f"optimizer_kwargs.learning_rate=0.1); '{base}' is not one. Received: {key!r}")
     current = target.get(base) or {}
     if not isinstance(current, dict):
         raise UserError(f"Cannot set '{key}': '{base}' is not a dict in the recipe. Received: {current!r}")
@@ -128,7 +128,7 @@ def resolve_recipe(fixed: dict, mutable: dict, metrics: Sequence, overrides: dic
     both = [k for k in fixed_n if k in mutable_n]
     if both:
         raise UserError(f"The key '{both[0]}' is in both FIXED and MUTABLE; a recipe key is fixed or mutable, "
-                        "not both. Remove it from one of them.")
+                        f"not both. Remove it from one of them. Received: {format_choices(both)} in both")
     recipe = f"recipe '{name}'"
     mutable_now = dict(mutable_n)
     allowed = set(mutable_n) | {f"{k}_{s}" for k in mutable_n if k in COMPONENT_KEYS for s in ("args", "kwargs")}
@@ -142,7 +142,8 @@ def resolve_recipe(fixed: dict, mutable: dict, metrics: Sequence, overrides: dic
     missing = [k for k in REQUIRED_KEYS if k not in config or config[k] is None]
     if missing:
         raise UserError(f"The recipe does not set {format_choices(missing)} (in FIXED or MUTABLE). Required keys: "
-                        f"{format_choices(REQUIRED_KEYS)}.")
+                        f"{format_choices(REQUIRED_KEYS)}. Received: the keys "
+                        f"{format_choices(k for k in config if config[k] is not None)}")
     for key, value in config.items():
         _check_value(key, value)
     if isinstance(metrics, (str, bytes)) or not isinstance(metrics, (list, tuple)):
@@ -179,7 +180,7 @@ def _sampler_class(value, key: str):
     found = _import_path(value, key) if "." in value or ":" in value else None
     if found is None:
         raise UserError(f"Unknown sampler {value!r} for '{key}'. Known samplers: {format_choices(names)}, or a "
-                        "class, or an import path 'module.Class'.")
+                        f"class, or an import path 'module.Class'. Received: {value!r}")
     return found
 
 
@@ -202,12 +203,12 @@ def _optimizer_class(value, framework: str):
             return getattr(ref, value)
         raise UserError(f"Unknown optimizer {value!r}. Known optimizers (numpy reference, every executor): "
                         f"{format_choices(ref.__all__)}; 'native.NAME' or 'torch.NAME' (or 'tensorflow.NAME') "
-                        "for a framework's own; or an import path 'module.Class'.")
+                        f"for a framework's own; or an import path 'module.Class'. Received: {value!r}")
     if prefix in ("native", *FRAMEWORKS, "pytorch", "tf", "ort", "numpy"):
         fw = framework if prefix == "native" else canonical_framework(prefix)
         if fw == "custom":
-            raise UserError(f"Optimizer {value!r}: 'native' needs an executor named by its framework. "
-                            "Received a custom executor; name the framework instead of 'native'.")
+            raise UserError(f"Optimizer {value!r}: 'native' needs an executor named by its framework; name the "
+                            "framework instead of 'native'. Received: a custom executor")
         module = import_framework(fw)
         native = getattr(module, "optimizers", None) if fw != "reference" else ref
         if native is None:
@@ -219,12 +220,13 @@ def _optimizer_class(value, framework: str):
         if name not in names:
             raise UserError(f"Framework '{fw}' has no native optimizer {name!r}. Its optimizers: "
                             f"{format_choices(names) or 'none'}; the reference ones work on every executor: "
-                            f"{format_choices(ref.__all__)}.")
+                            f"{format_choices(ref.__all__)}. Received: {value!r}")
         return getattr(native, name)
     found = _import_path(value, "optimizer")
     if found is None:
         raise UserError(f"Unknown optimizer {value!r}: not a reference optimizer ({format_choices(ref.__all__)}), "
-                        "not 'native.NAME' or '<framework>.NAME', and not an importable 'module.Class'.")
+                        "not 'native.NAME' or '<framework>.NAME', and not an importable 'module.Class'. "
+                        f"Received: {value!r}")
     return found
 
 
@@ -249,7 +251,7 @@ def _distributed_class(value):
     found = _import_path(value, "distributed") if "." in value or ":" in value else None
     if found is None:
         raise UserError(f"Unknown distributed optimizer {value!r}. Known ones: {format_choices(known)}, or a class, "
-                        "or an import path 'module.Class'.")
+                        f"or an import path 'module.Class'. Received: {value!r}")
     return found
 
 
@@ -272,5 +274,6 @@ def _event_class(value):
     found = _import_path(value, "events") if "." in value or ":" in value else None
     if found is None:
         known = [n for m in modules for n in getattr(m, "__all__", ()) if inspect.isclass(getattr(m, n))]
-        raise UserError(f"Unknown event {value!r}. Known events: {format_choices(known)}, or an import path.")
+        raise UserError(f"Unknown event {value!r}. Known events: {format_choices(known)}, or an import path. "
+                        f"Received: {value!r}")
     return found

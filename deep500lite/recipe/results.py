@@ -202,22 +202,26 @@ def read_results(path) -> dict:
     Raises:
         UserError: the file is missing, not JSON, or not a deep500lite results file.
     """
-    path = os.fspath(path)
+    path = given = os.fspath(path)
     if os.path.isdir(path):
         path = os.path.join(path, RESULTS_FILE)
     if not os.path.isfile(path):
         raise UserError(f"Results file '{path}' does not exist. Give results.json files written by "
-                        "`deep500lite run` or `deep500lite compare` (or the folders holding them).")
+                        "`deep500lite run` or `deep500lite compare` (or the folders holding them). "
+                        f"Received: {given!r}")
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise UserError(f"Results file '{path}' is not valid JSON ({exc}); it may be truncated.") from exc
+    except OSError as exc:
+        raise UserError(f"Results file '{path}' cannot be read ({exc.strerror or exc}); give a readable results.json. "
+                        f"Received: {given!r}") from exc
     if not isinstance(data, dict) or data.get("format") != RESULTS_FORMAT:
         raise UserError(f"'{path}' is not a deep500lite results file (its \"format\" is not '{RESULTS_FORMAT}').")
     if data.get("version", 0) > RESULTS_VERSION:
         raise UserError(f"Results file '{path}' has version {data.get('version')}; this deep500lite reads up to "
-                        f"version {RESULTS_VERSION}. Upgrade deep500lite.")
+                        f"version {RESULTS_VERSION}. Upgrade deep500lite. Received: version {data.get('version')}")
     data["_path"] = path
     return data
 
@@ -236,10 +240,13 @@ def find_results(paths) -> list[str]:
         elif os.path.isdir(p):
             inside = sorted(os.path.join(root, RESULTS_FILE) for root, _, files in os.walk(p) if RESULTS_FILE in files)
             if not inside:
-                raise UserError(f"Folder '{p}' holds no {RESULTS_FILE} (searched recursively).")
+                raise UserError(f"Folder '{p}' holds no {RESULTS_FILE} (searched recursively); give results files "
+                                "written by `deep500lite run` or `deep500lite compare`, or folders holding them. "
+                                f"Received: {p!r}")
             found.extend(inside)
         else:
-            raise UserError(f"Results path '{p}' does not exist.")
+            raise UserError(f"Results path '{p}' does not exist; give results files or folders holding them. "
+                            f"Received: {p!r}")
     return found
 
 

@@ -81,7 +81,7 @@ def _acceptable(item, index: int) -> AcceptableMetric:
     if isinstance(item, (tuple, list)):
         if not 1 <= len(item) <= 3:
             raise UserError(f"{where} must be (metric, threshold) or (metric, threshold, 'higher'|'lower'). "
-                            f"Received {len(item)} items: {item!r}")
+                            f"Received: {len(item)} items, {item!r}")
         metric, threshold, direction = (list(item) + [None, None])[:3]
     else:
         metric, threshold, direction = item, None, None
@@ -89,13 +89,15 @@ def _acceptable(item, index: int) -> AcceptableMetric:
         try:
             metric = metric()
         except TypeError as exc:
-            raise UserError(f"{where}: {metric.__name__} needs arguments; write {metric.__name__}(...). ({exc})") from exc
+            raise UserError(f"{where}: {metric.__name__} needs arguments ({exc}); write {metric.__name__}(...). "
+                            f"Received: the class {metric.__name__}") from exc
     if not isinstance(metric, TestMetric):
         raise UserError(f"{where}: the metric must be a d5.TestMetric such as d5.TestAccuracy(). "
                         f"Received: {type(metric).__name__} {metric!r}")
     if type(metric).__name__ == "StepTimeBreakdown" and threshold is not None:
         raise UserError(f"{where}: StepTimeBreakdown measures several parts, so it takes no threshold; give it as "
-                        "(StepTimeBreakdown(), None), or judge the whole step with Throughput.")
+                        "(StepTimeBreakdown(), None), or judge the whole step with Throughput. "
+                        f"Received: threshold={threshold!r}")
     if threshold is not None:
         if isinstance(threshold, bool) or not isinstance(threshold, (int, float, np.integer, np.floating)) \
                 or not math.isfinite(float(threshold)):

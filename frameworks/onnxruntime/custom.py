@@ -76,7 +76,8 @@ def _ensure_pyop(op_type: str) -> None:
                 raise UserError(
                     f"Custom operator '{name}' was registered with onnxruntime-extensions for other dtypes or "
                     "arities earlier in this process, and the extensions cannot replace it; register the new "
-                    "operator under another op type.")
+                    f"operator under another op type. Received: inputs {[str(d) for d in op.input_descriptors]}, "
+                    f"outputs {[str(d) for d in op.output_descriptors]}")
             ext.onnx_op(op_type=name, inputs=list(types[0]), outputs=list(types[1]))(_dispatcher(name))
             _PYOPS[name] = types
 

@@ -56,8 +56,8 @@ class OnnxRuntimeExecutor(HostGraphExecutor):
         for vi in list(network.graph.input) + list(network.graph.output):
             if not vi.type.HasField("tensor_type"):
                 raise UnsupportedOperatorError(
-                    f"The onnxruntime executor takes and returns tensors only; '{vi.name}' is a "
-                    f"{vi.type.WhichOneof('value') or 'untyped value'}.")
+                    f"The onnxruntime executor takes and returns tensors only (no sequences, maps or "
+                    f"optionals). Received: '{vi.name}', a {vi.type.WhichOneof('value') or 'untyped value'}")
         opset = network.opset
         types = _value_types(network)
         for node in iter_nodes(network.graph):

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from deep500lite.errors import UserError
+from deep500lite.errors import UserError, UserTypeError
 
 __all__ = ["BatchTransform", "RandomTransform", "RandomCrop", "RandomHorizontalFlip", "Cutout", "Normalize"]
 
@@ -62,17 +62,19 @@ class BatchTransform:
             TypeError: the batch is not a dict, or the input array is not floating point.
         """
         if not isinstance(batch, dict):
-            raise TypeError(f"{type(self).__name__} takes a batch dict of feeds. Received: {type(batch).__name__}")
+            raise UserTypeError(f"{type(self).__name__} takes a batch dict of feeds (feed name to array). "
+                                f"Received: {type(batch).__name__}")
         if self.input_node not in batch:
             raise UserError(f"{type(self).__name__}: the batch has no feed {self.input_node!r}. "
-                            f"Feeds: {sorted(batch)}; set input_node to one of them.")
+                            f"Feeds: {sorted(batch)}; set input_node to one of them. "
+                            f"Received: input_node={self.input_node!r}")
         x = np.asarray(batch[self.input_node])
         if x.ndim != 4:
             raise UserError(f"{type(self).__name__} works on NCHW images (4-D). Received feed "
                             f"{self.input_node!r} shaped {list(x.shape)}")
         if x.dtype.kind != "f":
-            raise TypeError(f"{type(self).__name__} works on floating-point images. Received feed "
-                            f"{self.input_node!r} of dtype {x.dtype}; convert it to float32 first.")
+            raise UserTypeError(f"{type(self).__name__} works on floating-point images. Received feed "
+                                f"{self.input_node!r} of dtype {x.dtype}; convert it to float32 first.")
         out = dict(batch)
         out[self.input_node] = self.apply(x)
         return out
@@ -102,11 +104,12 @@ class RandomTransform(BatchTransform):
                  generator: np.random.Generator | None = None):
         super().__init__(input_node)
         if seed is not None and generator is not None:
-            raise UserError("Pass seed or generator, not both.")
+            raise UserError(f"Pass seed or generator, not both. Received: seed={seed!r} and a generator")
         if seed is not None and (not _is_int(seed) or seed < 0):
             raise UserError(f"seed must be None or an integer >= 0. Received: seed={seed!r}")
         if generator is not None and not isinstance(generator, np.random.Generator):
-            raise TypeError(f"generator must be a numpy.random.Generator. Received: {type(generator).__name__}")
+            raise UserTypeError(f"generator must be a numpy.random.Generator (or None). "
+                                f"Received: {type(generator).__name__}")
         self.seed = seed
         self.random = generator if generator is not None else np.random.default_rng(seed)
 
@@ -138,7 +141,8 @@ class RandomCrop(RandomTransform):
         (h, w), (ph, pw) = self.size, self.padding
         if h > height + 2 * ph or w > width + 2 * pw:
             raise UserError(f"RandomCrop size {h}x{w} is larger than the padded images "
-                            f"{height + 2 * ph}x{width + 2 * pw} (images {height}x{width}, padding {ph}x{pw}).")
+                            f"{height + 2 * ph}x{width + 2 * pw}; the crop must fit in the images plus padding. "
+                            f"Received: images {height}x{width}, padding {ph}x{pw}, size {h}x{w}")
         top = self.random.integers(0, height + 2 * ph - h + 1, size=n)
         left = self.random.integers(0, width + 2 * pw - w + 1, size=n)
         padded = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw))) if ph or pw else x
@@ -247,7 +251,8 @@ class Normalize(BatchTransform):
         channels = x.shape[1]
         for name, v in (("mean", self.mean), ("std", self.std)):
             if v.size not in (1, channels):
-                raise UserError(f"Normalize has {v.size} {name} values but the images have {channels} channels.")
+                raise UserError(f"Normalize has {v.size} {name} values but the images have {channels} channels; "
+                                f"give one value, or one per channel. Received: images shaped {list(x.shape)}")
         mean = self.mean.astype(x.dtype)[:, None, None] if self.mean.size > 1 else x.dtype.type(self.mean[0])
         std = self.std.astype(x.dtype)[:, None, None] if self.std.size > 1 else x.dtype.type(self.std[0])
         return (x - mean) / std

@@ -120,7 +120,7 @@ def inference_pair(model, batch, rng):
     """
     c, h, w = MODEL_SHAPES[model]
     keras_model = models.lenet(input_shape=(h, w, c)) if model == "lenet" else models.resnet20(input_shape=(h, w, c))
-    proto = models.to_onnx(keras_model)
+    proto = models.export_onnx(keras_model)
     ex = executor(load_model(proto), "tensorflow")
     name, out = ex.network.inputs[0], ex.network.outputs[0]
     x = rng.standard_normal((batch, h, w, c)).astype(np.float32)

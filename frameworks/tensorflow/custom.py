@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
+from deep500lite.errors import UserError, UserTypeError
 from deep500lite.lv0.custom import as_tuple, check_outputs
 
 __all__ = ["custom_op"]
@@ -36,7 +37,7 @@ def custom_op(op):
         differentiates it through ``op.backward``.
     """
     if not hasattr(op, "input_descriptors") or not hasattr(op, "output_descriptors"):
-        raise TypeError(f"custom_op needs a d5.CustomOp with descriptors. Received: {type(op).__name__}")
+        raise UserTypeError(f"custom_op needs a d5.CustomOp with descriptors. Received: {type(op).__name__}")
     ins, outs = list(op.input_descriptors), list(op.output_descriptors)
     out_types = [tf.as_dtype(d.dtype) for d in outs]
     in_types = [tf.as_dtype(d.dtype) for d in ins]
@@ -52,7 +53,8 @@ def custom_op(op):
         ys = list(arrays[n_out + n_in:])
         results = as_tuple(op.backward(grads, xs, ys))
         if len(results) != n_in:
-            raise ValueError(f"{name}.backward returned {len(results)} gradients for {n_in} inputs.")
+            raise UserError(f"{name}.backward returned {len(results)} gradients for {n_in} inputs; it must return "
+                            f"one gradient per input. Received: {len(results)} gradients")
         return [np.asarray(r, dtype=x.dtype).reshape(x.shape) for r, x in zip(results, xs)]
 
     @tf.custom_gradient
@@ -73,7 +75,7 @@ def custom_op(op):
 
     def call(*tensors):
         if len(tensors) != len(ins):
-            raise ValueError(f"{name} takes {len(ins)} inputs. Received: {len(tensors)}")
+            raise UserError(f"{name} takes {len(ins)} inputs. Received: {len(tensors)}")
         return fn(*tensors)
 
     call.op = op

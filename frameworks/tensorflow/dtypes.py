@@ -33,7 +33,8 @@ def tf_dtype(onnx_type: int) -> tf.DType:
     except KeyError:
         raise UnsupportedOperatorError(
             f"TensorFlow has no dtype for ONNX type {onnx.TensorProto.DataType.Name(onnx_type)}; "
-            f"supported types: {sorted(onnx.TensorProto.DataType.Name(t) for t in ONNX_TO_TF_DTYPE)}"
+            f"supported types: {sorted(onnx.TensorProto.DataType.Name(t) for t in ONNX_TO_TF_DTYPE)}. "
+            f"Received: {onnx.TensorProto.DataType.Name(onnx_type)}"
         ) from None
 
 
@@ -55,11 +56,13 @@ def check_types(network) -> None:
                 if t.tensor_type.elem_type and t.tensor_type.elem_type not in ONNX_TO_TF_DTYPE:
                     raise UnsupportedOperatorError(
                         f"The tensorflow executor cannot hold graph {kind} '{vi.name}' of type "
-                        f"{_type_name(t.tensor_type.elem_type)}: TensorFlow has no such dtype.")
+                        f"{_type_name(t.tensor_type.elem_type)}: TensorFlow has no such dtype. Supported types: "
+                        f"{sorted(_type_name(t) for t in ONNX_TO_TF_DTYPE)}. "
+                        f"Received: {_type_name(t.tensor_type.elem_type)}")
             elif t.WhichOneof("value") is not None:
                 raise UnsupportedOperatorError(
-                    f"The tensorflow executor runs tensors only; graph {kind} '{vi.name}' is a "
-                    f"{t.WhichOneof('value').replace('_type', '')}.")
+                    f"The tensorflow executor runs tensors only (no sequences, maps or optionals). "
+                    f"Received: graph {kind} '{vi.name}', a {t.WhichOneof('value').replace('_type', '')}")
     for node in graph.node:
         types = []
         for a in node.attribute:
@@ -71,4 +74,5 @@ def check_types(network) -> None:
             if t not in ONNX_TO_TF_DTYPE:
                 raise UnsupportedOperatorError(
                     f"The tensorflow executor cannot run {node.op_type} node '{node.name or node.output[0]}': "
-                    f"TensorFlow has no dtype for ONNX type {_type_name(t)}.")
+                    f"TensorFlow has no dtype for ONNX type {_type_name(t)}. Supported types: "
+                    f"{sorted(_type_name(t) for t in ONNX_TO_TF_DTYPE)}. Received: {_type_name(t)}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from deep500lite.errors import FeedError
+from deep500lite.errors import FeedError, UserKeyError
 from deep500lite.lv1.executor import GraphExecutor
 from deep500lite.lv1.network import FLOAT_DTYPES
 from deep500lite.frameworks.tensorflow.layout import Value
@@ -241,7 +241,7 @@ class TensorFlowExecutor(GraphExecutor):
         if not gpus:
             return ("tf.config.list_physical_devices('GPU') is empty on this machine (tensorflow-cpu, "
                     "or no CUDA device); use device='cpu'.")
-        return f"TensorFlow sees {len(gpus)} GPU(s) (gpu:0 to gpu:{len(gpus) - 1}); received {device}."
+        return f"TensorFlow sees {len(gpus)} GPU(s) (gpu:0 to gpu:{len(gpus) - 1})."
 
     # ------------------------------------------------------------------ tensors
     def has_tensor(self, name):
@@ -252,6 +252,10 @@ class TensorFlowExecutor(GraphExecutor):
             return self._variables[name].numpy()
         if name in self._grads:
             return self._grads[name].numpy()
+        if name not in self._constants:
+            raise UserKeyError(f"The tensorflow executor holds no tensor '{name}'. Parameters: "
+                               f"{sorted(self._variables)[:20]}; gradients ('<param>_grad') exist after "
+                               f"inference_and_backprop. Received: {name!r}")
         return np.array(self._constants[name], copy=True)
 
     def feed_tensor(self, name, value):
@@ -265,7 +269,8 @@ class TensorFlowExecutor(GraphExecutor):
             self._build()
             return
         if old is None:
-            raise KeyError(name)
+            raise UserKeyError(f"feed_tensor: the tensorflow executor holds no tensor '{name}'. "
+                               f"Parameters: {sorted(self._variables)[:20]}. Received: {name!r}")
         _check_same(name, np.dtype(old.dtype.as_numpy_dtype), tuple(old.shape), value)
         old.assign(value)
 
@@ -289,7 +294,7 @@ def _check_scalar(y, loss):
     n = loss.shape.num_elements()
     if n is not None and n != 1:
         raise FeedError(f"inference_and_backprop: y='{y}' must be a scalar (one element). "
-                        f"Received a tensor of shape {loss.shape.as_list()}")
+                        f"Received: a tensor of shape {loss.shape.as_list()}")
     if not loss.dtype.is_floating:
         raise FeedError(f"inference_and_backprop: y='{y}' must be a floating-point tensor. "
                         f"Received: {loss.dtype.name}")

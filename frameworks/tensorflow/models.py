@@ -22,7 +22,7 @@ import numpy as np
 import onnx
 import tensorflow as tf
 
-from deep500lite.errors import UserError
+from deep500lite.errors import FrameworkNotAvailableError, UserError
 
 __all__ = ["lenet", "resnet20", "export_onnx"]
 
@@ -105,12 +105,12 @@ def export_onnx(model: keras.Model, example=None, batch_size: int | None = None)
     Raises:
         UserError: an example whose sample shape differs from the model's input, or a
             ``batch_size`` that differs from the example's.
-        ImportError: tf2onnx is not installed.
+        FrameworkNotAvailableError: tf2onnx is not installed (an ``ImportError``).
     """
     try:
         import tf2onnx
     except ImportError as exc:
-        raise ImportError("Converting Keras models to ONNX needs tf2onnx: pip install tf2onnx") from exc
+        raise FrameworkNotAvailableError("Converting Keras models to ONNX needs tf2onnx: pip install tf2onnx") from exc
     sample = tuple(model.input_shape[1:])
     if example is not None:
         shape = tuple(np.shape(example))

@@ -37,7 +37,7 @@ from typing import Callable, Sequence
 import numpy as np
 import tensorflow as tf
 
-from deep500lite.errors import DeviceError, FeedError, UserTypeError
+from deep500lite.errors import DeviceError, FeedError, UserKeyError, UserTypeError
 from deep500lite.lv1.device import as_device
 from deep500lite.lv1.executor import GraphExecutor
 from deep500lite.lv1.network import Deep500NetworkNames, gradient_name
@@ -73,10 +73,12 @@ class NativeNetwork(Deep500NetworkNames):
         """Current values of parameters, or of gradients after ``inference_and_backprop``.
 
         Raises:
-            KeyError: a name that is neither a parameter nor a computed gradient.
+            UserKeyError: a name that is neither a parameter nor a computed gradient (a ``KeyError``).
+            UserTypeError: ``names`` is one string, not a list of them.
         """
         if isinstance(names, str):
-            raise TypeError(f"fetch_tensors expects a list of names. Received the string {names!r}")
+            raise UserTypeError(f"fetch_tensors expects a list of names (wrap one name as [name]). "
+                                f"Received: the string {names!r}")
         grads = self._executor._grads
         out = []
         for name in names:
@@ -85,9 +87,9 @@ class NativeNetwork(Deep500NetworkNames):
             elif name in grads:
                 out.append(grads[name].numpy())
             else:
-                raise KeyError(
+                raise UserKeyError(
                     f"fetch_tensors: no tensor '{name}'. Parameters: {self.parameters[:20]}; gradients "
-                    "('<param>_grad') are available after inference_and_backprop"
+                    f"('<param>_grad') are available after inference_and_backprop. Received: {name!r}"
                 )
         return out
 
@@ -103,7 +105,8 @@ class NativeNetwork(Deep500NetworkNames):
         """
         var = self._vars.get(name)
         if var is None:
-            raise FeedError(f"feed_tensor: unknown parameter '{name}'. Parameters: {self.parameters[:20]}")
+            raise FeedError(f"feed_tensor: unknown parameter '{name}'. Parameters: {self.parameters[:20]}. "
+                            f"Received: {name!r}")
         value = np.asarray(value)
         dtype = np.dtype(var.dtype)
         if value.dtype != dtype or tuple(value.shape) != tuple(var.shape):
@@ -196,10 +199,12 @@ class TensorFlowNativeExecutor(GraphExecutor):
         allowed = self.input_names + ([self.label_name] if self.loss is not None else [])
         unknown = [k for k in feeds if k not in allowed]
         if unknown:
-            raise FeedError(f"Unknown input(s) {unknown}. The model's inputs are {allowed}.")
+            raise FeedError(f"Unknown input(s) {unknown}. The model's inputs are {allowed}. "
+                            f"Received: feeds {list(feeds)}")
         missing = [k for k in self.input_names if k not in feeds]
         if missing:
-            raise FeedError(f"Missing input(s) {missing}. The model's inputs are {self.input_names}.")
+            raise FeedError(f"Missing input(s) {missing}. The model's inputs are {self.input_names}. "
+                            f"Received: feeds {list(feeds)}")
         xs = tuple(np.asarray(feeds[k]) for k in self.input_names)
         label = feeds.get(self.label_name) if self.loss is not None else None
         return xs, None if label is None else np.asarray(label)
@@ -245,7 +250,7 @@ class TensorFlowNativeExecutor(GraphExecutor):
             raise FeedError(f"inference_and_backprop: y must be 'loss' or one of {self.output_names}. Received: {y!r}")
         outs, loss, grads = self._backward(xs, label, y_index)
         if y_index >= 0 and outs[y_index].shape.num_elements() != 1:
-            raise FeedError(f"inference_and_backprop: y='{y}' must be a scalar. Received shape "
+            raise FeedError(f"inference_and_backprop: y='{y}' must be a scalar. Received: shape "
                             f"{outs[y_index].shape.as_list()}")
         self._grads = {gradient_name(p): g for p, g in zip(self.network.parameters, grads) if g is not None}
         return self._result(outs, loss)

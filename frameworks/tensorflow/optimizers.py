@@ -54,6 +54,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from deep500lite.errors import UserAttributeError, UserError, UserTypeError
 from deep500lite.frameworks.tensorflow.executor import TensorFlowExecutor, _check_scalar
 from deep500lite.lv2.optimizer import Optimizer
 
@@ -63,9 +64,9 @@ __all__ = ["TensorFlowOptimizer", "GradientDescent", "MomentumOptimizer", "Neste
 
 def _number(owner, name, value):
     if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
-        raise TypeError(f"{owner}: {name} must be a number. Received: {value!r}")
+        raise UserTypeError(f"{owner}: {name} must be a number. Received: {value!r}")
     if not value >= 0:
-        raise ValueError(f"{owner}: {name} must be a number >= 0. Received: {value!r}")
+        raise UserError(f"{owner}: {name} must be a number >= 0. Received: {value!r}")
     return float(value)
 
 
@@ -83,15 +84,16 @@ class TensorFlowOptimizer(Optimizer):
             (slower path; see the module docs).
 
     Raises:
-        TypeError: the executor is not a TensorFlowExecutor.
+        UserTypeError: the executor is not a TensorFlowExecutor (a ``TypeError``).
+        UserError: a hyperparameter is negative (a ``ValueError``).
     """
 
     HYPERPARAMETERS: dict = {"learning_rate": "learning_rate"}
 
     def __init__(self, executor, learning_rate: float, loss: str = "loss", gradient_modifier=None, **hyper):
         if not isinstance(executor, TensorFlowExecutor):
-            raise TypeError(f"{type(self).__name__} runs on a TensorFlowExecutor (d5.executor(net, 'tensorflow')). "
-                            f"Received: {type(executor).__name__}")
+            raise UserTypeError(f"{type(self).__name__} runs on a TensorFlowExecutor (d5.executor(net, "
+                                f"'tensorflow')). Received: {type(executor).__name__}")
         super().__init__(executor, loss, gradient_modifier)
         self.learning_rate = _number(type(self).__name__, "learning_rate", learning_rate)
         for name, value in hyper.items():
@@ -173,16 +175,17 @@ class TensorFlowOptimizer(Optimizer):
         hyperparameters are set on the Keras optimizer and the step function is traced again.
 
         Raises:
-            AttributeError: the optimizer has no such hyperparameter.
+            UserAttributeError: the optimizer has no such hyperparameter (an ``AttributeError``).
+            UserError: a nonzero momentum for an optimizer whose state was built without one.
         """
         if name not in self.HYPERPARAMETERS:
-            raise AttributeError(f"{type(self).__name__} has no hyperparameter '{name}'. "
-                                 f"Hyperparameters: {sorted(self.HYPERPARAMETERS)}")
+            raise UserAttributeError(f"{type(self).__name__} has no hyperparameter '{name}'. "
+                                     f"Hyperparameters: {sorted(self.HYPERPARAMETERS)}. Received: {name!r}")
         if (name == "momentum" and value and self._keras is not None
                 and not getattr(self._keras, "momentums", getattr(self._keras, "_momentums", None))):
-            raise ValueError(f"{type(self).__name__}: momentum was 0 when the optimizer state was built, so "
-                             f"there is no momentum buffer to use. Received momentum={value}; create the "
-                             "optimizer with a nonzero momentum instead.")
+            raise UserError(f"{type(self).__name__}: momentum was 0 when the optimizer state was built, so "
+                            "there is no momentum buffer to use; create the optimizer with a nonzero momentum "
+                            f"instead. Received: momentum={value}")
         value = value if isinstance(value, bool) else _number(type(self).__name__, name, value)
         setattr(self, name, value)
         if self._keras is None:

@@ -228,7 +228,8 @@ def require_gpu(index: int) -> None:
     """Raise a :class:`~deep500lite.errors.DeviceError` unless torch sees CUDA GPU ``index``."""
     if not torch.cuda.is_available():
         raise DeviceError(f"--device gpu:{index} needs a CUDA GPU visible to PyTorch, but torch.cuda.is_available() "
-                          f"is False here (torch {torch.__version__}: no GPU or a CPU-only build). Use --device cpu.")
+                          f"is False here (torch {torch.__version__}: no GPU or a CPU-only build). Use --device cpu. "
+                          f"Received: --device gpu:{index}")
     if index >= torch.cuda.device_count():
         raise DeviceError(f"--device gpu:{index} does not exist: torch sees {torch.cuda.device_count()} GPU(s), "
-                          f"gpu:0 to gpu:{torch.cuda.device_count() - 1}.")
+                          f"gpu:0 to gpu:{torch.cuda.device_count() - 1}. Received: --device gpu:{index}")

@@ -18,6 +18,7 @@ import numpy as np
 import onnx
 import torch
 
+from deep500lite.errors import UserError, UserTypeError
 from deep500lite.frameworks.torch.dtypes import ONNX_TO_TORCH_DTYPE
 from deep500lite.lv0.custom import as_tuple, check_outputs
 
@@ -27,7 +28,7 @@ def _torch_dtype(dtype) -> torch.dtype:
     try:
         return ONNX_TO_TORCH_DTYPE[onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype))]
     except (KeyError, TypeError, ValueError):
-        raise TypeError(f"torch custom operators take the dtypes torch has. Received: {np.dtype(dtype)}") from None
+        raise UserTypeError(f"torch custom operators take the dtypes torch has. Received: {np.dtype(dtype)}") from None
 
 
 def _prepare(op, tensors, descs):
@@ -35,10 +36,10 @@ def _prepare(op, tensors, descs):
     for i, (t, d) in enumerate(zip(tensors, descs)):
         want = _torch_dtype(d.dtype)
         if t.dtype != want:
-            raise TypeError(f"{type(op).__name__} input {i} must be {d}. Received: a {t.dtype} tensor")
+            raise UserTypeError(f"{type(op).__name__} input {i} must be {d}. Received: a {t.dtype} tensor")
         if d.shape is not None and (len(d.shape) != t.dim() or any(
                 s is not None and s != n for s, n in zip(d.shape, t.shape))):
-            raise ValueError(f"{type(op).__name__} input {i} must be {d}. Received: shape {list(t.shape)}")
+            raise UserError(f"{type(op).__name__} input {i} must be {d}. Received: shape {list(t.shape)}")
         out.append(t.detach().contiguous())
     return out
 
@@ -53,7 +54,7 @@ def _host(tensors):
 
 def _run_forward(op, xs):
     if not xs:
-        raise ValueError(f"{type(op).__name__}: custom operators need at least one input.")
+        raise UserError(f"{type(op).__name__}: custom operators need at least one input. Received: no inputs")
     device = xs[0].device
     cuda = device.type == "cuda"
     if hasattr(op, "forward_ptrs") and (not cuda or op.supports_cuda()):
@@ -78,7 +79,8 @@ def _run_backward(op, gys, xs, ys):
         return gxs
     results = as_tuple(op.backward(_host(gys), _host(xs), _host(ys)))
     if len(results) != len(xs):
-        raise ValueError(f"{type(op).__name__}.backward returned {len(results)} gradients for {len(xs)} inputs.")
+        raise UserError(f"{type(op).__name__}.backward returned {len(results)} gradients for {len(xs)} inputs; "
+                        f"it must return one gradient per input. Received: {len(results)} gradients")
     return [torch.from_numpy(np.ascontiguousarray(np.asarray(r, dtype=x.detach().cpu().numpy().dtype)
                                                   .reshape(tuple(x.shape)))).to(device)
             for r, x in zip(results, xs)]
@@ -123,7 +125,7 @@ def custom_op(op):
         >>> y = swish(torch.randn(1024, requires_grad=True)); y.sum().backward()
     """
     if not hasattr(op, "input_descriptors") or not hasattr(op, "output_descriptors"):
-        raise TypeError(f"custom_op needs a d5.CustomOp with descriptors. Received: {type(op).__name__}")
+        raise UserTypeError(f"custom_op needs a d5.CustomOp with descriptors. Received: {type(op).__name__}")
 
     def fn(*tensors):
         return CustomOpFunction.apply(op, *tensors)

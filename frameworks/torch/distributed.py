@@ -113,6 +113,13 @@ class _Staged:
             self.host.copy_(self.tensor)
 
 
+def _failure(comm, what: str, exc: Exception) -> UserError:
+    """The error for ``what`` that torch.distributed failed (not by a timeout) on ``comm``'s rank."""
+    return UserError(f"rank {comm.rank} of {comm.size}: {what} failed in torch.distributed ({comm.backend}). "
+                     "A rank that exited or raised, or a broken connection between the hosts, causes this: "
+                     f"look for the first error in the ranks' output. Received: {exc}")
+
+
 class _TorchRequest(Request):
     def __init__(self, owner: TorchDistributedCommunicator, work, staged: _Staged, peer: int, sending: bool,
                  what: str):
@@ -124,8 +131,14 @@ class _TorchRequest(Request):
                       else f"a message from rank {peer} ({self.buffer.nbytes} bytes)")
 
     def _complete(self) -> None:
-        if self._error is not None:
-            raise self._error
+        exc = self._error
+        if exc is not None:
+            owner = self.owner
+            if not isinstance(exc, RuntimeError):
+                raise exc
+            if owner.timeout is not None and ("timed out" in str(exc).lower() or "timeout" in str(exc).lower()):
+                raise _common.timeout_error(owner.rank, owner.size, self._what, owner.timeout, [self._desc]) from exc
+            raise _failure(owner, self._what, exc) from exc
         if not self.sending:
             self._staged.download()
 
@@ -259,7 +272,7 @@ class TorchDistributedCommunicator(_common.AlgorithmChoice, CommunicationNetwork
             return torch.device("cpu")
         if not torch.cuda.is_available():
             raise UserError(f"device={device!r} needs a CUDA GPU, and torch.cuda.is_available() is False "
-                            f"(torch {torch.__version__}). Use device='cpu' (gloo).")
+                            f"(torch {torch.__version__}). Use device='cpu' (gloo). Received: device={device!r}")
         count = torch.cuda.device_count()
         index = int(match.group(2)) if match.group(2) else _local_rank() % count
         if index >= count:
@@ -287,7 +300,8 @@ class TorchDistributedCommunicator(_common.AlgorithmChoice, CommunicationNetwork
             raise UserError(f"backend='gloo' moves CPU tensors here. Allowed: device='cpu' with gloo, or "
                             f"backend='nccl' for a CUDA device. Received: device={str(self.device)!r}")
         elif not dist.is_gloo_available():
-            raise UserError(f"backend='gloo' is not in this PyTorch build (torch {torch.__version__}).")
+            raise UserError(f"backend='gloo' is not in this PyTorch build (torch {torch.__version__}); install a "
+                            f"PyTorch build with gloo for CPU tensors. Received: backend='gloo'")
         return backend
 
     def _pg_timeout(self):
@@ -389,8 +403,7 @@ class TorchDistributedCommunicator(_common.AlgorithmChoice, CommunicationNetwork
                                              or "timeout" in text):
                     pending = [peers[i]] if i < len(peers) else []
                     raise _common.timeout_error(self.rank, self.size, what, self.timeout, pending) from exc
-                raise RuntimeError(f"rank {self.rank} of {self.size}: {what} failed in torch.distributed "
-                                   f"({self.backend}): {exc}") from exc
+                raise _failure(self, what, exc) from exc
 
     def _collective(self, work, what: str) -> None:
         self._wait([work], ["the other ranks (collective)"], what)
@@ -692,7 +705,8 @@ class TorchDistributedCommunicator(_common.AlgorithmChoice, CommunicationNetwork
             ``(array, source_rank)``.
         """
         if self.group is None:
-            raise UserError("recv_any needs a process group of at least 2 ranks; this communicator has one rank.")
+            raise UserError("recv_any needs a process group of at least 2 ranks; this communicator has one rank. "
+                            f"Received: size={self.size}")
         if self.backend != "gloo":
             raise UserError(f"recv_any (a receive from any rank) needs backend='gloo'; NCCL has none. "
                             f"Received: backend={self.backend!r}")

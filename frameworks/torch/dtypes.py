@@ -13,6 +13,8 @@ import numpy as np
 import onnx
 import torch
 
+from deep500lite.errors import UserTypeError
+
 __all__ = ["ONNX_TO_TORCH_DTYPE", "to_torch", "to_numpy"]
 
 ONNX_TO_TORCH_DTYPE = {
@@ -58,7 +60,8 @@ def to_torch(value, device: torch.device) -> torch.Tensor:
         t = torch.from_numpy(np.ascontiguousarray(arr).view(view[0])).view(view[1])
     else:
         if arr.dtype == object or arr.dtype.kind in "SUV":
-            raise TypeError(f"torch has no tensor type for numpy dtype {arr.dtype}")
+            raise UserTypeError(f"torch has no tensor type for numpy dtype {arr.dtype}; torch takes numeric and bool "
+                                f"arrays. Received: an array of dtype {arr.dtype}")
         if not arr.dtype.isnative:
             arr = arr.astype(arr.dtype.newbyteorder("="))
         elif not arr.flags.writeable or any(s < 0 for s in arr.strides):

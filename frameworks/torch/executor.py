@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import torch
 
-from deep500lite.errors import FeedError
+from deep500lite.errors import FeedError, UserKeyError
 from deep500lite.lv1.device import Device
 from deep500lite.lv1.executor import GraphExecutor
 from deep500lite.lv1.network import FLOAT_DTYPES
@@ -185,7 +185,9 @@ class TorchExecutor(GraphExecutor):
 
         missing = [o for o in net.outputs if o not in env]
         if missing:
-            raise FeedError(f"The network's output(s) {missing} are produced by no node and are no input.")
+            raise FeedError(f"The network's output(s) {missing} are produced by no node and are no input; every "
+                            f"output must come from a node, an input or an initializer. "
+                            f"Received: outputs {list(net.outputs)}")
         returned = list(net.outputs) + ([y] if y is not None else [])
         code = self._source(lines, [f"x{i}" for i in range(len(net.inputs))], [env[o] for o in returned])
         code_name = f"<deep500lite-torch-{'train' if training else 'graph'}-{next(_compiled_graphs)}>"
@@ -306,8 +308,8 @@ class TorchExecutor(GraphExecutor):
         target = results[-1]
         if not isinstance(target, torch.Tensor) or target.numel() != 1:
             shape = list(target.shape) if isinstance(target, torch.Tensor) else type(target).__name__
-            raise ValueError(f"inference_and_backprop: y='{y}' must be a scalar (one element). "
-                             f"Received shape {shape}")
+            raise FeedError(f"inference_and_backprop: y='{y}' must be a scalar (one element). "
+                            f"Received: shape {shape}")
         if target.requires_grad:
             with torch.enable_grad():
                 (target if target.dim() == 0 else target.reshape(())).backward()
@@ -338,7 +340,7 @@ class TorchExecutor(GraphExecutor):
         replaced by the next backward pass).
 
         Raises:
-            KeyError: no such tensor.
+            UserKeyError: no such tensor (a ``KeyError``).
         """
         t = self._tensors.get(name)
         if t is not None:
@@ -346,9 +348,9 @@ class TorchExecutor(GraphExecutor):
         if self._have_grads and name in self._grads:
             p = self._grads[name]
             return torch.zeros_like(p) if p.grad is None else p.grad
-        raise KeyError(f"The torch executor holds no tensor '{name}'. Parameters: "
-                       f"{sorted(self._params)[:20]}; gradients ('<param>_grad') exist after "
-                       "inference_and_backprop for the parameters network.gradient(y) lists.")
+        raise UserKeyError(f"The torch executor holds no tensor '{name}'. Parameters: "
+                           f"{sorted(self._params)[:20]}; gradients ('<param>_grad') exist after "
+                           f"inference_and_backprop for the parameters network.gradient(y) lists. Received: {name!r}")
 
     def has_tensor(self, name):
         return name in self._tensors or (self._have_grads and name in self._grads)
@@ -360,8 +362,8 @@ class TorchExecutor(GraphExecutor):
         value = np.asarray(value)
         old = self._tensors.get(name)
         if old is None:
-            raise KeyError(f"feed_tensor: the torch executor holds no tensor '{name}'. "
-                           f"Parameters: {sorted(self._params)[:20]}")
+            raise UserKeyError(f"feed_tensor: the torch executor holds no tensor '{name}'. "
+                               f"Parameters: {sorted(self._params)[:20]}. Received: {name!r}")
         new = to_torch(value, torch.device("cpu"))
         if tuple(new.shape) != tuple(old.shape) or new.dtype != old.dtype:
             raise FeedError(f"feed_tensor('{name}'): expected {old.dtype}{list(old.shape)}. "

@@ -35,7 +35,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from deep500lite.errors import DeviceError, FeedError
+from deep500lite.errors import DeviceError, FeedError, UserError, UserKeyError, UserTypeError
 from deep500lite.lv1.device import as_device
 from deep500lite.lv1.executor import GraphExecutor
 from deep500lite.lv1.network import Deep500NetworkNames, gradient_name
@@ -48,7 +48,7 @@ __all__ = ["TorchNativeExecutor", "NativeNetwork"]
 def _names(value, what: str) -> list[str]:
     names = [value] if isinstance(value, str) else list(value)
     if not names or not all(isinstance(n, str) and n for n in names):
-        raise TypeError(f"{what} must be a name or a non-empty list of names. Received: {value!r}")
+        raise UserTypeError(f"{what} must be a name or a non-empty list of names. Received: {value!r}")
     return names
 
 
@@ -89,17 +89,19 @@ class NativeNetwork(Deep500NetworkNames):
     def gradient(self, y: str = "loss") -> list[tuple[str, str]]:
         """``(parameter, gradient name)`` pairs of every parameter that requires a gradient."""
         if y not in self.outputs:
-            raise ValueError(f"gradient: '{y}' is not an output. Outputs: {self.outputs}")
+            raise UserError(f"gradient: '{y}' is not an output. Outputs: {self.outputs}. Received: y={y!r}")
         return [(n, gradient_name(n)) for n, p in self._executor._params.items() if p.requires_grad]
 
     def fetch_tensors(self, names: Sequence[str]) -> list[np.ndarray]:
         """Copies of the named parameters or gradients.
 
         Raises:
-            KeyError: a name that is neither a parameter nor a computed gradient.
+            UserKeyError: a name that is neither a parameter nor a computed gradient (a ``KeyError``).
+            UserTypeError: ``names`` is one string, not a list of them.
         """
         if isinstance(names, str):
-            raise TypeError(f"fetch_tensors expects a list of names. Received the string {names!r}")
+            raise UserTypeError(f"fetch_tensors expects a list of names (wrap one name as [name]). "
+                                f"Received: the string {names!r}")
         return [self._executor.fetch_tensor(n) for n in names]
 
     def fetch_tensor(self, name: str) -> np.ndarray:
@@ -128,7 +130,8 @@ class TorchNativeExecutor(GraphExecutor):
 
     Raises:
         DeviceError: the device is not available.
-        TypeError: ``module`` is not an ``nn.Module`` or a name list is malformed.
+        UserTypeError: ``module`` is not an ``nn.Module`` or a name list is malformed (a ``TypeError``).
+        UserError: the label or the loss output clashes with an input or output name.
     """
 
     framework = "torch"
@@ -138,7 +141,7 @@ class TorchNativeExecutor(GraphExecutor):
                  loss_fn: Callable | None = None, label_name: str = "label", device=None):
         # No ONNX Network here, so GraphExecutor.__init__ (load_model) is not called.
         if not isinstance(module, torch.nn.Module):
-            raise TypeError(f"TorchNativeExecutor wraps a torch.nn.Module. Received: {type(module).__name__}")
+            raise UserTypeError(f"TorchNativeExecutor wraps a torch.nn.Module. Received: {type(module).__name__}")
         dev = as_device(device)
         if not TorchExecutor.supports_device(dev):
             raise DeviceError(f"The torch executor cannot run on {dev}: "
@@ -151,8 +154,9 @@ class TorchNativeExecutor(GraphExecutor):
         self.loss_fn = loss_fn
         self.label_name = label_name
         if loss_fn is not None and (label_name in self.input_names or "loss" in self.output_names):
-            raise ValueError(f"label_name {label_name!r} and the output 'loss' must not clash with "
-                             f"input_names {self.input_names} or output_names {self.output_names}.")
+            raise UserError(f"label_name and the output 'loss' must not clash with input_names or output_names; "
+                            f"choose other names. Received: label_name={label_name!r}, "
+                            f"input_names={self.input_names}, output_names={self.output_names}")
         self._params = dict(self.module.named_parameters())
         self._grads: dict[str, torch.Tensor] = {}
         self.network = NativeNetwork(self)
@@ -185,9 +189,11 @@ class TorchNativeExecutor(GraphExecutor):
         if need_label and self.label_name not in feeds:
             missing.append(self.label_name)
         if unknown:
-            raise FeedError(f"Unknown input(s) {unknown}. The module's inputs are {allowed}.")
+            raise FeedError(f"Unknown input(s) {unknown}. The module's inputs are {allowed}. "
+                            f"Received: feeds {list(feeds)}")
         if missing:
-            raise FeedError(f"Missing input(s) {missing}. The module's inputs are {allowed}.")
+            raise FeedError(f"Missing input(s) {missing}. The module's inputs are {allowed}. "
+                            f"Received: feeds {list(feeds)}")
         xs = [to_torch(np.asarray(feeds[n]), self._device) for n in self.input_names]
         label = feeds.get(self.label_name) if self.loss_fn is not None else None
         return xs, None if label is None else to_torch(np.asarray(label), self._device)
@@ -201,8 +207,9 @@ class TorchNativeExecutor(GraphExecutor):
         else:
             values = list(result)
         if len(values) < len(self.output_names):
-            raise ValueError(f"The module returned {len(values)} output(s); output_names names "
-                             f"{len(self.output_names)}: {self.output_names}")
+            raise UserError(f"The module returned {len(values)} output(s); output_names names "
+                            f"{len(self.output_names)}: {self.output_names}. The module must return at least "
+                            f"one output per name. Received: {len(values)} output(s)")
         outs = dict(zip(self.output_names, values))
         if label is not None:
             outs["loss"] = self.loss_fn(values[0], label)
@@ -225,11 +232,12 @@ class TorchNativeExecutor(GraphExecutor):
             p.grad = None
         outs = self._forward(xs, label)
         if y not in outs:
-            raise ValueError(f"inference_and_backprop: '{y}' is not an output. Outputs: {list(outs)}")
+            raise FeedError(f"inference_and_backprop: '{y}' is not an output. Outputs: {list(outs)}. "
+                            f"Received: y={y!r}")
         target = outs[y]
         if target.numel() != 1:
-            raise ValueError(f"inference_and_backprop: '{y}' must be a scalar. "
-                             f"Received shape {list(target.shape)}")
+            raise FeedError(f"inference_and_backprop: '{y}' must be a scalar. "
+                            f"Received: shape {list(target.shape)}")
         target.reshape(()).backward()
         self._grads = {gradient_name(n): p.grad for n, p in self._params.items() if p.grad is not None}
         return {k: to_numpy(v, copy=True) for k, v in outs.items()}
@@ -243,12 +251,13 @@ class TorchNativeExecutor(GraphExecutor):
             return to_numpy(self._params[name], copy=True)
         if name in self._grads:
             return to_numpy(self._grads[name], copy=True)
-        raise KeyError(f"No tensor '{name}'. Parameters: {list(self._params)[:20]}; gradients "
-                       "('<param>_grad') exist after inference_and_backprop.")
+        raise UserKeyError(f"No tensor '{name}'. Parameters: {list(self._params)[:20]}; gradients "
+                           f"('<param>_grad') exist after inference_and_backprop. Received: {name!r}")
 
     def feed_tensor(self, name, value):
         if name not in self._params:
-            raise KeyError(f"feed_tensor: no parameter '{name}'. Parameters: {list(self._params)[:20]}")
+            raise UserKeyError(f"feed_tensor: no parameter '{name}'. Parameters: {list(self._params)[:20]}. "
+                               f"Received: {name!r}")
         p = self._params[name]
         value = np.asarray(value)
         new = to_torch(value, torch.device("cpu"))

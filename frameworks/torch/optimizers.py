@@ -49,6 +49,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from deep500lite.errors import UserAttributeError, UserError, UserTypeError
 from deep500lite.lv2.optimizer import Optimizer
 from deep500lite.frameworks.torch.executor import TorchExecutor
 from deep500lite.frameworks.torch.native import TorchNativeExecutor
@@ -60,20 +61,20 @@ __all__ = ["GradientDescent", "MomentumOptimizer", "NesterovOptimizer", "AdamOpt
 
 def _number(name, value, allow_zero=True, below_one=False):
     if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
-        raise TypeError(f"{name} must be a number. Received: {value!r}")
+        raise UserTypeError(f"{name} must be a number. Received: {value!r}")
     value = float(value)
     ok = (value >= 0 if allow_zero else value > 0) and (value < 1 or not below_one)
     if not ok:
         allowed = (">= 0" if allow_zero else "> 0") + (" and < 1" if below_one else "")
-        raise ValueError(f"{name} must be a number {allowed}. Received: {value!r}")
+        raise UserError(f"{name} must be a number {allowed}. Received: {value!r}")
     return value
 
 
 def _check_executor(executor) -> None:
     if not isinstance(executor, (TorchExecutor, TorchNativeExecutor)):
-        raise TypeError(f"The native torch optimizers need a torch executor (TorchExecutor or "
-                        f"TorchNativeExecutor). Received: {type(executor).__name__}; use the "
-                        "reference optimizers (deep500lite.frameworks.reference) for other executors.")
+        raise UserTypeError("The native torch optimizers need a torch executor (TorchExecutor or "
+                            "TorchNativeExecutor); use the reference optimizers (deep500lite.frameworks.reference) "
+                            f"for other executors. Received: {type(executor).__name__}")
 
 
 def _live_parameter(executor, name: str) -> torch.Tensor:
@@ -143,8 +144,8 @@ class _TorchOptimizer(Optimizer):
             new = self.gradient_modifier(name, grad, to_numpy(p, copy=True))
             new = np.asarray(new, dtype=grad.dtype)
             if new.shape != grad.shape:
-                raise ValueError(f"gradient_modifier returned shape {list(new.shape)} for '{name}'; "
-                                 f"the gradient's shape is {list(grad.shape)}.")
+                raise UserError(f"gradient_modifier must return an array of the gradient's shape "
+                                f"{list(grad.shape)} for '{name}'. Received: shape {list(new.shape)}")
             with torch.no_grad():
                 p.grad.copy_(torch.from_numpy(np.ascontiguousarray(new)))
 
@@ -152,12 +153,13 @@ class _TorchOptimizer(Optimizer):
         """Change a hyperparameter between steps (see the module docstring).
 
         Raises:
-            AttributeError: the optimizer has no such hyperparameter.
-            ValueError: the value is out of range.
+            UserAttributeError: the optimizer has no such hyperparameter (an ``AttributeError``).
+            UserError: the value is out of range (a ``ValueError``).
+            UserTypeError: the value is not a number (a bool for ``nesterov``).
         """
         if name not in self._hyper:
-            raise AttributeError(f"{type(self).__name__} has no hyperparameter '{name}'. "
-                                 f"Hyperparameters: {sorted(self._hyper)}")
+            raise UserAttributeError(f"{type(self).__name__} has no hyperparameter '{name}'. "
+                                     f"Hyperparameters: {sorted(self._hyper)}. Received: {name!r}")
         self._check(name, value)
         setattr(self, name, value)
         if self.torch_optimizer is not None:
@@ -170,7 +172,7 @@ class _TorchOptimizer(Optimizer):
             _number(name, value, allow_zero=False)
         elif name == "nesterov":
             if not isinstance(value, bool):
-                raise TypeError(f"nesterov must be a bool. Received: {value!r}")
+                raise UserTypeError(f"nesterov must be a bool. Received: {value!r}")
         elif name in ("momentum", "beta", "beta1", "beta2"):
             _number(name, value, below_one=name != "momentum")
         else:
@@ -219,7 +221,7 @@ class MomentumOptimizer(_TorchOptimizer):
         self.momentum = _number("momentum", momentum)
         self._check("nesterov", nesterov)
         if nesterov and self.momentum == 0:
-            raise ValueError("nesterov=True needs momentum > 0. Received: momentum=0")
+            raise UserError("nesterov=True needs momentum > 0. Received: momentum=0")
         self.nesterov = nesterov
 
     def _make(self, params):

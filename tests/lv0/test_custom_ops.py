@@ -18,7 +18,6 @@ from onnx import TensorProto, helper, numpy_helper
 import deep500lite as d5
 from deep500lite.datasets import dataset_loss
 from deep500lite.errors import UnsupportedOperatorError
-from tests.conftest import FRAMEWORKS
 
 B, D, H, C = 8, 16, 32, 10
 _names = itertools.count()
@@ -96,7 +95,6 @@ def expected():
     return out, grads, losses, params
 
 
-@pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_python_op_in_network_forward_and_gradients(framework, op_type, expected):
     out, grads, _, _ = expected
     net = _network(swish_op(), op_type)
@@ -109,7 +107,6 @@ def test_python_op_in_network_forward_and_gradients(framework, op_type, expected
         np.testing.assert_allclose(net.fetch_tensors([k + "_grad"])[0], g, rtol=1e-4, atol=1e-6)
 
 
-@pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_python_op_network_trains(framework, op_type, expected):
     _, _, want_losses, want_params = expected
     losses, params = _train(_network(swish_op(), op_type), framework)
@@ -119,7 +116,6 @@ def test_python_op_network_trains(framework, op_type, expected):
         np.testing.assert_allclose(params[k], v, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_unregistered_custom_node_is_refused_by_name(framework):
     net = _network()
     net.add_operation(helper.make_node("NoSuchOp", ["logits"], ["z"], domain=d5.CUSTOM_DOMAIN))
@@ -151,7 +147,6 @@ def _convert_custom_node(framework, node, model):
         session_options_for(model, onnxruntime.SessionOptions(), {})
 
 
-@pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_unregistered_custom_node_gets_one_message_everywhere(framework):
     """Every executor's support check and every converter refuse an unregistered op with one message."""
     from deep500lite.lv0.custom import lookup_custom_op
@@ -291,7 +286,6 @@ def cpp_swish(tmp_path_factory):
                                    build_dir=tmp_path_factory.mktemp("ops"))
 
 
-@pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_cpp_op_in_network_forward_gradients_and_training(framework, op_type, expected, cpp_swish):
     out, grads, want_losses, want_params = expected
     net = _network(cpp_swish, op_type)

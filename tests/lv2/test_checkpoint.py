@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 import deep500lite as d5
-from conftest import framework_params
 from deep500lite import datasets, networks
 from deep500lite.frameworks import reference as d5ref
 from deep500lite.lv2.checkpoint import CheckpointError, CheckpointEvent, load_checkpoint, save_checkpoint
 from deep500lite.lv2.events import EpochHPSchedule
 from deep500lite.lv2.trainer import Trainer
+from support import framework_params
 
 
 class Jitter:

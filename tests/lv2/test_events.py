@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 
 import deep500lite as d5
-from conftest import require_tensorflow, require_torch
 from deep500lite import datasets, networks
 from deep500lite.frameworks import reference as d5ref
 from deep500lite.lv2.events import (HOOKS, CSVSummaryWriter, EpochHPSchedule, JSONSummaryWriter, PlotWriter,
@@ -188,12 +187,12 @@ def _native_schedule_check(framework, lr_of):
         np.testing.assert_allclose(after, before - np.float32(lr) * grad, rtol=1e-5, atol=1e-7)
 
 
-@require_torch
+@pytest.mark.requires("torch")
 def test_schedules_drive_native_torch_optimizers():
     _native_schedule_check("torch", lambda opt: opt.torch_optimizer.param_groups[0]["lr"])
 
 
-@require_tensorflow
+@pytest.mark.requires("tensorflow")
 def test_schedules_drive_native_tensorflow_optimizers():
     _native_schedule_check("tensorflow", lambda opt: float(opt.keras_optimizer.learning_rate.numpy()))
 
@@ -328,15 +327,13 @@ def test_event_modules_import_no_plotting_or_framework_library():
     assert result.stdout.strip() == "[]"
 
 
-def test_training_metrics_declare_every_event_hook():
-    """metrics is a leaf, so TrainingMetric declares the event hooks itself: the same names and signatures."""
-    import inspect
+def test_training_metrics_are_training_events():
+    """One event protocol: lv2 re-exports the leaf's TrainingEvent, and training metrics derive from it."""
+    import deep500lite.metrics.events as leaf
+    from deep500lite.metrics.training import PeakMemory, TrainingMetric
 
-    from deep500lite.metrics.training import TrainingMetric
-
-    assert not issubclass(TrainingMetric, TrainingEvent)
+    assert TrainingEvent is leaf.TrainingEvent and HOOKS is leaf.HOOKS
+    assert issubclass(TrainingMetric, TrainingEvent) and isinstance(PeakMemory(), TrainingEvent)
     hooks = {name for name in vars(TrainingEvent) if not name.startswith("_") and callable(vars(TrainingEvent)[name])}
     assert hooks == set(HOOKS)
-    for hook in HOOKS:
-        assert inspect.signature(getattr(TrainingMetric, hook)) == inspect.signature(getattr(TrainingEvent, hook)), hook
     assert TrainingMetric.stop_reason is None

@@ -2,12 +2,14 @@
 the asynchronous optimizers against their sequential order and their bounds.
 
 The MPI tests share three jobs (2, 3 and 4 ranks): each runs ``mpi_check_training.py`` with
-every kind of its list in turn, with ``mpirun`` from test_mpi.py (own process group, timeout).
+every kind of its list in turn, with ``mpirun`` from tests/support.py (own process group, timeout).
 The single-rank references are computed here, in the test process, with the base optimizer
 alone (no deep500lite.lv3 code).
 """
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 import pytest
@@ -16,8 +18,10 @@ from deep500lite import NumpyDataset
 from deep500lite.errors import UserError
 from deep500lite.lv3 import DistributedSampler, PartitionedDistributedSampler, compression
 from deep500lite.lv3.optimizer import fuse_buckets
-from test_mpi import mpirun, requires_mpi
+from support import mpirun, requires_mpi
 from training_setup import BUCKET_BYTES, GLOBAL_BATCH, base_kind, global_batch, make_optimizer
+
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 # ------------------------------------------------------------------------------------ samplers
@@ -107,7 +111,8 @@ def reference_parameters(kind: str) -> dict[str, np.ndarray]:
 
 def run_jobs(tmp_path, kinds, p, steps=STEPS) -> dict[str, list[dict]]:
     """One mpiexec job running each of ``kinds`` in turn; per kind, every rank's saved arrays."""
-    rc, out, _ = mpirun(p, "mpi_check_training.py", ",".join(kinds), str(tmp_path), str(steps), timeout=150)
+    rc, out, _ = mpirun(p, os.path.join(HERE, "mpi_check_training.py"), ",".join(kinds), str(tmp_path), str(steps),
+                        timeout=150)
     assert rc == 0, out[-5000:]
     names = [kind.split(":")[0] for kind in kinds]
     return {kind: [dict(np.load(tmp_path / f"{kind}-rank{r}.npz")) for r in range(p)] for kind in names}

@@ -17,8 +17,9 @@ import pytest
 from deep500lite.cli import launch_cmd
 from deep500lite.errors import UserError
 from deep500lite.lv3 import launch as launch_module
-from test_mpi import HERE, REPO, requires_mpi
+from support import REPO, requires_mpi
 
+HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "launch_check.py")
 
 

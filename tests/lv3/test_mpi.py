@@ -9,43 +9,18 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
 
 from deep500lite.errors import UserError
 from deep500lite.lv3 import allreduce as ar
-from deep500lite.utils import is_package_available
+from support import REPO, mpirun, requires_mpi
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
-MPIEXEC = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
-
-requires_mpi = pytest.mark.skipif(
-    not (is_package_available("mpi4py") and MPIEXEC),
-    reason="needs mpi4py and mpiexec: pip install 'deep500lite[mpi]'")
-
-
-def mpirun(p: int, script: str, *args: str, timeout: float = 90):
-    """Run ``script`` on ``p`` ranks; returns (exit code, stdout + stderr, seconds)."""
-    cmd = [MPIEXEC, "-n", str(p), sys.executable, "-m", "mpi4py", os.path.join(HERE, script), *args]
-    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    env.pop("DEEP500LITE_COMM_TIMEOUT", None)
-    start = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=env, start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        pytest.fail(f"mpiexec -n {p} {script} {' '.join(args)} did not end within {timeout} s:\n{out[-4000:]}")
-    return proc.returncode, out, time.monotonic() - start
 
 
 @pytest.mark.mpi
@@ -54,14 +29,14 @@ def mpirun(p: int, script: str, *args: str, timeout: float = 90):
 def test_every_operation_matches_numpy(p):
     """Every allreduce algorithm (float32/float64, sum/max, lengths 0, 1, < p, odd, ~1e5) and
     every other operation equals numpy on every rank; ring counts exactly its bytes."""
-    rc, out, _ = mpirun(p, "mpi_check_collectives.py")
+    rc, out, _ = mpirun(p, os.path.join(HERE, "mpi_check_collectives.py"))
     assert rc == 0 and "OK " in out and "FAIL" not in out, out[-6000:]
 
 
 @pytest.mark.mpi
 @requires_mpi
 def test_a_raising_rank_ends_the_job_and_names_itself():
-    rc, out, seconds = mpirun(3, "mpi_check_failure.py", "raise", timeout=60)
+    rc, out, seconds = mpirun(3, os.path.join(HERE, "mpi_check_failure.py"), "raise", timeout=60)
     assert rc != 0, out
     assert "deep500lite: rank 1 of 3 raised ValueError: boom from the test" in out, out
     assert "finished without error" not in out, out
@@ -73,7 +48,7 @@ def test_a_raising_rank_ends_the_job_and_names_itself():
 @pytest.mark.parametrize("algorithm", ["ring", "tree", "native"])
 def test_a_stalled_collective_times_out_naming_rank_and_operation(algorithm):
     # Rank 2 of 3 skips the allreduce; ranks 0 and 1 have a 2 s timeout.
-    rc, out, seconds = mpirun(3, "mpi_check_failure.py", "stall", algorithm, timeout=60)
+    rc, out, seconds = mpirun(3, os.path.join(HERE, "mpi_check_failure.py"), "stall", algorithm, timeout=60)
     assert rc != 0, out
     assert "CommunicationTimeout: rank " in out and f"allreduce({algorithm})" in out, out
     assert "timed out after 2 s waiting for" in out, out

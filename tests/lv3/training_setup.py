@@ -5,7 +5,7 @@ import numpy as np
 
 from deep500lite import networks
 from deep500lite.datasets import dataset_loss, load_dataset
-from frameworks import reference as d5ref
+from deep500lite.frameworks import reference as d5ref
 
 GLOBAL_BATCH = 24  # divisible by 2, 3 and 4
 BUCKET_BYTES = 800  # the mlp's gradients (4096, 64, 640, 40 bytes) in 2 buckets: fc1.weight; the other three

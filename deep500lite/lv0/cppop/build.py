@@ -39,7 +39,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from deep500lite.errors import CompilationError, UserError
+from deep500lite.errors import CompilationError, UserError, UserTypeError
 from deep500lite.lv0.cppop.op import ABI_VERSION, CppOp, check_descriptors
 from deep500lite.lv0.tensordesc import TensorDescriptor
 from deep500lite.utils import atomic_write_text
@@ -78,7 +78,7 @@ def _header_path() -> str:
 
 def _check_name(name) -> str:
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*", name):
-        raise ValueError(
+        raise UserError(
             "The operator name must be a non-empty string of letters, digits, '_', '.' and '-' "
             f"(it names the library file). Received: name={name!r}"
         )
@@ -90,14 +90,15 @@ def _format_definitions(definitions) -> list[str]:
     if definitions is None:
         return []
     if not isinstance(definitions, Mapping):
-        raise TypeError(
+        raise UserTypeError(
             "additional_definitions must be a dict of macro names to values, e.g. {'DTYPE': 'float'}. "
             f"Received: {definitions!r}"
         )
     flags = []
     for key, value in sorted(definitions.items(), key=lambda kv: str(kv[0])):
         if not isinstance(key, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
-            raise ValueError(f"additional_definitions keys must be C identifiers. Received: {key!r}")
+            raise UserError("additional_definitions keys must be C identifiers (letters, digits and '_', not starting "
+                            f"with a digit). Received: {key!r}")
         if value is None:
             flags.append(f"-D{key}")
         elif isinstance(value, bool):
@@ -105,7 +106,7 @@ def _format_definitions(definitions) -> list[str]:
         elif isinstance(value, (str, int, float, np.integer, np.floating)):
             flags.append(f"-D{key}={value}")
         else:
-            raise TypeError(
+            raise UserTypeError(
                 f"additional_definitions['{key}'] must be a str, int, float, bool or None. Received: {value!r}"
             )
     return flags
@@ -114,7 +115,8 @@ def _format_definitions(definitions) -> list[str]:
 def _check_flags(extra_flags) -> list[str]:
     if isinstance(extra_flags, str) or not isinstance(extra_flags, Sequence) or not all(
             isinstance(f, str) for f in extra_flags):
-        raise TypeError(f"extra_flags must be a list of strings, e.g. ['-march=native']. Received: {extra_flags!r}")
+        raise UserTypeError("extra_flags must be a list of strings, e.g. ['-march=native']. "
+                            f"Received: {extra_flags!r}")
     return list(extra_flags)
 
 
@@ -141,9 +143,10 @@ def _resolve_compiler(is_cuda: bool, compiler) -> _Compiler:
         elif isinstance(compiler, Sequence) and all(isinstance(c, str) for c in compiler):
             argv = list(compiler)
         else:
-            raise TypeError(f"compiler must be a command string or a list of strings. Received: {compiler!r}")
+            raise UserTypeError(f"compiler must be a command string or a list of strings. Received: {compiler!r}")
         if not argv:
-            raise ValueError("compiler must not be empty. Received: compiler=''")
+            raise UserError("compiler must not be empty: give a command such as 'g++' or ['clang++', '-v']. "
+                            f"Received: compiler={compiler!r}")
         origin = "compiler="
     elif is_cuda:
         candidates = ["nvcc"]
@@ -179,13 +182,15 @@ def _resolve_compiler(is_cuda: bool, compiler) -> _Compiler:
         hint = ("install the CUDA toolkit and put nvcc on PATH" if is_cuda
                 else "install g++ (Debian/Ubuntu: apt install g++) or set CXX to an installed C++17 compiler")
         source = "$CXX" if origin == "$CXX" else "compiler="
-        raise UserError(f"The compiler {argv[0]!r} given by {source} was not found or is not executable: {hint}.")
+        given = f"CXX={os.environ['CXX']!r}" if origin == "$CXX" else f"compiler={compiler!r}"
+        raise UserError(f"The compiler {argv[0]!r} given by {source} was not found or is not executable: {hint}. "
+                        f"Received: {given}")
     argv[0] = exe
     names_nvcc = any(os.path.basename(a).startswith("nvcc") for a in argv)
     if is_cuda and not names_nvcc:
         raise UserError(
-            f"is_cuda=True compiles with nvcc, but compiler={compiler!r} is not nvcc. Pass compiler='nvcc' "
-            "(or its path), or leave compiler unset to use the nvcc on PATH."
+            "is_cuda=True compiles with nvcc, but the given compiler is not nvcc. Pass compiler='nvcc' "
+            f"(or its path), or leave compiler unset to use the nvcc on PATH. Received: compiler={compiler!r}"
         )
     is_nvcc = is_cuda or names_nvcc
     return _Compiler(tuple(argv), is_nvcc, _compiler_version(argv))
@@ -200,11 +205,13 @@ def _compiler_version(argv: list[str]) -> str:
     try:
         proc = subprocess.run([*argv, "--version"], capture_output=True, text=True, errors="replace", timeout=120)
     except OSError as exc:
-        raise UserError(f"Could not run the compiler {shlex.join(argv)}: {exc}") from exc
+        raise UserError(f"Could not run the compiler ({exc}); give an executable C++ compiler (compiler= or $CXX). "
+                        f"Received: {shlex.join(argv)}") from exc
     if proc.returncode != 0:
         raise UserError(
-            f"'{shlex.join(argv)} --version' failed (exit {proc.returncode}); is it a C++ compiler? "
-            f"Output: {(proc.stdout + proc.stderr).strip()[:500]}"
+            f"'{shlex.join(argv)} --version' failed (exit {proc.returncode}); is it a C++ compiler? Give a C++17 "
+            f"compiler (compiler= or $CXX). Received: {shlex.join(argv)}, which printed: "
+            f"{(proc.stdout + proc.stderr).strip()[:500]}"
         )
     version = (proc.stdout + proc.stderr).strip()
     with _lock:
@@ -354,7 +361,8 @@ def _build(name: str, source_path: str, flags: list[str], comp: _Compiler, build
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace")
         except OSError as exc:
-            raise UserError(f"Could not run the compiler {comp.argv[0]}: {exc}") from exc
+            raise UserError(f"Could not run the compiler ({exc}); give an executable C++ compiler (compiler= or "
+                            f"$CXX). Received: {comp.argv[0]}") from exc
         output = proc.stdout + proc.stderr
         if proc.returncode != 0 or not os.path.exists(out):
             raise _compilation_error(name, source_path, cmd, output, is_cuda)
@@ -392,7 +400,7 @@ def compile_custom_cppop(name: str, path, input_descs: Sequence[TensorDescriptor
     Raises:
         UserError: the file is missing or no compiler was found (the message says what was looked for).
         CompilationError: the compiler rejected the source (the message quotes the error and the line).
-        ValueError, TypeError: bad descriptors (e.g. a ``None`` dimension) or arguments.
+        UserError, UserTypeError: bad descriptors (e.g. a ``None`` dimension) or arguments.
         CppOpError: ``create_new_op`` threw a C++ exception.
 
     Example:
@@ -402,16 +410,16 @@ def compile_custom_cppop(name: str, path, input_descs: Sequence[TensorDescriptor
     """
     name = _check_name(name)
     if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"path must be the path of a .cpp or .cu file. Received: {path!r}")
+        raise UserTypeError(f"path must be the path of a .cpp or .cu file. Received: {path!r}")
     source_path = os.path.abspath(os.fspath(path))
     if not os.path.isfile(source_path):
         raise UserError(
-            f"The source file of C++ operator '{name}' was not found: {source_path} "
-            f"(given as {os.fspath(path)!r}, relative to {os.getcwd()})."
+            f"The source file of C++ operator '{name}' was not found: {source_path}; give the path of an "
+            f"existing .cpp or .cu file (relative paths start at {os.getcwd()}). Received: {os.fspath(path)!r}"
         )
     inputs, outputs = check_descriptors(name, input_descs, output_descs)
     if additional_definitions is not None and not isinstance(additional_definitions, Mapping):
-        _format_definitions(additional_definitions)  # raises the TypeError
+        _format_definitions(additional_definitions)  # raises the UserTypeError
     definitions = dict(additional_definitions or {})
     first = (inputs or outputs or [None])[0]
     if "DTYPE" not in definitions and first is not None and first.dtype in _CTYPE_NAMES:
@@ -419,7 +427,7 @@ def compile_custom_cppop(name: str, path, input_descs: Sequence[TensorDescriptor
     define_flags = _format_definitions(definitions)
     extra = _check_flags(extra_flags)
     if not isinstance(is_cuda, (bool, np.bool_)):
-        raise TypeError(f"is_cuda must be True or False. Received: {is_cuda!r}")
+        raise UserTypeError(f"is_cuda must be True or False. Received: {is_cuda!r}")
     comp = _resolve_compiler(bool(is_cuda), compiler)
     folder = os.path.abspath(os.fspath(build_dir)) if build_dir is not None else default_build_dir()
     os.makedirs(folder, exist_ok=True)
@@ -467,7 +475,7 @@ def compile_custom_cppop_inline(name: str, source: str, input_descs: Sequence[Te
     """
     name = _check_name(name)
     if not isinstance(source, str) or not source.strip():
-        raise TypeError(f"source must be a non-empty string of C++ code. Received: {source!r:.80}")
+        raise UserTypeError(f"source must be a non-empty string of C++ code. Received: {source!r:.80}")
     folder = os.path.abspath(os.fspath(build_dir)) if build_dir is not None else default_build_dir()
     digest = hashlib.sha256(source.encode("utf-8")).hexdigest()[:16]
     path = os.path.join(folder, "src", f"{name}-{digest}.{'cu' if is_cuda else 'cpp'}")

@@ -16,7 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
-from deep500lite.errors import CppOpError, DeviceError, UserError
+from deep500lite.errors import CppOpError, DeviceError, UserError, UserTypeError
 from deep500lite.lv0.operator import CustomOp
 from deep500lite.lv0.tensordesc import TensorDescriptor
 
@@ -49,33 +49,33 @@ def check_descriptors(name: str, input_descs, output_descs) -> tuple[list, list]
     result = []
     for what, descs in (("input", input_descs), ("output", output_descs)):
         if isinstance(descs, TensorDescriptor) or not isinstance(descs, Sequence) or isinstance(descs, str):
-            raise TypeError(
+            raise UserTypeError(
                 f"{what}_descs of C++ operator '{name}' must be a list of d5.tensordesc(dtype, shape) "
                 f"values. Received: {descs!r}"
             )
         for i, d in enumerate(descs):
             if not isinstance(d, TensorDescriptor):
-                raise TypeError(
+                raise UserTypeError(
                     f"{what} descriptor {i} of C++ operator '{name}' must be a d5.tensordesc(dtype, shape). "
                     f"Received: {d!r}"
                 )
             if not d.is_static:
-                raise ValueError(
+                raise UserError(
                     f"{what} descriptor {i} of C++ operator '{name}' must have a concrete shape (C++ operators "
                     f"are created for one shape, e.g. d5.tensordesc(np.float32, [8, 3])). Received: {d}"
                 )
             if len(d.shape) > MAX_DIMS:
-                raise ValueError(
+                raise UserError(
                     f"{what} descriptor {i} of C++ operator '{name}' has {len(d.shape)} dimensions; C++ operators "
                     f"allow at most D500_MAX_DIMS={MAX_DIMS}. Received: {d}"
                 )
             if any(s > _INT_MAX for s in d.shape):
-                raise ValueError(
+                raise UserError(
                     f"{what} descriptor {i} of C++ operator '{name}' has a dimension above {_INT_MAX} "
                     f"(tensor_t sizes are int). Received: {d}"
                 )
             if d.dtype.kind not in "biufc":
-                raise TypeError(
+                raise UserTypeError(
                     f"{what} descriptor {i} of C++ operator '{name}' must have a numeric or bool dtype. "
                     f"Received: {d.dtype}"
                 )
@@ -172,13 +172,15 @@ class CppOp(CustomOp):
             version = _bind(lib, "d5_abi_version", ci, [])()
         except AttributeError:
             raise UserError(
-                f"The library of C++ operator '{self.name}' ({self.library_path}) has no deep500lite entry points: "
-                "the source must include <deep500lite/deep500lite.h> and end with D500_REGISTER_OP(MyOp<DTYPE>)."
+                f"The library of C++ operator '{self.name}' has no deep500lite entry points: "
+                "the source must include <deep500lite/deep500lite.h> and end with D500_REGISTER_OP(MyOp<DTYPE>). "
+                f"Received: {self.library_path}"
             ) from None
         if version != ABI_VERSION or _bind(lib, "d5_tensor_struct_size", ci, [])() != ctypes.sizeof(_TensorT):
             raise UserError(
                 f"The library of C++ operator '{self.name}' ({self.library_path}) was built against another "
-                f"deep500lite header (ABI {version}, this deep500lite expects {ABI_VERSION}); rebuild it."
+                f"deep500lite header; this deep500lite expects ABI {ABI_VERSION}, so rebuild it. "
+                f"Received: ABI {version}"
             )
         self._last_error = _bind(lib, "d5_last_error", ctypes.c_char_p, [])
         self._d5_create = _bind(lib, "d5_create", ci, [ctypes.POINTER(_TensorT), ci, ctypes.POINTER(_TensorT), ci,
@@ -232,14 +234,16 @@ class CppOp(CustomOp):
         if arity != len(roles):
             raise UserError(
                 f"C++ operator '{self.name}': {mname}() takes {arity} pointer arguments, but the descriptors "
-                f"({self._n_in} inputs, {self._n_out} outputs) need {len(roles)} ({order})."
+                f"({self._n_in} inputs, {self._n_out} outputs) need {len(roles)} ({order}). Make the member's "
+                f"arguments match the descriptors, or change the descriptors. Received: {arity} pointer arguments"
             )
         for pos, (role, d) in enumerate(roles):
             if arity <= len(codes) and not _compatible(codes[pos], d.dtype):
                 raise UserError(
                     f"C++ operator '{self.name}': argument {pos} of {mname}() ({role}) is a {_CODES[codes[pos]][2]} "
                     f"pointer, but that tensor is {d.dtype.name}. Compile with DTYPE matching the descriptors, "
-                    "or change the descriptors."
+                    f"or change the descriptors. Received: a {_CODES[codes[pos]][2]} pointer for a {d.dtype.name} "
+                    "tensor"
                 )
         return arity
 
@@ -252,12 +256,12 @@ class CppOp(CustomOp):
         if rc == _ERR_NOT_IMPLEMENTED:
             return NotImplementedError(message)
         if rc in (_ERR_ARITY, _ERR_NULL) and member != "create_new_op":
-            return ValueError(message)
+            return UserError(message)
         return CppOpError(message, op_name=self.name, member=member)
 
     def _live_handle(self):
         if self._handle is None:
-            raise ValueError(f"C++ operator '{self.name}' was closed; compile or load it again.")
+            raise UserError(f"C++ operator '{self.name}' was closed; compile or load it again.")
         return self._handle
 
     # -- queries ------------------------------------------------------------------------------
@@ -282,7 +286,8 @@ class CppOp(CustomOp):
             UserError: the library was not built with ``is_cuda=True``.
         """
         if not self.compiled_with_cuda:
-            raise UserError(f"C++ operator '{self.name}' was not compiled with is_cuda=True; it holds no CUDA runtime.")
+            raise UserError(f"C++ operator '{self.name}' was not compiled with is_cuda=True; it holds no CUDA runtime. "
+                            "Compile it with is_cuda=True to use CUDA. Received: a library compiled without CUDA")
         count = ctypes.c_int(0)
         self._d5_device_count(ctypes.byref(count))
         return int(count.value)
@@ -331,13 +336,13 @@ class CppOp(CustomOp):
         for i, (x, d) in enumerate(zip(values, descs)):
             a = x if type(x) is np.ndarray else np.asarray(x)
             if a.shape != d.shape:
-                raise ValueError(
+                raise UserError(
                     f"C++ operator '{self.name}' {role} {i} must have shape {list(d.shape)} ({d}). "
                     f"Received: shape {list(a.shape)}"
                 )
             if a.dtype != d.dtype:
                 if not np.can_cast(a.dtype, d.dtype, "same_kind"):
-                    raise TypeError(
+                    raise UserTypeError(
                         f"C++ operator '{self.name}' {role} {i} must be {d.dtype.name} (or castable to it). "
                         f"Received: {a.dtype.name}"
                     )
@@ -351,7 +356,7 @@ class CppOp(CustomOp):
         if type(values) is not list and type(values) is not tuple:
             values = [values] if isinstance(values, np.ndarray) or np.isscalar(values) else list(values)
         if len(values) != n:
-            raise ValueError(f"C++ operator '{self.name}' takes {n} {what}. Received: {len(values)}")
+            raise UserError(f"C++ operator '{self.name}' takes {n} {what}. Received: {len(values)}")
         return values
 
     def _pointers(self, values, nonempty: list[bool], what: str) -> list[int]:
@@ -362,11 +367,11 @@ class CppOp(CustomOp):
                 try:
                     p = operator.index(p)
                 except TypeError:
-                    raise TypeError(f"C++ operator '{self.name}': {what} {i} must be an integer address. "
-                                    f"Received: {p!r}") from None
+                    raise UserTypeError(f"C++ operator '{self.name}': {what} {i} must be an integer address. "
+                                        f"Received: {p!r}") from None
             if p <= 0 and (p < 0 or nonempty[i]):
-                raise ValueError(f"C++ operator '{self.name}': {what} {i} must be a valid non-NULL address. "
-                                 f"Received: {p}")
+                raise UserError(f"C++ operator '{self.name}': {what} {i} must be a valid non-NULL address. "
+                                f"Received: {p}")
             out.append(p)
         return out
 
@@ -483,7 +488,8 @@ class CppOp(CustomOp):
         if not self.compiled_with_cuda:
             raise UserError(
                 f"C++ operator '{self.name}': running {_MEMBER_NAMES[member]} on numpy arrays needs a library "
-                "compiled with is_cuda=True (it uses the CUDA runtime linked into it); use the pointer interface."
+                "compiled with is_cuda=True (it uses the CUDA runtime linked into it); use the pointer interface. "
+                "Received: a library compiled without CUDA"
             )
 
         def check(rc, what):

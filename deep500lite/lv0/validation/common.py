@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from deep500lite.errors import UserError, UserTypeError
 from deep500lite.lv0.operator import Operator
 
 __all__ = ["forward_tolerance", "gradient_tolerance", "F16", "F32", "F64", "as_tuple", "ForwardCounter",
@@ -40,9 +41,9 @@ class ForwardCounter:
 
 
 def check_operator(op, fn: str) -> None:
-    """Raise TypeError unless ``op`` is an Operator or has a callable ``forward`` (``fn`` names the check)."""
+    """Raise UserTypeError unless ``op`` is an Operator or has a callable ``forward`` (``fn`` names the check)."""
     if not isinstance(op, Operator) and not (callable(getattr(op, "forward", None))):
-        raise TypeError(f"{fn} expects a d5.Operator (with forward and backward). Received: {type(op).__name__}")
+        raise UserTypeError(f"{fn} expects a d5.Operator (with forward and backward). Received: {type(op).__name__}")
 
 
 def prepare_inputs(op, inputs, fn: str) -> list:
@@ -50,19 +51,19 @@ def prepare_inputs(op, inputs, fn: str) -> list:
     if isinstance(inputs, np.ndarray):
         inputs = [inputs]
     if not isinstance(inputs, (list, tuple)):
-        raise TypeError(f"{fn}: inputs must be a list of numpy arrays, one per operator input. "
-                        f"Received: {type(inputs).__name__}")
+        raise UserTypeError(f"{fn}: inputs must be a list of numpy arrays, one per operator input. "
+                            f"Received: {type(inputs).__name__}")
     arrays = [np.asarray(x) for x in inputs]
     descs = getattr(op, "input_descriptors", None)
     if descs is not None:
         if len(arrays) != len(descs):
-            raise ValueError(
+            raise UserError(
                 f"{fn}: {type(op).__name__} takes {len(descs)} inputs "
                 f"({', '.join(str(d) for d in descs)}). Received: {len(arrays)} inputs")
         for i, (x, d) in enumerate(zip(arrays, descs)):
             if not d.matches(x):
-                raise ValueError(f"{fn}: input {i} of {type(op).__name__} must be {d}. "
-                                 f"Received: {x.dtype.name}{list(x.shape)}")
+                raise UserError(f"{fn}: input {i} of {type(op).__name__} must be {d}. "
+                                f"Received: {x.dtype.name}{list(x.shape)}")
     return arrays
 
 

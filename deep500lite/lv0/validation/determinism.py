@@ -8,6 +8,7 @@ import os
 
 import numpy as np
 
+from deep500lite.errors import UserError
 from deep500lite.lv0.validation.common import ForwardCounter, check_operator, prepare_inputs, tensor_names
 from deep500lite.lv0.validation.results import DeterminismResult
 
@@ -76,11 +77,12 @@ def test_op_determinism(op, inputs, reruns: int = 10, heatmap=None) -> Determini
         largest deviation and the per-element variance.
 
     Raises:
-        ValueError: ``reruns`` < 2, or inputs that do not match the operator.
+        UserError: ``reruns`` < 2, inputs that do not match the operator, or a forward whose reruns
+            return outputs of another number, shape or dtype.
     """
     check_operator(op, "test_op_determinism")
     if not isinstance(reruns, (int, np.integer)) or reruns < 2:
-        raise ValueError(f"test_op_determinism: reruns must be an integer >= 2. Received: {reruns!r}")
+        raise UserError(f"test_op_determinism: reruns must be an integer >= 2. Received: {reruns!r}")
     xs = prepare_inputs(op, inputs, "test_op_determinism")
     originals = [x.copy() for x in xs]
     counter = ForwardCounter(op)
@@ -95,8 +97,11 @@ def test_op_determinism(op, inputs, reruns: int = 10, heatmap=None) -> Determini
     for _ in range(reruns - 1):
         outs = counter.run(xs)
         if len(outs) != len(first) or any(o.shape != f.shape or o.dtype != f.dtype for o, f in zip(outs, first)):
-            raise RuntimeError("test_op_determinism: reruns of forward returned outputs of different number, shape "
-                               "or dtype than the first run")
+            raise UserError("test_op_determinism: reruns of forward returned outputs of different number, shape "
+                            "or dtype than the first run; the operator's forward must return the same number of "
+                            "outputs, with the same shapes and dtypes, on every call. First run: "
+                            f"{[f'{o.dtype.name}{list(o.shape)}' for o in first]}. "
+                            f"Received: {[f'{o.dtype.name}{list(o.shape)}' for o in outs]}")
         for k, (o, f) in enumerate(zip(outs, first)):
             differs[k] |= _bits(o) != first_bits[k]
             if numeric[k]:

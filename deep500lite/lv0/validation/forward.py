@@ -62,7 +62,7 @@ def test_op_forward(op, inputs, reference_outputs, metrics=None, rtol: float | N
         An :class:`OpTestResult` with ``passed``, per-output metric values and the reason.
 
     Raises:
-        ValueError: the number of inputs (or an input's dtype/shape) does not match the
+        UserError: the number of inputs (or an input's dtype/shape) does not match the
             operator's input descriptors.
 
     >>> import numpy as np, deep500lite as d5

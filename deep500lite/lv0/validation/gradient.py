@@ -12,6 +12,7 @@ import time
 
 import numpy as np
 
+from deep500lite.errors import UserError, format_choices
 from deep500lite.lv0.operator import CustomOp, CustomPythonOp
 from deep500lite.lv0.validation.common import (F64, ForwardCounter, as_tuple, check_operator, gradient_tolerance,
                                               index_text, less_precise, metric_name, prepare_inputs, tensor_names)
@@ -36,13 +37,13 @@ def _output_grads(outs, grad_inputs, rng) -> list:
                 for o in outs]
     gs = [np.asarray(g) for g in as_tuple(grad_inputs)]
     if len(gs) != len(outs):
-        raise ValueError(f"test_op_gradient: grad_inputs must hold one gradient per output ({len(outs)}). "
-                         f"Received: {len(gs)}")
+        raise UserError(f"test_op_gradient: grad_inputs must hold one gradient per output ({len(outs)}). "
+                        f"Received: {len(gs)}")
     result = []
     for k, (g, o) in enumerate(zip(gs, outs)):
         if g.shape != o.shape:
-            raise ValueError(f"test_op_gradient: grad_inputs[{k}] must have the output's shape {list(o.shape)}. "
-                             f"Received: {list(g.shape)}")
+            raise UserError(f"test_op_gradient: grad_inputs[{k}] must have the output's shape {list(o.shape)}. "
+                            f"Received: {list(g.shape)}")
         result.append(g.astype(o.dtype) if o.dtype.kind == "f" else np.zeros_like(o))
     return result
 
@@ -220,8 +221,9 @@ def _element_differences(counter, xs, i, base, g64, base_outs, batched: bool, in
             outs = counter.run(batch)
             for k, o in enumerate(outs):
                 if o.shape[:1] != (rows,):
-                    raise RuntimeError(f"The operator broadcast over a batch of 2 but returned output {k} with "
-                                       f"shape {list(o.shape)} for a batch of {rows}; use method='directional'.")
+                    raise UserError(f"The operator broadcast over a batch of 2 but not over a batch of {rows}: its "
+                                    f"output {k} must have {rows} rows; use method='directional'. "
+                                    f"Received: output {k} with shape {list(o.shape)}")
             sl = slice(start, start + c)
             central[sl], up[sl], down[sl], rounding[sl] = _reduce_outputs(outs, None, g64, chunk=c)
     else:
@@ -451,24 +453,26 @@ def test_op_gradient(op, inputs, grad_inputs=None, eps: float | None = None, met
         ``forward_calls``; ``numerical`` and ``analytic`` gradients.
 
     Raises:
-        ValueError: wrong number or kind of inputs or output gradients, no floating-point input,
-            an unknown method, or ``method="batched"`` for an operator that does not broadcast.
+        UserError: wrong number or kind of inputs or output gradients, no floating-point input,
+            an unknown method, ``method="batched"`` for an operator that does not broadcast, or an
+            operator that broadcasts over some batch sizes only.
     """
     start = time.perf_counter()
     check_operator(op, "test_op_gradient")
     if method not in _GRADIENT_METHODS:
-        raise ValueError(f"test_op_gradient: method must be one of {', '.join(map(repr, _GRADIENT_METHODS))}. "
-                         f"Received: {method!r}")
+        raise UserError(f"test_op_gradient: method must be one of {format_choices(_GRADIENT_METHODS)}. "
+                        f"Received: {method!r}")
     if not isinstance(directions, (int, np.integer)) or directions < 1:
-        raise ValueError(f"test_op_gradient: directions must be an integer >= 1. Received: {directions!r}")
+        raise UserError(f"test_op_gradient: directions must be an integer >= 1. Received: {directions!r}")
     if eps is not None and not (0 < float(eps) < 1):
-        raise ValueError(f"test_op_gradient: eps must be a relative step in (0, 1). Received: {eps!r}")
+        raise UserError(f"test_op_gradient: eps must be a relative step in (0, 1). Received: {eps!r}")
     xs = prepare_inputs(op, inputs, "test_op_gradient")
     in_names = tensor_names(op, "input_names", "input", len(xs))
     diff = [i for i, x in enumerate(xs) if x.dtype.kind == "f" and x.size > 0]
     if not diff:
-        raise ValueError("test_op_gradient: the operator has no non-empty floating-point input to differentiate. "
-                         f"Received inputs: {[f'{x.dtype.name}{list(x.shape)}' for x in xs]}")
+        raise UserError("test_op_gradient: the operator has no non-empty floating-point input to differentiate; "
+                        "give at least one non-empty float16/32/64 input. "
+                        f"Received inputs: {[f'{x.dtype.name}{list(x.shape)}' for x in xs]}")
     rng = np.random.default_rng(seed)
     counter = ForwardCounter(op)
     outs = counter.run(xs)
@@ -507,8 +511,9 @@ def test_op_gradient(op, inputs, grad_inputs=None, eps: float | None = None, met
         ok, why = _broadcasts(op, counter, xs_c, outs_c, np.random.default_rng([seed, 1]))
         notes.append(why)
         if method == "batched" and not ok:
-            raise ValueError(f"test_op_gradient: method='batched' needs an operator whose forward broadcasts over "
-                             f"an extra leading axis; this one is {why}. Use method='auto' or 'directional'.")
+            raise UserError(f"test_op_gradient: method='batched' needs an operator whose forward broadcasts over "
+                            f"an extra leading axis; this one is {why}. Use method='auto' or 'directional'. "
+                            "Received: method='batched'")
         chosen = "batched" if ok else "directional"
     total = sum(xs[i].size for i in diff)
     run_exact = chosen == "directional" and method == "auto" and total <= exact_limit

@@ -144,12 +144,13 @@ def training_graph(network: Network, y: str = "loss", seed: int = 0) -> Training
     opset = network.opset
     if opset < MIN_OPSET:
         raise ModelError(
-            f"ONNX autodiff needs a model of opset >= {MIN_OPSET}. Received: opset {opset}; convert it "
-            "with onnx.version_converter.convert_version(model, 13).")
+            f"ONNX autodiff needs a model of opset >= {MIN_OPSET}; convert it with "
+            f"onnx.version_converter.convert_version(model, {MIN_OPSET}). Received: opset {opset}")
     graph = network.graph
     producers = {o: n for n in graph.node for o in n.output}
     if y not in producers and y not in network.inputs:
-        raise ModelError(f"ONNX autodiff: '{y}' is not a tensor of the network. Outputs: {network.outputs}")
+        raise ModelError(f"ONNX autodiff: '{y}' is not a tensor of the network. Outputs: {network.outputs}. "
+                         f"Received: y={y!r}")
     values = dict(zip(network.initializers, network.fetch_tensors(network.initializers)))
     fwd = onnx.ModelProto()
     fwd.CopyFrom(network._model)
@@ -158,7 +159,8 @@ def training_graph(network: Network, y: str = "loss", seed: int = 0) -> Training
     ys = info.shape(y)
     if ys is not None and None not in ys and int(np.prod(ys)) != 1:
         raise UserError(f"ONNX autodiff differentiates a scalar; '{y}' has shape {list(ys)}. Reduce it to "
-                        "a scalar first (for example with a loss operator or ReduceMean).")
+                        "a scalar first (for example with a loss operator or ReduceMean). "
+                        f"Received: y={y!r} of shape {list(ys)}")
 
     taken = {i.name for i in graph.input} | set(values) | {o for n in graph.node for o in n.output}
     b = GraphBuilder(opset, info, taken)
@@ -219,7 +221,8 @@ def training_graph(network: Network, y: str = "loss", seed: int = 0) -> Training
         if rule is None:
             raise UnsupportedOperatorError(
                 f"deep500lite's ONNX autodiff has no gradient for operator '{node.op_type}' (node "
-                f"'{node_name(node)}'). Operators with gradients: {', '.join(differentiable_operators())}.")
+                f"'{node_name(node)}'). Operators with gradients: {', '.join(differentiable_operators())}. "
+                f"Received: op_type={node.op_type!r}")
         result = rule(RuleContext(b, node, dys, need, saved[i]))
         for x, g, nd in zip(node.input, result, need):
             if nd and g is not None:

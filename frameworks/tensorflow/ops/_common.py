@@ -74,8 +74,8 @@ class Node:
         for a in node.attribute:
             if a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
                 raise UnsupportedOperatorError(
-                    f"The tensorflow executor does not support subgraph attributes (node '{self.name}', "
-                    f"{node.op_type}.{a.name})."
+                    f"The tensorflow executor does not support subgraph attributes (If, Loop and Scan "
+                    f"bodies). Received: node '{self.name}', attribute {node.op_type}.{a.name}"
                 )
             v = onnx.helper.get_attribute_value(a)
             if isinstance(v, bytes):

@@ -44,7 +44,9 @@ def _activation(name, alpha=None, beta=None):
         return tf.math.softsign
     if name == "softplus":
         return tf.math.softplus
-    raise UnsupportedOperatorError(f"Unknown RNN activation {name!r}")
+    raise UnsupportedOperatorError(
+        "Unknown RNN activation. Allowed values are 'Sigmoid', 'Tanh', 'Relu', 'HardSigmoid', 'Affine', 'LeakyRelu', "
+        f"'ThresholdedRelu', 'ScaledTanh', 'Elu', 'Softsign', 'Softplus' (any case). Received: {name!r}")
 
 
 def _rnn_activations(ctx, defaults):

@@ -7,7 +7,7 @@ import os
 import numpy as np
 
 import deep500lite as d5
-from conftest import run_cli
+from support import run_cli
 from deep500lite.datasets import ShardDataset
 
 # The fastest executor for the tiny compute side (the reference executor is slow, but always there).

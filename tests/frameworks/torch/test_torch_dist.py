@@ -1,6 +1,6 @@
 """TorchDistributedCommunicator (gloo on the CPU, NCCL on GPUs), checked in real multi-process jobs.
 
-The mpiexec jobs run ``torch_check_collectives.py`` on every rank with ``mpirun`` from test_mpi.py
+The mpiexec jobs run ``torch_check_collectives.py`` on every rank with ``mpirun`` from tests/support.py
 (own process group, timeout): the ranks find each other through mpi4py, and the script compares
 every result with numpy and with MPICommunicator in the same job. A torchrun-style job (``env://``)
 and a one-rank group (``init_method=file://``) run as plain subprocesses, each with a timeout.
@@ -18,8 +18,9 @@ import pytest
 
 from deep500lite.errors import UserError
 from deep500lite.utils import is_package_available
-from test_mpi import HERE, REPO, mpirun, requires_mpi
+from support import REPO, mpirun, requires_mpi
 
+HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "torch_check_collectives.py")
 
 requires_torch = pytest.mark.skipif(not is_package_available("torch"),
@@ -36,7 +37,7 @@ def _cuda_count() -> int:
 
 def _run(cmds, timeout=90):
     """Start every command (each in its own process group), wait for all; kill all past ``timeout``."""
-    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env.pop("DEEP500LITE_COMM_TIMEOUT", None)
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO,
                               env=dict(env, **extra), start_new_session=True) for cmd, extra in cmds]
@@ -60,7 +61,7 @@ def test_every_operation_matches_numpy_and_the_mpi_communicator(p):
     """Allreduce (native, the four p2p algorithms, auto; sum/mean/max; lengths 0, 1, p-1, p+1,
     1001), the other collectives, point to point, Deep500 names; ring byte counts; native byte
     counts equal MPICommunicator's."""
-    rc, out, _ = mpirun(p, "torch_check_collectives.py", timeout=120)
+    rc, out, _ = mpirun(p, SCRIPT, timeout=120)
     assert rc == 0 and "OK " in out and f"on {p} ranks" in out and "FAIL" not in out, out[-6000:]
     assert "backend='gloo'" in out, out[-2000:]
 
@@ -70,7 +71,7 @@ def test_every_operation_matches_numpy_and_the_mpi_communicator(p):
 @requires_torch
 def test_a_stalled_operation_times_out_naming_rank_and_operation():
     # Rank 1 of 2 skips a native and a ring allreduce; rank 0 has a 2 s timeout.
-    rc, out, seconds = mpirun(2, "torch_check_collectives.py", "stall", timeout=60)
+    rc, out, seconds = mpirun(2, SCRIPT, "stall", timeout=60)
     assert rc != 0, out
     assert ("caught CommunicationTimeout: rank 0 of 2: allreduce(native) timed out after 2 s waiting for "
             "the other ranks (collective)") in out, out
@@ -104,7 +105,7 @@ def test_rendezvous_without_mpi_torchrun_environment_and_init_method(tmp_path):
 def test_nccl_on_gpu(tmp_path):
     """NCCL: the whole check on 2 ranks with 2+ GPUs (under mpiexec), else a one-rank NCCL group."""
     if _cuda_count() >= 2 and is_package_available("mpi4py"):
-        rc, out, _ = mpirun(2, "torch_check_collectives.py", "cuda", timeout=180)
+        rc, out, _ = mpirun(2, SCRIPT, "cuda", timeout=180)
         assert rc == 0 and "OK " in out and "backend='nccl'" in out and "FAIL" not in out, out[-6000:]
     codes, outs = _run([([sys.executable, SCRIPT, "single", "cuda", str(tmp_path / "store")], {})], timeout=180)
     assert codes == [0] and "OK single" in outs[0] and "backend='nccl'" in outs[0], outs[0][-4000:]

@@ -4,7 +4,7 @@
 import numpy as np
 import pytest
 
-from conftest import run_cli
+from support import run_cli
 
 
 def _one_line_error(proc, *fragments):
@@ -232,14 +232,13 @@ def test_cli_has_one_integer_type():
             assert not re.search(r'ArgumentTypeError\(f?"[^"]*\binteger\b', source), name
 
 
-def test_cli_reference_documents_every_command_and_option():
+def test_cli_reference_documents_every_command_and_option(repo_root):
     import argparse
     import os
 
-    from conftest import REPO
     from deep500lite.cli import build_parser
 
-    with open(os.path.join(REPO, "docs", "cli.md"), encoding="utf-8") as f:
+    with open(os.path.join(repo_root, "docs", "cli.md"), encoding="utf-8") as f:
         doc = f.read()
 
     def commands(parser, prefix):

@@ -4,13 +4,13 @@ import numpy as np
 import pytest
 
 import deep500lite as d5
-from conftest import require_tensorflow, require_tf2onnx, require_torch, run_cli
+from support import run_cli
 
 
 @pytest.mark.parametrize("name", [
-    pytest.param("torch", marks=require_torch),
-    pytest.param("torch_dynamo", marks=require_torch),
-    pytest.param("keras", marks=[require_tensorflow, require_tf2onnx]),
+    pytest.param("torch", marks=pytest.mark.requires("torch")),
+    pytest.param("torch_dynamo", marks=pytest.mark.requires("torch")),
+    pytest.param("keras", marks=pytest.mark.requires("tensorflow", "tf2onnx")),
 ])
 def test_reference_matches_producer(exported, name):
     path, feeds, expected = exported[name]
@@ -26,8 +26,8 @@ def test_reference_matches_producer(exported, name):
 
 
 @pytest.mark.parametrize("name", [
-    pytest.param("torch", marks=require_torch),
-    pytest.param("keras", marks=[require_tensorflow, require_tf2onnx]),
+    pytest.param("torch", marks=pytest.mark.requires("torch")),
+    pytest.param("keras", marks=pytest.mark.requires("tensorflow", "tf2onnx")),
 ])
 def test_cli_infer_runs_exported_model(exported, name, tmp_path):
     path, feeds, expected = exported[name]
@@ -45,8 +45,8 @@ def _public_functions(module):
     return {n for n in module.__all__ if inspect.isfunction(getattr(module, n))}
 
 
-@require_torch
-@require_tensorflow
+@pytest.mark.requires("torch")
+@pytest.mark.requires("tensorflow")
 def test_torch_and_keras_models_have_the_same_functions():
     import inspect
 
@@ -67,9 +67,9 @@ def test_torch_and_keras_models_have_the_same_functions():
         assert sum(p.numel() for p in module.parameters()) + stats == model.count_params(), (name, chw)
 
 
-@require_torch
-@require_tensorflow
-@require_tf2onnx
+@pytest.mark.requires("torch")
+@pytest.mark.requires("tensorflow")
+@pytest.mark.requires("tf2onnx")
 def test_export_onnx_of_lenet_loads_with_the_same_output_shape():
     import torch
 
@@ -95,7 +95,7 @@ def test_export_onnx_of_lenet_loads_with_the_same_output_shape():
     assert outputs[0] == outputs[1] == (3, 10)
 
 
-@require_torch
+@pytest.mark.requires("torch")
 def test_torch_export_onnx_batch_and_errors():
     import torch
 

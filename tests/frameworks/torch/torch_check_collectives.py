@@ -1,4 +1,4 @@
-"""Run under mpiexec by tests/lv3/test_torch_dist.py: checks TorchDistributedCommunicator on every rank.
+"""Run under mpiexec by tests/frameworks/torch/test_torch_dist.py: checks TorchDistributedCommunicator on every rank.
 
 ``torch_check_collectives.py [DEVICE]`` checks every operation against numpy and against
 MPICommunicator in the same job (MPI also carries the cross-rank comparison of results, so

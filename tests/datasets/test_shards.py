@@ -8,7 +8,7 @@ import zlib
 import numpy as np
 import pytest
 
-from conftest import run_cli
+from support import run_cli
 from deep500lite import datasets
 from deep500lite.datasets import CorruptFileError, MissingDatasetError, ShardDataset, write_shards
 from deep500lite.errors import UserError

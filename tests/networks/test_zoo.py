@@ -10,7 +10,7 @@ import deep500lite as d5
 from deep500lite import networks
 from deep500lite.errors import UserError
 
-from conftest import framework_params, require
+from support import framework_params
 
 # ----------------------------------------------------------------------------- published numbers
 # Exact counts are torchvision's published ``num_params`` (ImageNet, 1000 classes, 224x224);
@@ -276,7 +276,7 @@ PARITY = [
 ]
 
 
-@require("torch")
+@pytest.mark.requires("torch")
 @pytest.mark.parametrize("name,kwargs,shape,torch_kwargs", PARITY, ids=[f"{p[0]}-{i}" for i, p in enumerate(PARITY)])
 def test_outputs_match_the_same_architecture_in_torch(name, kwargs, shape, torch_kwargs):
     import torch

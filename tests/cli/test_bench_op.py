@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import deep500lite as d5
-from conftest import run_cli
+from support import run_cli
 from deep500lite.bench import op
 from deep500lite.bench.peak import Peak, roofline
 from deep500lite.errors import DeviceError, UserError

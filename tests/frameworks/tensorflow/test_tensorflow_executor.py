@@ -10,7 +10,6 @@ from onnx import TensorProto, helper  # noqa: E402
 
 import deep500lite as d5  # noqa: E402
 import exporters  # noqa: E402
-from conftest import require_tf2onnx, require_torch  # noqa: E402
 from deep500lite import networks  # noqa: E402
 from deep500lite.frameworks.tensorflow import KerasExecutor, TensorFlowExecutor  # noqa: E402
 
@@ -49,7 +48,7 @@ def _compare_with_reference(model, feeds):
 
 
 # ------------------------------------------------------------------ exported models
-@require_torch
+@pytest.mark.requires("torch")
 @pytest.mark.parametrize("dynamo", [False, True], ids=["legacy", "dynamo"])
 def test_torch_exported_cnn_matches_torch(tmp_path, dynamo):
     path, feeds, expected = exporters.torch_cnn(tmp_path, dynamo=dynamo)
@@ -57,7 +56,7 @@ def test_torch_exported_cnn_matches_torch(tmp_path, dynamo):
     np.testing.assert_allclose(out["y"], expected["y"], **TOL)
 
 
-@require_torch
+@pytest.mark.requires("torch")
 def test_torch_legacy_export_with_open_batch_runs_other_batches(tmp_path):
     path, feeds, expected = exporters.torch_cnn(tmp_path, batch=3)
     ex = d5.executor(d5.load_model(path), "tensorflow")
@@ -67,7 +66,7 @@ def test_torch_legacy_export_with_open_batch_runs_other_batches(tmp_path):
     assert ex._fn.experimental_get_tracing_count() == 1
 
 
-@require_tf2onnx
+@pytest.mark.requires("tf2onnx")
 def test_keras_exported_cnn_matches_keras(tmp_path):
     path, feeds, expected = exporters.keras_cnn(tmp_path)
     out = d5.executor(d5.load_model(path), "tensorflow").inference(feeds)
@@ -188,7 +187,7 @@ def test_conv_transpose_asymmetric_pads_output_padding_matches_reference(rng):
     _compare_with_reference(model, {"x": rng.standard_normal((2, 4, 5, 4)).astype(np.float32)})
 
 
-@require_torch
+@pytest.mark.requires("torch")
 def test_conv_transpose_grouped_dilated_matches_torch(rng):
     # onnx.reference fails on grouped, dilated ConvTranspose; torch computes the expected values.
     import torch

@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 
 import deep500lite as d5
-from conftest import FRAMEWORKS
 from deep500lite import datasets, networks
 from deep500lite.frameworks import reference as d5ref
 
@@ -23,7 +22,6 @@ def _rel_l2(a, b):
     return np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30)
 
 
-@pytest.mark.parametrize("framework", FRAMEWORKS)
 @pytest.mark.parametrize("model,shape,kwargs", [("mlp", (12,), {}), ("lenet", (1, 8, 8), {}),
                                                 ("simple_cnn", (3, 8, 8), {})])
 def test_gradients_match_the_reference_executor(framework, model, shape, kwargs):
@@ -43,7 +41,6 @@ def test_gradients_match_the_reference_executor(framework, model, shape, kwargs)
                                        rtol=1e-4, atol=1e-6)
 
 
-@pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_reference_optimizer_trains_on_every_executor(framework):
     net, feeds = _trainable("lenet", (1, 8, 8), seed=1)
     ex = d5.executor(net, framework)
@@ -52,14 +49,12 @@ def test_reference_optimizer_trains_on_every_executor(framework):
     assert losses[-1] < 0.5 * losses[0]
 
 
-@pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_backprop_from_a_non_scalar_is_refused(framework):
     net, feeds = _trainable("mlp", (12,))
     with pytest.raises(ValueError, match="scalar"):
         d5.executor(net, framework).inference_and_backprop(feeds, "output")
 
 
-@pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_executor_backprop_verdict(framework):
     net, feeds = _trainable("lenet", (1, 8, 8), seed=2)
     reference = d5.executor(net, "reference")

@@ -9,7 +9,6 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 import deep500lite as d5  # noqa: E402
 import exporters  # noqa: E402
-from conftest import require_tf2onnx  # noqa: E402
 from deep500lite import networks  # noqa: E402
 from deep500lite.frameworks.torch import TorchExecutor, TorchNativeExecutor  # noqa: E402
 
@@ -44,7 +43,7 @@ def test_legacy_export_runs_other_batch_sizes(tmp_path):
     np.testing.assert_allclose(ex.inference(feeds5)["y"], expected5["y"], **TOL)
 
 
-@require_tf2onnx
+@pytest.mark.requires("tf2onnx")
 def test_keras_exported_cnn_matches_keras(tmp_path):
     path, feeds, expected = exporters.keras_cnn(tmp_path)
     out = d5.executor(d5.load_model(path), "torch").inference(feeds)

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 import deep500lite as d5
-from conftest import run_cli
+from support import run_cli
 
 
 @pytest.mark.skipif(not d5.is_framework_available("onnxruntime"), reason="needs onnxruntime")

@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 
 import deep500lite as d5
-from conftest import FRAMEWORKS, require_torch
 from deep500lite import datasets as d5ds
 from deep500lite import networks as d5nt
 from deep500lite.frameworks import reference as d5ref
@@ -42,7 +41,6 @@ def _whole_test_set_accuracy(executor, framework, test_set):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_lenet_reaches_95_percent_on_digits_within_10_epochs(framework):
     t0 = time.perf_counter()
     batch_size, lr = 8, 0.01
@@ -72,7 +70,7 @@ def test_lenet_reaches_95_percent_on_digits_within_10_epochs(framework):
 
 
 @pytest.mark.slow
-@require_torch
+@pytest.mark.requires("torch")
 def test_deep500_manual_flow_as_written():
     """Issue 6, item 7, line for line (``test_training``/``TestAccuracy`` through the shim above)."""
     from deep500lite import datasets as d5ds, networks as d5nt

@@ -15,7 +15,6 @@ from deep500lite import cli
 from deep500lite.recipe.compare import compare_results, holm
 from deep500lite.recipe.results import read_results
 
-from conftest import require_torch
 
 TINY = """\
 from deep500lite.metrics.training import TestAccuracy
@@ -85,7 +84,7 @@ def _csv_rows(text):
     return list(csv.DictReader(io.StringIO(text)))
 
 
-@require_torch
+@pytest.mark.requires("torch")
 def test_compare_reference_and_torch_end_to_end(tmp_path, capsys):
     recipe = tmp_path / "tiny.py"
     recipe.write_text(TINY)

@@ -7,7 +7,6 @@ import struct
 import numpy as np
 import pytest
 
-from conftest import require_tensorflow
 from deep500lite.datasets import CorruptFileError, crc32c, masked_crc32c, parse_example, read_tfrecord
 from deep500lite.datasets import serialize_example, write_tfrecord
 from deep500lite.datasets.tfrecord import ExampleParseError
@@ -203,7 +202,7 @@ def test_malformed_example(garbage, fragment):
 # -------------------------------------------------------------------------------- against TensorFlow
 
 
-@require_tensorflow
+@pytest.mark.requires("tensorflow")
 @pytest.mark.parametrize("compression", [None, "GZIP", "ZLIB"])
 def test_tensorflow_writer_our_reader_and_back(tmp_path, rng, compression):
     import tensorflow as tf
@@ -230,7 +229,7 @@ def test_tensorflow_writer_our_reader_and_back(tmp_path, rng, compression):
             list(read_tfrecord(path))
 
 
-@require_tensorflow
+@pytest.mark.requires("tensorflow")
 def test_tensorflow_example_parsed_without_tensorflow(rng):
     import tensorflow as tf
 

@@ -5,11 +5,10 @@ import pytest
 from onnx import TensorProto, helper
 
 import deep500lite as d5
-from conftest import FRAMEWORKS, require_tensorflow, require_tf2onnx, require_torch, run_cli
+from support import run_cli
 from deep500lite import networks
 
 
-@pytest.mark.parametrize("framework", FRAMEWORKS)
 @pytest.mark.parametrize("model,shape", [("mlp", (20,)), ("lenet", (1, 8, 8)), ("lenet", (1, 28, 28)),
                                          ("simple_cnn", (3, 16, 16))])
 def test_zoo_models_match_reference(framework, model, shape):
@@ -20,10 +19,9 @@ def test_zoo_models_match_reference(framework, model, shape):
     assert result.metrics[o]["MaxError"] < 1e-4
 
 
-@pytest.mark.parametrize("framework", FRAMEWORKS)
-@pytest.mark.parametrize("producer", [pytest.param("torch", marks=require_torch),
-                                      pytest.param("torch_dynamo", marks=require_torch),
-                                      pytest.param("keras", marks=[require_tensorflow, require_tf2onnx])])
+@pytest.mark.parametrize("producer", [pytest.param("torch", marks=pytest.mark.requires("torch")),
+                                      pytest.param("torch_dynamo", marks=pytest.mark.requires("torch")),
+                                      pytest.param("keras", marks=pytest.mark.requires("tensorflow", "tf2onnx"))])
 def test_exported_models_match_their_producer(exported, framework, producer):
     path, feeds, expected = exported[producer]
     result = d5.test_executor_inference(d5.executor(d5.load_model(path), framework), feeds, expected,
@@ -31,7 +29,6 @@ def test_exported_models_match_their_producer(exported, framework, producer):
     assert result.passed, result.summary()
 
 
-@pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_comparison_detects_a_difference(framework):
     net, i, o = networks.create_model("mlp", 4, shape=(6,))
     ex = d5.executor(net, framework)
@@ -77,7 +74,6 @@ Pad ReduceMean ReduceSum ReduceMax Sum Where Equal Expand Range LSTM GRU Softmax
 NegativeLogLikelihoodLoss""".split()
 
 
-@pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_every_executor_declares_the_required_operators(framework):
     from deep500lite.registry import import_framework
 
@@ -86,7 +82,6 @@ def test_every_executor_declares_the_required_operators(framework):
     assert [op for op in REQUIRED_OPS if op not in module.SUPPORTED_OPS] == []
 
 
-@pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_gpu_request_without_gpu_is_a_clear_error(framework, lenet_file):
     from deep500lite.registry import import_framework
 

@@ -17,11 +17,10 @@ from onnx import TensorProto, helper, numpy_helper
 import deep500lite as d5
 from deep500lite.errors import UnsupportedOperatorError
 from deep500lite.lv1.autodiff import build_training_model, save_backward_graph, updated_name
-from conftest import require
 
 AUTODIFF_FRAMEWORKS = [
     "reference",
-    pytest.param("onnxruntime", marks=require("onnxruntime")),
+    pytest.param("onnxruntime", marks=pytest.mark.requires("onnxruntime")),
 ]
 
 OPSET = 17
@@ -205,7 +204,7 @@ def test_rule_matches_finite_differences(case):
     _check_fd(net)
 
 
-@require("onnxruntime")
+@pytest.mark.requires("onnxruntime")
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_rule_onnxruntime_agrees_with_reference_float32(case):
     # The reference gradients are checked against finite differences above; here ONNX Runtime

@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from test_mpi import REPO, requires_mpi
+from support import REPO, requires_mpi
 
 RECIPE = os.path.join(REPO, "recipes", "digits_mlp_distributed.py")
 HERE = os.path.dirname(os.path.abspath(__file__))

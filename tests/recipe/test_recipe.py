@@ -23,7 +23,7 @@ from deep500lite.recipe import (check_determinism, first_step_divergence, load_r
                                 train_recipe)
 from deep500lite.recipe.results import read_results
 
-from conftest import FRAMEWORKS, require_torch
+from support import framework_params
 
 ISSUE_EXAMPLE = """\
 import deep500lite as d5
@@ -83,7 +83,7 @@ class _Probe:
 
 
 # ------------------------------------------------------------------------------ Deep500 semantics
-@require_torch
+@pytest.mark.requires("torch")
 def test_issue_example_runs_after_changing_imports(tmp_path, exports):
     path = tmp_path / "example.py"
     path.write_text(ISSUE_EXAMPLE.replace("'epochs': 8", "'epochs': 1"))
@@ -94,7 +94,7 @@ def test_issue_example_runs_after_changing_imports(tmp_path, exports):
     assert d5.run_recipe(recipe.fixed, recipe.mutable, [(d5.TestAccuracy(), 50)], verbose=False) is True
 
 
-@require_torch
+@pytest.mark.requires("torch")
 def test_deep500_tutorial_recipe_ports(tmp_path):
     """The Deep500 tutorial's recipe (its key spellings, a framework's from_model and native optimizer
     with positional arguments), on digits instead of CIFAR-10 so that it needs no download."""
@@ -312,7 +312,6 @@ class TrainingEventCounter:
         self.steps += 1
 
 
-@pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_reference_optimizer_trains_on_every_executor(framework):
     fixed, mutable, metrics = tiny(executor=framework)
     run = train_recipe(resolve_recipe(fixed, mutable, metrics), environment=False)
@@ -337,7 +336,7 @@ def _nan_gradient(name, grad, param):
 
 
 # ------------------------------------------------------------------------------ seeds, determinism
-@pytest.mark.parametrize("framework", [p for p in FRAMEWORKS if p.values[0] in ("reference", "torch")])
+@pytest.mark.parametrize("framework", framework_params(["reference", "torch"]))
 def test_same_seed_same_accuracy_curve(framework):
     fixed, mutable, metrics = tiny(executor=framework)
     fixed["epochs"] = 2
@@ -383,7 +382,7 @@ def test_check_determinism_finds_the_first_difference():
 
 
 # ------------------------------------------------------------------------------ divergence
-@require_torch
+@pytest.mark.requires("torch")
 def test_first_step_divergence_matches_a_direct_computation():
     fixed, mutable, metrics = tiny(executor="torch", model="lenet")
     fixed.pop("model_kwargs")
