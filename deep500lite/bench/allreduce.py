@@ -249,8 +249,9 @@ def run_allreduce_benchmark(ranks: int, sizes, algorithms=DEFAULT_ALGORITHMS, ma
                config_path]
         rc = run_job(cmd, timeout=job_timeout)
         if rc != 0 or not os.path.exists(config["output"]):
-            raise UserError(f"the allreduce benchmark job failed (exit status {rc}): {' '.join(cmd)}; "
-                            "its ranks' errors are printed above.")
+            raise UserError("the allreduce benchmark job failed; its ranks' errors are printed above (a job that "
+                            f"works exits with status 0 and writes its results). Received: exit status {rc} from "
+                            f"{' '.join(cmd)}")
         with open(config["output"]) as f:
             data = json.load(f)
     return AllreduceBenchmark(ranks=data["ranks"], model=data["model"], rows=data["rows"],

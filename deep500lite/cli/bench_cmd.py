@@ -57,7 +57,7 @@ def run_overhead(args) -> int:
         return _run_op_overhead(args)
     if not args.framework:
         raise UserError("bench overhead needs --framework (torch, tensorflow, onnxruntime; with --training also "
-                        "reference), or --op.")
+                        "reference), or --op. Received: neither")
     if args.batch_size < 1:
         raise UserError(f"--batch-size must be a positive integer. Received: {args.batch_size}")
     models = [m.strip() for m in args.models.split(",") if m.strip()]

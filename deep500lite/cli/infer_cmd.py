@@ -37,22 +37,29 @@ def add_parser(subparsers):
 def load_feeds(path: str) -> dict[str, np.ndarray]:
     """Read feeds from an .npz file (one array per input name)."""
     if not os.path.isfile(path):
-        raise UserError(f"Inputs file {path!r} does not exist.")
+        raise UserError(f"Inputs file {path!r} does not exist; --inputs takes an .npz file with one array per "
+                        f"model input. Received: --inputs {path}")
     try:
-        with np.load(path, allow_pickle=False) as data:
-            if not hasattr(data, "files"):
-                raise UserError(f"Inputs file {path!r} holds one array; expected an .npz file with one "
-                                "array per model input (np.savez(path, input_name=array, ...)).")
+        data = np.load(path, allow_pickle=False)
+        if not hasattr(data, "files"):  # a .npy file: np.load gave the array itself, not an NpzFile
+            raise UserError(f"Inputs file {path!r} holds one array; expected an .npz file with one "
+                            "array per model input (np.savez(path, input_name=array, ...)). "
+                            f"Received: one array shaped {list(data.shape)}")
+        with data:
             return {k: data[k] for k in data.files}
+    except UserError:
+        raise
     except (ValueError, OSError, EOFError) as exc:
-        raise UserError(f"Inputs file {path!r} is not a readable .npz file: {exc}") from exc
+        raise UserError(f"Inputs file {path!r} is not a readable .npz file ({exc}); --inputs takes an .npz file "
+                        f"with one array per model input (np.savez). Received: --inputs {path}") from exc
 
 
 def _frameworks(args) -> list[str]:
     from deep500lite.registry import canonical_framework
 
     if args.framework and args.frameworks:
-        raise UserError("Give either --framework or --frameworks, not both.")
+        raise UserError("Give either --framework or --frameworks, not both. "
+                        f"Received: --framework {args.framework} --frameworks {args.frameworks}")
     names = args.frameworks.split(",") if args.frameworks else [args.framework or "reference"]
     keys = [canonical_framework(n) for n in names if n.strip()]
     if not keys:

@@ -80,9 +80,12 @@ def resolve_source(source: str, root: str | None):
                             f"Received: --root {root}")
         name = detect_dataset(source)
         if name is None:
+            entries = sorted(os.listdir(source))
+            held = format_choices(entries[:8]) + (", ..." if len(entries) > 8 else "") if entries else "nothing"
             raise UserError(f"Folder '{source}' holds no dataset deep500lite recognizes: expected "
                             "train-images-idx3-ubyte[.gz] (MNIST/Fashion-MNIST), data_batch_1.bin (CIFAR-10), "
-                            "train.bin (CIFAR-100), train/<class>/<image> (image folder) or train.d5shard.")
+                            "train.bin (CIFAR-100), train/<class>/<image> (image folder) or train.d5shard. "
+                            f"Received: '{source}' holding {held}")
         return name, source
     raise UserError(f"NAME_OR_DIR must be a dataset name ({format_choices(list_datasets())}) or an existing "
                     f"folder. Received: {source!r}")

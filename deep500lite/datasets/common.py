@@ -98,7 +98,7 @@ class UInt8ImageDataset(Dataset):
                  classes: int | None = None):
         super().__init__(input_node, label_node)
         if images.dtype != np.uint8:
-            raise UserTypeError(f"UInt8ImageDataset holds uint8 images. Received dtype {images.dtype}.")
+            raise UserTypeError(f"UInt8ImageDataset holds uint8 images. Received: dtype {images.dtype}")
         if len(labels) != len(images):
             raise UserError(f"UInt8ImageDataset needs one label per image. Received: {len(images)} images, "
                             f"{len(labels)} labels.")

@@ -493,7 +493,7 @@ def serialize_example(features: dict) -> bytes:
                 packed = b"".join(_enc_varint(int(v)) for v in arr.ravel())
                 feature = _enc_field(3, _enc_field(1, packed))
             else:
-                raise UserError(f"Feature {name!r}: values must be bytes/str, floats or integers. Received "
-                                f"dtype {arr.dtype}.")
+                raise UserError(f"Feature {name!r}: values must be bytes/str, floats or integers. Received: "
+                                f"dtype {arr.dtype}")
         entries.append(_enc_field(1, _enc_field(1, str(name).encode("utf-8")) + _enc_field(2, feature)))
     return _enc_field(1, b"".join(entries))

@@ -221,17 +221,19 @@ class Network(Deep500NetworkNames):
 
         Returns:
             The node that was added.
+
+        Raises:
+            UnsupportedOperatorError: no ``op`` given and nothing registered as ``domain::op_type``
+                (the message every executor gives for such a node, from
+                :func:`~deep500lite.lv0.custom.lookup_custom_op`).
+            ModelError: the operator's input/output counts differ from ``inputs``/``outputs``.
         """
         from deep500lite.lv0 import custom
 
         domain = custom.CUSTOM_DOMAIN if domain is None else domain
         if op is not None:
             custom.register_op(op, op_type, domain)
-        registered = custom.registered_op(domain, op_type)
-        if registered is None:
-            raise ModelError(f"No custom operator is registered as '{domain}::{op_type}'; pass op= or call "
-                             f"d5.register_op(op, '{op_type}') first. Received: op_type={op_type!r}, "
-                             f"domain={domain!r}")
+        registered = custom.lookup_custom_op(op_type, domain)
         n_in, n_out = len(registered.input_descriptors), len(registered.output_descriptors)
         if len(inputs) != n_in or len(outputs) != n_out:
             raise ModelError(f"Custom operator '{op_type}' takes {n_in} input(s) and gives {n_out} output(s). "
@@ -338,7 +340,7 @@ class Network(Deep500NetworkNames):
             UserTypeError: ``names`` is one string instead of a list.
         """
         if isinstance(names, str):
-            raise UserTypeError(f"fetch_tensors expects a list of names. Received the string {names!r}")
+            raise UserTypeError(f"fetch_tensors expects a list of names. Received: the string {names!r}")
         ex = self.executor
         out = []
         for name in names:
@@ -438,7 +440,8 @@ class Network(Deep500NetworkNames):
         for name, desc in self.input_descriptors().items():
             if desc is None or desc.shape is None:
                 raise FeedError(f"Input '{name}' declares no {'type' if desc is None else 'shape'}; "
-                                "random inputs cannot be made for it. Pass inputs explicitly.")
+                                "random inputs cannot be made for it. Pass inputs explicitly. "
+                                f"Received: {'no type' if desc is None else desc.dtype.name + ' with no shape'}")
             shape = [d if d is not None else (batch_size if i == 0 else 1) for i, d in enumerate(desc.shape)]
             if desc.dtype.kind == "f":
                 feeds[name] = rng.standard_normal(shape).astype(desc.dtype)
@@ -507,11 +510,12 @@ def _check_external_data(model: onnx.ModelProto, base_dir: str | None, where: st
             )
         if not os.path.isfile(target):
             raise ModelError(f"{where}: external data file {loc!r} for tensor '{t.name}' is missing "
-                             f"(looked in {root!r}).")
+                             f"(looked in {root!r}); put it in the model's folder. Received: location={loc!r}")
     try:
         external_data_helper.load_external_data_for_model(model, root)
     except Exception as exc:
-        raise ModelError(f"{where}: cannot read external data: {_short(exc)}") from exc
+        raise ModelError(f"{where}: cannot read external data; each external file must hold its tensors' raw "
+                         f"bytes at the offsets the model gives. Received: {_short(exc)}") from exc
 
 
 def load_model(model, base_dir: str | None = None, check: bool = True) -> Network:
@@ -564,28 +568,33 @@ def load_model(model, base_dir: str | None = None, check: bool = True) -> Networ
             f"Received: {type(model).__name__}"
         )
     if not proto.HasField("graph") or (len(proto.graph.node) == 0 and len(proto.graph.output) == 0):
-        raise ModelError(f"{where} holds no ONNX graph (no nodes and no outputs); is it an ONNX file?")
+        found = (f"a graph with {len(proto.graph.node)} nodes and {len(proto.graph.output)} outputs"
+                 if proto.HasField("graph") else "no graph")
+        raise ModelError(f"{where} holds no ONNX graph (no nodes and no outputs); is it an ONNX file? "
+                         f"Received: {found}")
     if proto.ir_version == 0:
-        raise ModelError(f"{where} has no IR version; the file is not an ONNX model or is damaged.")
+        raise ModelError(f"{where} has no IR version; the file is not an ONNX model or is damaged. "
+                         "Received: ir_version 0")
     _check_external_data(proto, base_dir, where)
     if check:
         try:
             onnx.checker.check_model(proto)
         except onnx.checker.ValidationError as exc:
-            raise ModelError(f"{where} is not a valid ONNX model: {_short(exc)}") from exc
+            raise ModelError(f"{where} is not a valid ONNX model: onnx.checker rejects it; fix the model (or load it "
+                             f"with check=False). Received: {_short(exc)}") from exc
     return Network(proto, source=source)
 
 
 def _parse(data: bytes, where: str) -> onnx.ModelProto:
     if not data:
-        raise ModelError(f"{where} is empty (0 bytes).")
+        raise ModelError(f"{where} is empty (0 bytes); give a serialized ONNX model. Received: 0 bytes")
     proto = onnx.ModelProto()
     try:
         proto.ParseFromString(data)
     except (DecodeError, RuntimeError, ValueError) as exc:
         raise ModelError(
             f"{where} cannot be decoded as an ONNX protobuf ({_short(exc)}); the file is truncated, "
-            "damaged or not an ONNX model."
+            f"damaged or not an ONNX model. Received: {len(data)} bytes starting {data[:8]!r}"
         ) from exc
     return proto
 

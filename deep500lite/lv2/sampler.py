@@ -254,7 +254,7 @@ class BucketSampler(Sampler):
         if arr.shape != (n,):
             raise UserError(f"keys must hold one number per sample: shape ({n},). Received: shape {arr.shape}")
         if not np.all(np.isfinite(arr)):
-            raise UserError(f"keys must be finite numbers. Received non-finite keys at indices "
+            raise UserError(f"keys must be finite numbers. Received: non-finite keys at indices "
                             f"{np.flatnonzero(~np.isfinite(arr))[:10].tolist()}")
         return arr
 

@@ -165,7 +165,7 @@ def _count_correct(prediction, labels) -> tuple[int, int]:
     lab = np.asarray(labels)
     if pred.ndim < 2:
         raise UserError("Accuracy needs class scores shaped (batch, classes, ...); pass the logits or probabilities "
-                        f"as network_output. Received an output of shape {list(pred.shape)}")
+                        f"as network_output. Received: an output of shape {list(pred.shape)}")
     guess = pred.argmax(axis=1)
     if lab.shape == pred.shape:  # one-hot or probability labels
         lab = lab.argmax(axis=1)

@@ -69,7 +69,8 @@ def _read(path: str, what: str) -> dict:
     from deep500lite.recipe.results import read_results
 
     if not os.path.exists(path):
-        raise UserError(f"The {what} wrote no results file: {path} is missing (its errors are printed above).")
+        raise UserError(f"The {what} wrote no results file: {path} is missing (its errors are printed above); a "
+                        f"rank that finishes writes one. Received: no file at {path!r}")
     return read_results(path)
 
 
@@ -109,10 +110,11 @@ def run_distributed(recipe: str, ranks: int, out: str, *, sets=(), seed: int = 0
         try:
             rc = run_job(cmd, timeout=timeout, env=env)
         except JobTimeout as exc:
-            raise UserError(f"The {what} was killed: {exc}. Raise --timeout if it is just slow.") from None
+            raise UserError(f"The {what} was killed: {exc}. Raise --timeout if it is just slow. "
+                            f"Received: --timeout {timeout}") from None
         if rc != 0:
-            raise UserError(f"The {what} failed (exit status {rc}); its ranks' errors are printed above. "
-                            f"Command: {' '.join(cmd)}")
+            raise UserError(f"The {what} failed; its ranks' errors are printed above (a job that works exits with "
+                            f"status 0). Received: exit status {rc} from {' '.join(cmd)}")
 
     os.makedirs(out, exist_ok=True)
     print(f"training on {ranks} rank{'s' if ranks > 1 else ''} (mpiexec -n {ranks})", flush=True)

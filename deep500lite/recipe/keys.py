@@ -37,7 +37,7 @@ def _normalize_keys(d: dict, where: str) -> dict:
     origin: dict = {}
     for key, value in d.items():
         if not isinstance(key, str):
-            raise UserError(f"{where} keys must be strings. Received the key {key!r}")
+            raise UserError(f"{where} keys must be strings. Received: the key {key!r}")
         name = key
         for singular, plural in (("_kwarg", "_kwargs"), ("_arg", "_args")):
             if key.endswith(singular) and key[: -len(singular)] in COMPONENT_KEYS:

@@ -104,12 +104,14 @@ def load_recipe(path_or_name) -> Recipe:
             sys.modules.pop(module_name, None)
             raise
     except SyntaxError as exc:
-        raise UserError(f"Recipe '{path}' has a syntax error at line {exc.lineno}: {exc.msg}") from exc
+        raise UserError(f"Recipe '{path}' has a syntax error at line {exc.lineno}: {exc.msg}; a recipe is a Python "
+                        f"file. Received: {(exc.text or '').strip()!r}") from exc
     except UserError as exc:
         raise UserError(f"Recipe '{path}' failed while loading: {exc}") from exc
     except Exception as exc:  # noqa: BLE001 - any error in the user's file is the user's to fix
         line = _user_line(exc, path)
-        raise UserError(f"Recipe '{path}' failed while loading{line}: {type(exc).__name__}: {exc}") from exc
+        raise UserError(f"Recipe '{path}' failed while loading{line}: {type(exc).__name__}; a recipe file must run "
+                        f"without error when imported. Received: {str(exc) or '(no message)'}") from exc
     finally:
         try:
             sys.path.remove(folder)
@@ -117,9 +119,10 @@ def load_recipe(path_or_name) -> Recipe:
             pass
     missing = [n for n in ("FIXED", "MUTABLE", "METRICS") if not hasattr(module, n)]
     if missing:
+        defined = [n for n in ("FIXED", "MUTABLE", "METRICS") if n not in missing]
         raise UserError(f"Recipe '{path}' does not define {', '.join(missing)}. A recipe file defines FIXED (dict of "
                         "fixed components), MUTABLE (dict of mutable components) and METRICS (list of "
-                        "(metric, threshold)).")
+                        f"(metric, threshold)). Received: a file defining {', '.join(defined) or 'none of them'}")
     for name, kind in (("FIXED", dict), ("MUTABLE", dict), ("METRICS", (list, tuple))):
         if not isinstance(getattr(module, name), kind):
             raise UserError(f"Recipe '{path}': {name} must be a {'dict' if kind is dict else 'list'}. "

@@ -25,7 +25,7 @@ def _set_dotted(target: dict, key: str, value, allowed_base: set, fixed: dict, r
     base = next(iter(base_norm))
     if base in fixed:
         raise UserError(f"Cannot set '{key}': '{base}' is a FIXED key of {recipe}; only mutable keys can be set: "
-                        f"{format_choices(sorted(allowed_base))}.")
+                        f"{format_choices(sorted(allowed_base))}. Received: {key!r}")
     if base not in allowed_base:
         raise UserError(f"Cannot set '{key}': '{base}' is not a MUTABLE key of {recipe}; only mutable keys can be set: "
                         f"{format_choices(sorted(allowed_base))}. Received: {key!r}")

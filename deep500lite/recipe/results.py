@@ -213,12 +213,15 @@ def read_results(path) -> dict:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise UserError(f"Results file '{path}' is not valid JSON ({exc}); it may be truncated.") from exc
+        raise UserError(f"Results file '{path}' is not valid JSON ({exc}); it may be truncated. Give a results.json "
+                        f"written by `deep500lite run` or `deep500lite compare`. Received: {given!r}") from exc
     except OSError as exc:
         raise UserError(f"Results file '{path}' cannot be read ({exc.strerror or exc}); give a readable results.json. "
                         f"Received: {given!r}") from exc
     if not isinstance(data, dict) or data.get("format") != RESULTS_FORMAT:
-        raise UserError(f"'{path}' is not a deep500lite results file (its \"format\" is not '{RESULTS_FORMAT}').")
+        found = f"format {data.get('format')!r}" if isinstance(data, dict) else f"a JSON {type(data).__name__}"
+        raise UserError(f"'{path}' is not a deep500lite results file (its \"format\" is not '{RESULTS_FORMAT}'). "
+                        f"Received: {found}")
     if data.get("version", 0) > RESULTS_VERSION:
         raise UserError(f"Results file '{path}' has version {data.get('version')}; this deep500lite reads up to "
                         f"version {RESULTS_VERSION}. Upgrade deep500lite. Received: version {data.get('version')}")

@@ -54,7 +54,8 @@ def op_runner(case, inputs, device, threads) -> OpRunner:
     """
     if device.is_gpu:
         if "CUDAExecutionProvider" not in ort.get_available_providers():
-            raise DeviceError("ONNX Runtime has no CUDAExecutionProvider here (install onnxruntime-gpu)")
+            raise DeviceError("ONNX Runtime has no CUDAExecutionProvider here (install onnxruntime-gpu). "
+                              f"Received: device={str(device)!r}")
         providers, kind = [("CUDAExecutionProvider", {"device_id": device.index})], "cuda"
     else:
         providers, kind = ["CPUExecutionProvider"], "cpu"

@@ -66,7 +66,8 @@ class OnnxRuntimeExecutor(HostGraphExecutor):
                 if reason:
                     raise UnsupportedOperatorError(
                         f"The onnxruntime executor cannot run operator '{node.op_type}' "
-                        f"(node '{node.name or node.output[0]}'): {reason}.")
+                        f"(node '{node.name or node.output[0]}'): {reason}. "
+                        f"Received: op_type={node.op_type!r} at opset {opset}")
 
     @classmethod
     def supports_custom_domain(cls, domain: str) -> bool:

@@ -49,7 +49,7 @@ def op_runner(case, inputs, device, threads) -> OpRunner:
         DeviceError: a GPU was asked for (the framework is skipped).
     """
     if device.is_gpu:
-        raise DeviceError("the reference framework runs on the CPU only")
+        raise DeviceError(f"the reference framework runs on the CPU only. Received: device={str(device)!r}")
     if case.suite == "gemm":
         a, b = inputs
         return OpRunner(lambda: np.matmul(a, b), None, lambda: np.matmul(a, b), "numpy.matmul")

@@ -70,10 +70,10 @@ class BatchTransform:
                             f"Received: input_node={self.input_node!r}")
         x = np.asarray(batch[self.input_node])
         if x.ndim != 4:
-            raise UserError(f"{type(self).__name__} works on NCHW images (4-D). Received feed "
+            raise UserError(f"{type(self).__name__} works on NCHW images (4-D). Received: feed "
                             f"{self.input_node!r} shaped {list(x.shape)}")
         if x.dtype.kind != "f":
-            raise UserTypeError(f"{type(self).__name__} works on floating-point images. Received feed "
+            raise UserTypeError(f"{type(self).__name__} works on floating-point images. Received: feed "
                                 f"{self.input_node!r} of dtype {x.dtype}; convert it to float32 first.")
         out = dict(batch)
         out[self.input_node] = self.apply(x)

@@ -56,7 +56,8 @@ def op_runner(case, inputs, device, threads) -> OpRunner:
     """
     if device.is_gpu:
         if len(tf.config.list_physical_devices("GPU")) <= device.index:
-            raise DeviceError(f"TensorFlow sees no GPU {device.index} (tensorflow-cpu or no CUDA build)")
+            raise DeviceError(f"TensorFlow sees no GPU {device.index} (tensorflow-cpu or no CUDA build). "
+                              f"Received: device={str(device)!r}")
         where = f"/GPU:{device.index}"
     else:
         where = "/CPU:0"

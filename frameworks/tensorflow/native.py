@@ -151,7 +151,8 @@ class TensorFlowNativeExecutor(GraphExecutor):
         device = as_device(device)
         if not TensorFlowExecutor.supports_device(device):
             raise DeviceError(f"The {self.framework} executor cannot run on {device}: "
-                              + TensorFlowExecutor.device_unavailable_reason(device))
+                              + TensorFlowExecutor.device_unavailable_reason(device)
+                              + f" Received: device={str(device)!r}")
         self.devname = device
         self._tfdev = tf_device_name(device)
         self.model = model

@@ -35,6 +35,13 @@ def torch_device(device: Device) -> torch.device:
     return torch.device("cuda", device.index) if device.is_gpu else torch.device("cpu")
 
 
+def _feed_error(feeds, names) -> FeedError:
+    """The error for feeds that torch has no tensor type for (``to_torch`` raised a TypeError)."""
+    dtypes = ", ".join(f"'{name}' {np.asarray(feeds[name]).dtype}" for name in names)
+    return FeedError("The torch executor cannot take these feeds: torch has no tensor type for one of them; it "
+                     f"takes numeric and bool arrays. Received: {dtypes}")
+
+
 class TorchExecutor(GraphExecutor):
     """Runs a network with PyTorch operators on the CPU or a CUDA GPU.
 
@@ -233,7 +240,7 @@ class TorchExecutor(GraphExecutor):
         try:
             args = [to_torch(feeds[name], device) for name in self.network.inputs]
         except TypeError as exc:
-            raise FeedError(f"The torch executor cannot take these feeds: {exc}") from exc
+            raise _feed_error(feeds, self.network.inputs) from exc
         try:
             with torch.inference_mode():
                 results = self._run(*args)
@@ -290,7 +297,7 @@ class TorchExecutor(GraphExecutor):
         try:
             args = [to_torch(feeds[name], device) for name in net.inputs]
         except TypeError as exc:
-            raise FeedError(f"The torch executor cannot take these feeds: {exc}") from exc
+            raise _feed_error(feeds, net.inputs) from exc
         if self._grad_state != (net.version, y):
             self._prepare_gradients(y)
         entry = self._train_fns.get(y)

@@ -145,7 +145,7 @@ class TorchNativeExecutor(GraphExecutor):
         dev = as_device(device)
         if not TorchExecutor.supports_device(dev):
             raise DeviceError(f"The torch executor cannot run on {dev}: "
-                              + TorchExecutor.device_unavailable_reason(dev))
+                              + TorchExecutor.device_unavailable_reason(dev) + f" Received: device={str(dev)!r}")
         self.devname = dev
         self._device = torch_device(dev)
         self.module = module.to(self._device)

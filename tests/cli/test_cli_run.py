@@ -168,7 +168,7 @@ def test_the_worker_prints_usage_errors_in_one_line(tmp_path):
     assert proc.stderr.strip().splitlines() == [
         "deep500lite run: error: Cannot set 'model': 'model' is a FIXED key of recipe 'tiny'; only mutable keys can "
         "be set: 'batch_size', 'executor', 'executor_args', 'executor_kwargs', 'optimizer', 'optimizer_args', "
-        "'optimizer_kwargs'."]
+        "'optimizer_kwargs'. Received: 'model'"]
 
 
 def test_the_worker_prints_what_run_prints(tmp_path, capsys):

@@ -391,7 +391,7 @@ def test_readers_name_a_missing_or_unreadable_file(tmp_path):
 def test_bad_dataset_arguments_are_user_errors():
     from deep500lite.errors import UserTypeError
 
-    with pytest.raises(UserTypeError, match="holds uint8 images. Received dtype float32"):
+    with pytest.raises(UserTypeError, match="holds uint8 images. Received: dtype float32"):
         datasets.UInt8ImageDataset(np.zeros((2, 1, 2, 2), np.float32), "x", np.zeros(2), "y")
     with pytest.raises(UserError, match="one label per image. Received: 2 images, 3 labels"):
         datasets.UInt8ImageDataset(np.zeros((2, 1, 2, 2), np.uint8), "x", np.zeros(3), "y")

@@ -346,3 +346,17 @@ def test_cpp_op_with_a_wrong_backward_fails_the_gradient_check(tmp_path):
     assert d5.test_op_forward(wrong, [x], [x * x], verbose=False).passed
     result = d5.test_op_gradient(wrong, [x], verbose=False)
     assert not result.passed and "input" in result.reason
+
+
+def test_adding_an_unregistered_custom_node_gives_the_executors_message():
+    """Network.add_custom_operation looks the op up like every executor: one message."""
+    from deep500lite.lv0.custom import lookup_custom_op
+
+    net = d5.Network(onnx.helper.make_model(onnx.helper.make_graph(
+        [], "g", [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2])],
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2])])))
+    with pytest.raises(d5.UnsupportedOperatorError) as expected:
+        lookup_custom_op("NeverRegisteredOp", d5.CUSTOM_DOMAIN)
+    with pytest.raises(d5.UnsupportedOperatorError) as got:
+        net.add_custom_operation("NeverRegisteredOp", ["x"], ["y"])
+    assert str(got.value) == str(expected.value)

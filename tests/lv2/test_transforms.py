@@ -179,9 +179,9 @@ def test_bad_transform_arguments(make, match):
 def test_bad_batches():
     with pytest.raises(UserError, match=r"the batch has no feed 'input'. Feeds: \['image'\]"):
         Cutout(2, seed=0)({"image": _images()})
-    with pytest.raises(UserError, match=r"NCHW images \(4-D\). Received feed 'input' shaped \[3, 9, 7\]"):
+    with pytest.raises(UserError, match=r"NCHW images \(4-D\). Received: feed 'input' shaped \[3, 9, 7\]"):
         Cutout(2, seed=0)({"input": _images()[0]})
-    with pytest.raises(TypeError, match=r"floating-point images. Received feed 'input' of dtype uint8"):
+    with pytest.raises(TypeError, match=r"floating-point images. Received: feed 'input' of dtype uint8"):
         RandomHorizontalFlip(seed=0)({"input": np.zeros((1, 1, 2, 2), np.uint8)})
     with pytest.raises(TypeError, match="takes a batch dict"):
         Normalize(0.0, 1.0)(_images())

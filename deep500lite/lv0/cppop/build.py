@@ -162,7 +162,8 @@ def _resolve_compiler(is_cuda: bool, compiler) -> _Compiler:
             raise UserError(
                 "is_cuda=True needs the CUDA compiler nvcc, and none was found. Looked for: nvcc on PATH, "
                 "$CUDA_HOME/bin/nvcc, $CUDA_PATH/bin/nvcc, /usr/local/cuda/bin/nvcc. Install the CUDA toolkit "
-                "and put nvcc on PATH (or set CUDA_HOME), or pass compiler='/path/to/nvcc'."
+                "and put nvcc on PATH (or set CUDA_HOME), or pass compiler='/path/to/nvcc'. "
+                "Received: compiler=None, is_cuda=True"
             )
     elif os.environ.get("CXX"):
         argv, origin = shlex.split(os.environ["CXX"]), "$CXX"
@@ -175,7 +176,7 @@ def _resolve_compiler(is_cuda: bool, compiler) -> _Compiler:
             raise UserError(
                 "No C++ compiler found to build a C++ operator. Looked for: $CXX (unset), c++, g++, clang++ on "
                 "PATH. Install one (Debian/Ubuntu: apt install g++; conda: conda install gxx) or set CXX to the "
-                "path of a C++17 compiler."
+                "path of a C++17 compiler. Received: compiler=None, CXX unset"
             )
     exe = shutil.which(argv[0])
     if exe is None:

@@ -318,7 +318,8 @@ class CppOp(CustomOp):
                         why = self._last_error().decode("utf-8", "replace") if rc != _OK else "no device found"
                         raise DeviceError(
                             f"C++ operator '{self.name}': {_MEMBER_NAMES[member]} needs a CUDA GPU, and the CUDA "
-                            f"runtime sees none ({why})."
+                            f"runtime sees none ({why}); call the CPU member or run where a GPU is visible. "
+                            f"Received: {count.value} CUDA devices"
                         )
                     self._cuda_devices = int(count.value)
 

@@ -472,7 +472,7 @@ def test_op_gradient(op, inputs, grad_inputs=None, eps: float | None = None, met
     if not diff:
         raise UserError("test_op_gradient: the operator has no non-empty floating-point input to differentiate; "
                         "give at least one non-empty float16/32/64 input. "
-                        f"Received inputs: {[f'{x.dtype.name}{list(x.shape)}' for x in xs]}")
+                        f"Received: inputs {[f'{x.dtype.name}{list(x.shape)}' for x in xs]}")
     rng = np.random.default_rng(seed)
     counter = ForwardCounter(op)
     outs = counter.run(xs)

@@ -64,7 +64,8 @@ class GraphInfo:
             raise UnsupportedOperatorError(
                 f"ONNX autodiff needs the rank of '{name}'"
                 + (f" (input of {node.op_type} node '{node_name(node)}')" if node is not None else "")
-                + ", which shape inference could not find; declare the input shapes of the model.")
+                + ", which shape inference could not find; declare the input shapes of the model. "
+                f"Received: '{name}' of unknown shape")
         return len(s)
 
     def np_dtype(self, name):
@@ -184,7 +185,7 @@ class GraphBuilder:
             return self.op("Reshape", [r, self.shape(target)])
         raise UnsupportedOperatorError(
             f"ONNX autodiff cannot unbroadcast the gradient of '{target}': its rank is unknown to shape "
-            "inference; declare the model's input shapes.")
+            f"inference; declare the model's input shapes. Received: '{target}' of unknown rank")
 
 
 @dataclasses.dataclass
@@ -216,7 +217,8 @@ class RuleContext:
             g = self.b.zeros_like(self.node.output[i])
         return g
 
-    def unsupported(self, why: str):
+    def unsupported(self, why: str, received: str):
+        """Raise UnsupportedOperatorError: the rule needs what ``why`` says, and got ``received``."""
         raise UnsupportedOperatorError(
             f"ONNX autodiff cannot differentiate operator '{self.node.op_type}' (node "
-            f"'{node_name(self.node)}'): {why}.")
+            f"'{node_name(self.node)}'): {why}. Received: {received}")

@@ -198,7 +198,7 @@ def _matmul(c: RuleContext):
     a, w = c.node.input[:2]
     sa, sw, sy = info.shape(a), info.shape(w), info.shape(c.node.output[0])
     if sa is None or sw is None:
-        c.unsupported("the ranks of its inputs are unknown to shape inference")
+        c.unsupported("the ranks of its inputs are unknown to shape inference", f"input shapes {sa} and {sw}")
     a2, w2, dy2 = a, w, dy
     sa2, sw2 = tuple(sa), tuple(sw)
     if len(sa) == 1:
@@ -264,7 +264,7 @@ def _spatial(c: RuleContext, x: str, kernel):
     if auto in ("SAME_UPPER", "SAME_LOWER"):
         xs = c.info.shape(x)
         if xs is None or any(d is None for d in xs[2:]):
-            c.unsupported("auto_pad needs static spatial input dimensions")
+            c.unsupported("auto_pad needs static spatial input dimensions", f"auto_pad={auto!r}, input shape {xs}")
         pads = [0] * (2 * n)
         for i in range(n):
             size = xs[2 + i]
@@ -281,7 +281,8 @@ def _output_padding(c: RuleContext, x, y, kernel, strides, dil, pads):
     xs, ys = c.info.shape(x), c.info.shape(y)
     n = len(kernel)
     if xs is None or ys is None or any(d is None for d in list(xs[2:]) + list(ys[2:])):
-        c.unsupported("its gradient needs static spatial dimensions of input and output")
+        c.unsupported("its gradient needs static spatial dimensions of input and output",
+                      f"input shape {xs}, output shape {ys}")
     return [xs[2 + i] - ((ys[2 + i] - 1) * strides[i] + (kernel[i] - 1) * dil[i] + 1 - pads[i] - pads[i + n])
             for i in range(n)]
 
@@ -292,7 +293,7 @@ def _conv(c: RuleContext):
     x, w = c.node.input[:2]
     ws = info.shape(w)
     if ws is None or any(d is None for d in ws):
-        c.unsupported("the weight shape is unknown to shape inference")
+        c.unsupported("the weight shape is unknown to shape inference", f"weight shape {ws}")
     kernel = list(c.attr("kernel_shape") or ws[2:])
     n = len(kernel)
     group = c.attr("group", 1)
@@ -338,7 +339,8 @@ def _conv(c: RuleContext):
 def _maxpool(c: RuleContext):
     b, dy, x = c.b, c.dy(), c.node.input[0]
     if c.attr("storage_order", 0):
-        c.unsupported("storage_order=1 (column-major indices) is not supported")
+        c.unsupported("storage_order=1 (column-major indices) is not supported; only storage_order=0 is",
+                      f"storage_order={c.attr('storage_order')}")
     idx = c.saved["indices"]
     kernel = list(c.attr("kernel_shape"))
     strides = list(c.attr("strides") or [1] * len(kernel))
@@ -387,10 +389,10 @@ def _average_pool(c: RuleContext):
     kernel = list(c.attr("kernel_shape"))
     strides, dil, pads = _spatial(c, x, kernel)
     if c.attr("ceil_mode", 0):
-        c.unsupported("ceil_mode=1 is not supported")
+        c.unsupported("ceil_mode=1 is not supported; only ceil_mode=0 is", f"ceil_mode={c.attr('ceil_mode')}")
     xs = c.info.shape(x)
     if xs is None or xs[1] is None:
-        c.unsupported("the channel count is unknown to shape inference")
+        c.unsupported("the channel count is unknown to shape inference", f"input shape {xs}")
     channels = xs[1]
     dtype = c.info.np_dtype(x)
     ones_k = b.const(np.ones([channels, 1] + kernel, dtype), hint="k")
@@ -465,7 +467,7 @@ def _class_loss_grads(c: RuleContext, logp: str, dlogp_of_scores: Callable[[str]
     reduction = c.attr("reduction", b"mean")
     reduction = reduction.decode() if isinstance(reduction, bytes) else reduction
     if reduction not in ("none", "sum", "mean"):
-        c.unsupported(f"reduction must be one of 'none', 'sum', 'mean'. Received: {reduction!r}")
+        c.unsupported("reduction must be one of 'none', 'sum', 'mean'", repr(reduction))
     safe = labels
     keep = None
     if ignore is not None:
@@ -568,10 +570,11 @@ def _concat(c: RuleContext):
     for x in c.node.input:
         s = info.shape(x)
         if s is None:
-            c.unsupported(f"the shape of input '{x}' is unknown to shape inference")
+            c.unsupported(f"the shape of input '{x}' is unknown to shape inference", f"input '{x}' of unknown shape")
         axis_n = axis % len(s)
         if s[axis_n] is None:
-            c.unsupported(f"the size of input '{x}' along axis {axis} is unknown to shape inference")
+            c.unsupported(f"the size of input '{x}' along axis {axis} is unknown to shape inference",
+                          f"input '{x}' of shape {s}")
         sizes.append(s[axis_n])
     parts = b.op("Split", [c.dy(), b.ints(sizes)], n_out=len(sizes), axis=axis)
     parts = [parts] if isinstance(parts, str) else parts
@@ -584,21 +587,22 @@ def _pad(c: RuleContext):
     mode = c.attr("mode", b"constant")
     mode = mode.decode() if isinstance(mode, bytes) else mode
     if mode != "constant":
-        c.unsupported(f"only mode='constant' has a gradient rule. Received: mode={mode!r}")
+        c.unsupported("only mode='constant' has a gradient rule", f"mode={mode!r}")
     pads = c.info.const_value(c.input(1)) if c.input(1) else None
     if pads is None:
-        c.unsupported("the pads input must be a constant (initializer or Constant node)")
+        c.unsupported("the pads input must be a constant (initializer or Constant node)",
+                      f"pads input '{c.input(1)}', known only at run time" if c.input(1) else "no pads input")
     rank = c.info.rank(x, c.node)
     axes = list(range(rank))
     if c.input(3):
         av = c.info.const_value(c.input(3))
         if av is None:
-            c.unsupported("the axes input must be a constant")
+            c.unsupported("the axes input must be a constant", f"axes input '{c.input(3)}', known only at run time")
         axes = [int(a) % rank for a in av]
     pads = [int(p) for p in pads]
     k = len(axes)
     if any(p < 0 for p in pads):
-        c.unsupported("negative pads are not supported")
+        c.unsupported("negative pads are not supported", f"pads={pads}")
     ends = [-pads[k + i] if pads[k + i] else np.iinfo(np.int64).max for i in range(k)]
     g = b.op("Slice", [c.dy(), b.ints(pads[:k]), b.ints(ends), b.ints(axes)])
     return [g] + [None] * (len(c.node.input) - 1)
@@ -611,7 +615,7 @@ def _reduce_axes(c: RuleContext):
     if axes is None and c.input(1):
         v = c.info.const_value(c.input(1))
         if v is None:
-            c.unsupported("the axes input must be a constant")
+            c.unsupported("the axes input must be a constant", f"axes input '{c.input(1)}', known only at run time")
         axes = [int(a) for a in v.reshape(-1)]
     if not axes:
         if c.attr("noop_with_empty_axes", 0):

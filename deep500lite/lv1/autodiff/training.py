@@ -111,7 +111,8 @@ def training_forward(b: GraphBuilder, node, saved: dict, running: dict, seed: in
             v = info.const_value(node.input[1])
             if v is None:
                 raise UnsupportedOperatorError(
-                    f"ONNX autodiff needs a constant ratio for Dropout node '{node_name(node)}'.")
+                    f"ONNX autodiff needs a constant ratio for Dropout node '{node_name(node)}' (an initializer or "
+                    f"Constant node). Received: ratio input '{node.input[1]}', known only at run time")
             ratio = float(v)
         if ratio == 0.0:
             b.op("Identity", [x], outputs=[node.output[0]])

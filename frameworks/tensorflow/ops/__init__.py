@@ -107,7 +107,7 @@ def build_node(node: onnx.NodeProto, opset: int, training: bool = False, rng=Non
             x = values[0]
             rank = x.rank
             if rank is None:
-                ctx.fail("the input rank is unknown")
+                ctx.fail("the input rank must be known while tracing", "an input of unknown rank")
             xs = x.channels_last
             rest = [None if v is None else v.plain for v in values[1:]]
             outs = as_list(fn(ctx, xs, *rest))

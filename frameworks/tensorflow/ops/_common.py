@@ -90,10 +90,10 @@ class Node:
         """An attribute's value, or ``default``."""
         return self.attrs.get(key, default)
 
-    def fail(self, what: str):
-        """Raise UnsupportedOperatorError naming this node."""
+    def fail(self, what: str, received: str):
+        """Raise UnsupportedOperatorError naming this node: it needs what ``what`` says, and got ``received``."""
         raise UnsupportedOperatorError(
-            f"The tensorflow executor cannot run {self.op_type} node '{self.name}': {what}"
+            f"The tensorflow executor cannot run {self.op_type} node '{self.name}': {what}. Received: {received}"
         )
 
 
@@ -116,7 +116,7 @@ def _ints(t):
 def _rank(ctx, t):
     r = t.shape.rank
     if r is None:
-        ctx.fail("the input rank must be known while tracing")
+        ctx.fail("the input rank must be known while tracing", "an input of unknown rank")
     return r
 
 

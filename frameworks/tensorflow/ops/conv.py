@@ -61,7 +61,7 @@ def _conv(ctx, x, w, b=None):
     strides, dilations = _spatial_attrs(ctx, n)
     kernel = list(ctx.get("kernel_shape") or w.shape.as_list()[2:])
     if any(k is None for k in kernel):
-        ctx.fail("the kernel shape must be known")
+        ctx.fail("the kernel shape must be known", f"kernel_shape {kernel}")
     w = tf.transpose(w, list(range(2, rank)) + [1, 0])  # [k..., C_in / group, C_out]
     sizes = _dims(x)[1:-1]
     pads, auto = _explicit_pads(ctx, sizes, kernel, strides, dilations)
@@ -211,7 +211,8 @@ def _max_pool(ctx, x):
     if ctx.n_outputs < 2:
         return y
     if n != 2 or any(d != 1 for d in dilations):
-        ctx.fail("the Indices output needs a 2-D pooling without dilations")
+        ctx.fail("the Indices output needs a 2-D pooling without dilations",
+                 f"{n} spatial dimensions, dilations {list(dilations)}")
     _, idx = tf.nn.max_pool_with_argmax(padded, kernel, strides, "VALID", output_dtype=tf.int64)
     shp = tf.shape(padded, out_type=tf.int64)
     wp, c = shp[2], shp[3]

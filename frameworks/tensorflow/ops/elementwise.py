@@ -150,7 +150,7 @@ def _cast_to(ctx, x, dtype):
             return x
         if x.dtype == tf.string:
             return tf.strings.to_number(x, out_type=dtype)
-        ctx.fail("casting to strings is not supported")
+        ctx.fail("casting to strings is not supported", f"a cast from {x.dtype.name} to string")
     if dtype == tf.bool and x.dtype != tf.bool:
         return tf.not_equal(x, tf.zeros([], x.dtype))
     return tf.cast(x, dtype)

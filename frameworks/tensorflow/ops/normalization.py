@@ -92,7 +92,7 @@ def _dropout_training(ctx, x, ratio=None, training_mode=None):
     if static is not None and float(static) == 0.0:
         return x, tf.ones_like(x, dtype=tf.bool)
     if ctx.rng is None:
-        ctx.fail("training-mode Dropout needs a random generator")
+        ctx.fail("training-mode Dropout needs a random generator", "rng=None")
     ratio = tf.cast(ratio, tf.float32)
     mask = ctx.rng.uniform(tf.shape(x), dtype=tf.float32) >= ratio
     scale = tf.where(ratio < 1, 1 / (1 - ratio), tf.zeros([], tf.float32))

@@ -49,7 +49,8 @@ def _size(ctx, x):
 def _constant(ctx):
     v = constant_attribute_value(ctx.attrs)
     if v is None:
-        ctx.fail(f"unsupported attribute(s) {sorted(ctx.attrs)}")
+        ctx.fail("a Constant needs one of the value attributes with a tensorflow type",
+                 f"attribute(s) {sorted(ctx.attrs)}")
     return tf.constant(v)
 
 
@@ -121,7 +122,7 @@ def _concat(ctx, *xs):
 def _split(ctx, x, split=None):
     rank = x.rank
     if rank is None:
-        ctx.fail("the input rank must be known while tracing")
+        ctx.fail("the input rank must be known while tracing", "an input of unknown rank")
     axis = _axis(ctx.get("axis", 0), rank)
     stored_axis = axis if x.perm is None else x.perm[axis]
     t = x.tensor
@@ -137,7 +138,7 @@ def _split(ctx, x, split=None):
         if dim is None:
             if ctx.get("num_outputs") is None:
                 return [Value(p, x.perm) for p in tf.split(t, n, axis=stored_axis)]
-            ctx.fail("num_outputs needs a static dimension")
+            ctx.fail("num_outputs needs a static dimension", f"num_outputs={n} for a dimension of unknown size")
         chunk = _cdiv(dim, n)
         sizes = [min(chunk, dim - i * chunk) for i in range(n)]
     return [Value(p, x.perm) for p in tf.split(t, sizes, axis=stored_axis, num=ctx.n_outputs)]
@@ -172,7 +173,7 @@ def _unsqueeze(ctx, x, axes=None):
             rank = _rank(ctx, x)
             n = axes.shape[0]
             if n is None:
-                ctx.fail("the number of axes must be known while tracing")
+                ctx.fail("the number of axes must be known while tracing", "axes of unknown length")
             out_rank = rank + n
             ax = tf.cast(axes, tf.int64)
             ax = tf.where(ax < 0, ax + out_rank, ax)
@@ -301,7 +302,7 @@ def _pad(ctx, x, pads=None, value=None, axes=None):
             m = tf.math.floormod(pos, tf.maximum(period, 1))
             x = tf.gather(x, tf.where(m >= n, period - m, m), axis=i)
         else:
-            ctx.fail(f"mode must be one of 'constant', 'reflect', 'edge', 'wrap'. Received: {mode!r}")
+            ctx.fail("mode must be one of 'constant', 'reflect', 'edge', 'wrap'", repr(mode))
     return x
 
 

@@ -53,5 +53,6 @@ def build_node(spec: NodeSpec) -> Callable:
         converter = CONVERTERS[spec.op]
     except KeyError:
         raise UnsupportedOperatorError(
-            f"The torch executor does not support operator '{spec.op}' (node '{spec.name}').") from None
+            f"The torch executor does not support operator '{spec.op}' (node '{spec.name}'); it converts the "
+            f"operators in its SUPPORTED_OPS. Received: op_type={spec.op!r}") from None
     return converter(spec)

@@ -101,7 +101,8 @@ class NodeSpec:
 
     def unsupported(self, what: str) -> UnsupportedOperatorError:
         return UnsupportedOperatorError(
-            f"The torch executor does not support {self.op} (node '{self.name}') with {what}.")
+            f"The torch executor does not support this {self.op} node ('{self.name}'); another executor may "
+            f"run it. Received: {what}")
 
 
 
