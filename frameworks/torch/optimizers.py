@@ -27,12 +27,13 @@ Class names and constructor arguments are those of the numpy reference optimizer
   ``v <- b2 * v + (1 - b2) * g^2``; ``w <- w - lr * m_hat / (sqrt(v_hat) + eps)`` with
   ``m_hat = m / (1 - b1^t)``, ``v_hat = v / (1 - b2^t)``.
 
-Difference from the reference formulas: AdaGrad, RMSProp and Adam add ``eps`` *outside* the
-square root (torch, Kingma & Ba), where the reference (the seeds' formulas) adds it inside,
-``sqrt(A + eps)`` (``A`` the accumulator, ``v_hat`` for Adam). The updates differ by the factor
-``sqrt(A + eps) / (sqrt(A) + eps)``, about ``1 + eps / (2 * A)`` for small ``A``: with
-``eps = 1e-8`` and ``A`` near ``g^2``, 5e-5 relative for gradients of size 1e-2, 0.5% at 1e-3
-and about 40% at 1e-4 (the reference takes smaller steps on tiny gradients).
+AdaGrad, RMSProp and Adam add ``eps`` *outside* the square root (torch, Kingma & Ba), as the
+reference optimizers do by default (``epsilon_placement="outside"``): at a constant learning rate
+every native optimizer here takes the reference's steps. The reference's
+``epsilon_placement="inside"`` (the seeds' formulas, ``sqrt(A + eps)``, ``A`` the accumulator,
+``v_hat`` for Adam) differs by the factor ``sqrt(A + eps) / (sqrt(A) + eps)``, about
+``1 + eps / (2 * A)`` for small ``A``: with ``eps = 1e-8`` and ``A`` near ``g^2``, 5e-5 relative
+for gradients of size 1e-2, 0.5% at 1e-3 and about 40% at 1e-4.
 
 ``set_parameter(name, value)`` changes a hyperparameter between steps (``learning_rate``,
 ``momentum``, ``nesterov``, ``beta``, ``beta1``, ``beta2``, ``epsilon``): it sets the attribute

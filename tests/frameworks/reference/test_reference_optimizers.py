@@ -79,36 +79,55 @@ def test_nesterov():
     _run(d5ref.NesterovOptimizer(_executor(), learning_rate=0.1, momentum=0.9), 3, formula)
 
 
-def test_adagrad():
+def _denominator(placement, a, eps):
+    """The module docstring's forms: ``sqrt(A) + eps`` (the default, torch.optim) or ``sqrt(A + eps)``."""
+    return np.sqrt(a + eps) if placement == "inside" else np.sqrt(a) + eps
+
+
+# None: the default, "outside"; "inside": the seeds' formula, kept as an option
+PLACEMENTS = pytest.mark.parametrize("placement", [None, "outside", "inside"])
+
+
+def _placement_kw(placement):
+    return {} if placement is None else {"epsilon_placement": placement}
+
+
+@PLACEMENTS
+def test_adagrad(placement):
     acc = {}
 
     def formula(t, n, w, g):
         acc[n] = acc.get(n, 0) + g * g
-        return w - 0.2 * g / np.sqrt(acc[n] + 1e-8)
+        return w - 0.2 * g / _denominator(placement, acc[n], 1e-8)
 
-    _run(d5ref.AdaGradOptimizer(_executor(), learning_rate=0.2), 3, formula)
+    _run(d5ref.AdaGradOptimizer(_executor(), learning_rate=0.2, **_placement_kw(placement)), 3, formula)
 
 
-def test_rmsprop():
+@PLACEMENTS
+def test_rmsprop(placement):
     acc = {}
 
     def formula(t, n, w, g):
         acc[n] = 0.8 * acc.get(n, 0) + 0.2 * g * g
-        return w - 0.01 * g / np.sqrt(acc[n] + 1e-6)
+        return w - 0.01 * g / _denominator(placement, acc[n], 1e-6)
 
-    _run(d5ref.RMSPropOptimizer(_executor(), learning_rate=0.01, beta=0.8, epsilon=1e-6), 3, formula)
+    _run(d5ref.RMSPropOptimizer(_executor(), learning_rate=0.01, beta=0.8, epsilon=1e-6, **_placement_kw(placement)),
+         3, formula)
 
 
-def test_adam_bias_corrected():
+@pytest.mark.parametrize("placement", [None, "outside", "inside", "keras"])
+def test_adam_bias_corrected(placement):
     m, v = {}, {}
 
     def formula(t, n, w, g):
         m[n] = 0.9 * m.get(n, 0) + 0.1 * g
         v[n] = 0.999 * v.get(n, 0) + 0.001 * g * g
         m_hat, v_hat = m[n] / (1 - 0.9 ** t), v[n] / (1 - 0.999 ** t)
-        return w - 0.01 * m_hat / np.sqrt(v_hat + 1e-8)
+        if placement == "keras":  # epsilon added to sqrt(v) before bias correction
+            return w - 0.01 * np.sqrt(1 - 0.999 ** t) / (1 - 0.9 ** t) * m[n] / (np.sqrt(v[n]) + 1e-8)
+        return w - 0.01 * m_hat / _denominator(placement, v_hat, 1e-8)
 
-    _run(d5ref.AdamOptimizer(_executor(), learning_rate=0.01), 4, formula)
+    _run(d5ref.AdamOptimizer(_executor(), learning_rate=0.01, **_placement_kw(placement)), 4, formula)
 
 
 def test_adam_first_step_moves_by_learning_rate():

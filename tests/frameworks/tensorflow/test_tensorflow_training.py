@@ -462,21 +462,24 @@ def test_native_optimizer_matches_numpy_update_rule(name):
     assert net.fetch_tensor("fc1.weight_grad").shape == params["fc1.weight"].shape
 
 
-@pytest.mark.parametrize("name,kwargs", [
-    ("GradientDescent", dict(learning_rate=0.1)),
-    ("MomentumOptimizer", dict(learning_rate=0.1, momentum=0.9)),
-    ("NesterovOptimizer", dict(learning_rate=0.1, momentum=0.9)),
-    ("AdaGradOptimizer", dict(learning_rate=0.05, epsilon=1e-6)),
-    ("RMSPropOptimizer", dict(learning_rate=0.01, beta=0.8, epsilon=1e-6)),
+@pytest.mark.parametrize("name,kwargs,placement", [
+    ("GradientDescent", dict(learning_rate=0.1), None),
+    ("MomentumOptimizer", dict(learning_rate=0.1, momentum=0.9), None),
+    ("NesterovOptimizer", dict(learning_rate=0.1, momentum=0.9), None),
+    ("AdaGradOptimizer", dict(learning_rate=0.05, epsilon=1e-6), "inside"),
+    ("RMSPropOptimizer", dict(learning_rate=0.01, beta=0.8, epsilon=1e-6), "inside"),
+    ("AdamOptimizer", dict(learning_rate=0.01, beta1=0.8, beta2=0.99, epsilon=1e-6), "keras"),
 ])
-def test_native_optimizer_agrees_with_reference_optimizer(name, kwargs):
-    """Where the module docs say Keras's rule is the reference's, both give the same parameters."""
+def test_native_optimizer_agrees_with_reference_optimizer(name, kwargs, placement):
+    """Keras's rule is the reference's in the form the module docs name (the reference's
+    ``epsilon_placement``: "inside" for AdaGrad and RMSProp, "keras" for Adam)."""
     from deep500lite.frameworks import reference
 
     native_ex = d5.executor(_small_mlp(), "tensorflow")
     reference_ex = d5.executor(_small_mlp(), "tensorflow")
     native = getattr(d5tf, name)(native_ex, **kwargs)
-    ref = getattr(reference, name)(reference_ex, **kwargs)
+    form = {} if placement is None else {"epsilon_placement": placement}
+    ref = getattr(reference, name)(reference_ex, **kwargs, **form)
     for t, (x, label) in enumerate(_batches(3, seed=7)):
         if t == 2 and "learning_rate" in kwargs:
             native.set_parameter("learning_rate", kwargs["learning_rate"] / 2)

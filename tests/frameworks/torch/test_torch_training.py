@@ -452,7 +452,11 @@ def test_native_optimizer_updates_follow_their_formula(name, kw):
 
 @pytest.mark.parametrize("name,kw", [("GradientDescent", dict(learning_rate=0.1)),
                                      ("MomentumOptimizer", dict(learning_rate=0.05, momentum=0.9)),
-                                     ("NesterovOptimizer", dict(learning_rate=0.05, momentum=0.9))])
+                                     ("NesterovOptimizer", dict(learning_rate=0.05, momentum=0.9)),
+                                     ("AdaGradOptimizer", dict(learning_rate=0.1, epsilon=1e-8)),
+                                     ("RMSPropOptimizer", dict(learning_rate=0.01, beta=0.9, epsilon=1e-8)),
+                                     ("AdamOptimizer", dict(learning_rate=0.01, beta1=0.9, beta2=0.99,
+                                                            epsilon=1e-8))])
 def test_native_optimizer_matches_the_reference_optimizer_at_a_constant_learning_rate(name, kw):
     from deep500lite.frameworks import reference
 
