@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 import numpy as np
 import onnx
 from onnx import external_data_helper, numpy_helper
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, Message
 
 from deep500lite.errors import FeedError, ModelError, UserKeyError, UserTypeError
 from deep500lite.lv0.tensordesc import TensorDescriptor
@@ -67,7 +67,13 @@ class Deep500NetworkNames:
 class Network(Deep500NetworkNames):
     """An ONNX network and the values of its tensors.
 
-    Use :func:`load_model` to make one from a file or a ``ModelProto``.
+    Use :func:`load_model` to make one from a file or a ``ModelProto``. The given ``ModelProto``
+    is only read: the network keeps its own copy of the graph and its initializer values, so the
+    caller's proto is never changed (and later changes to it do not reach the network).
+
+    Args:
+        model: the ONNX model.
+        source: the file it was read from, if any.
 
     Attributes:
         source: the file the network was read from, or ``None``.
@@ -76,13 +82,25 @@ class Network(Deep500NetworkNames):
     def __init__(self, model: onnx.ModelProto, source: str | None = None):
         if not isinstance(model, onnx.ModelProto):
             raise UserTypeError(f"Network expects an onnx.ModelProto. Received: {type(model).__name__}")
+        # The caller's ModelProto is only read: the network keeps a copy of its structure.
+        self._init(_structure_copy(model), model, source)
+
+    @classmethod
+    def _own(cls, model: onnx.ModelProto, source: str | None = None) -> "Network":
+        """A network that takes ``model`` over (no copy): for protos deep500lite made itself."""
+        network = cls.__new__(cls)
+        network._init(model, model, source)
+        return network
+
+    def _init(self, structure: onnx.ModelProto, model: onnx.ModelProto, source: str | None) -> None:
         self.source = source
-        self._model = model
+        self._model = structure
         self._values: dict[str, np.ndarray] = {}
         for init in model.graph.initializer:
             self._values[init.name] = numpy_helper.to_array(init)
         # Initializer data lives in _values from now on; the graph keeps the structure only.
-        del self._model.graph.initializer[:]
+        if len(structure.graph.initializer):
+            del structure.graph.initializer[:]
         self._initializer_names = list(self._values)
         self._executor_ref = None
         self._input_cache = None  # (structure key, input descriptors): feeds are checked every call
@@ -466,7 +484,7 @@ class Network(Deep500NetworkNames):
 
     def copy(self) -> "Network":
         """A detached copy holding the current values."""
-        return Network(self.to_onnx(), source=self.source)
+        return Network._own(self.to_onnx(), source=self.source)
 
     def __repr__(self) -> str:
         return (f"Network(source={self.source!r}, inputs={self.inputs}, outputs={self.outputs}, "
@@ -582,7 +600,30 @@ def load_model(model, base_dir: str | None = None, check: bool = True) -> Networ
         except onnx.checker.ValidationError as exc:
             raise ModelError(f"{where} is not a valid ONNX model: onnx.checker rejects it; fix the model (or load it "
                              f"with check=False). Received: {_short(exc)}") from exc
-    return Network(proto, source=source)
+    return Network._own(proto, source=source)
+
+
+def _structure_copy(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``model`` without its initializers (their data is not copied at all)."""
+    copy_ = onnx.ModelProto()
+    for field, value in model.ListFields():
+        if field.name != "graph":
+            _copy_field(copy_, field, value)
+    for field, value in model.graph.ListFields():
+        if field.name != "initializer":
+            _copy_field(copy_.graph, field, value)
+    if model.HasField("graph"):
+        copy_.graph.SetInParent()
+    return copy_
+
+
+def _copy_field(target, field, value) -> None:
+    if isinstance(value, Message):
+        getattr(target, field.name).CopyFrom(value)
+    elif not isinstance(value, (str, bytes)) and hasattr(value, "extend"):  # a repeated field
+        getattr(target, field.name).extend(value)
+    else:
+        setattr(target, field.name, value)
 
 
 def _parse(data: bytes, where: str) -> onnx.ModelProto:

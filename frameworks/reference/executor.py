@@ -18,9 +18,13 @@ __all__ = ["ReferenceExecutor", "from_model"]
 class ReferenceExecutor(HostGraphExecutor):
     """Runs a network with ``onnx.reference.ReferenceEvaluator`` on numpy arrays.
 
-    ``ConvTranspose`` (the input gradient of every convolution) runs deep500lite's vectorized
-    numpy kernel (:mod:`deep500lite.frameworks.reference.ops.conv`) instead of ``onnx.reference``'s
-    per-position loop; every other operator is ``onnx.reference``'s own.
+    It runs every operator ``onnx.reference`` has (its kernels, and the operators ONNX defines
+    as functions, expanded), with deep500lite's own numpy kernels where ``onnx.reference`` is too
+    slow or wrong: ``ConvTranspose`` (the input gradient of every convolution; a per-position loop
+    there, :mod:`~deep500lite.frameworks.reference.ops.conv`), ``MaxPool``/``AveragePool``
+    (``ceil_mode``, ``SAME_LOWER`` and MaxPool's indices with padding are wrong there,
+    :mod:`~deep500lite.frameworks.reference.ops.pool`) and ``GatherElements`` (crashes on more
+    than 32 indices and on a negative axis there, :mod:`~deep500lite.frameworks.reference.ops.shape`).
 
     The network's parameters are held as numpy arrays and fed to the evaluator as graph inputs,
     so ``feed_tensor`` takes effect without rebuilding anything.

@@ -32,6 +32,25 @@ def test_load_from_path_bytes_and_proto(tmp_path):
     assert d5.load_model(path).source == str(path)
 
 
+def test_network_and_load_model_leave_the_callers_proto_unchanged():
+    model = _affine_model()
+    before = model.SerializeToString()
+    for make in (d5.Network, d5.load_model):
+        net = make(model)
+        assert model.SerializeToString() == before, make.__name__
+        net.feed_tensor("W", np.ones((3, 2), np.float32))
+        net.add_output("y")
+        assert model.SerializeToString() == before, make.__name__
+        assert len(model.graph.initializer) == 1
+    # The network's graph is its own: a later change to the caller's proto does not reach it.
+    net = d5.Network(model)
+    model.graph.node[0].op_type = "Gemm"
+    assert net.graph.node[0].op_type == "MatMul"
+    roundtrip = net.to_onnx()
+    model.graph.node[0].op_type = "MatMul"
+    assert roundtrip.SerializeToString() == model.SerializeToString()
+
+
 def test_missing_file(tmp_path):
     with pytest.raises(d5.ModelError, match=r"ONNX model '.*nope.onnx' does not exist"):
         d5.load_model(tmp_path / "nope.onnx")

@@ -33,12 +33,15 @@ updated running statistics.
 ['output', 'loss', 'fc1.weight_grad', 'fc1.bias_grad']
 
 The package: :mod:`.builder` (the graph builder), :mod:`.rules` (the per-operator gradient rules),
+:mod:`.rules_nn` (activations, LayerNormalization, Clip, Where, Split), :mod:`.rules_index`
+(indexing, scatter, selection, Einsum and more),
 :mod:`.training` (the training graph, the entry points the executors call).
 """
 
-from deep500lite.lv1.autodiff.rules import differentiable_operators
+from deep500lite.lv1.autodiff.rules import NOT_DIFFERENTIABLE, differentiable_operators, operators_without_gradient
 from deep500lite.lv1.autodiff.training import (MIN_OPSET, TrainingGraph, build_training_model, save_backward_graph,
                                                training_graph, updated_name)
 
 __all__ = ["TrainingGraph", "training_graph", "build_training_model", "save_backward_graph",
-           "differentiable_operators", "updated_name", "MIN_OPSET"]
+           "differentiable_operators", "operators_without_gradient", "NOT_DIFFERENTIABLE", "updated_name",
+           "MIN_OPSET"]

@@ -16,10 +16,27 @@ from onnx import helper, numpy_helper
 
 from deep500lite.lv1.autodiff.builder import GraphBuilder, RuleContext
 
-__all__ = ["RULES", "differentiable_operators", "custom_rule"]
+__all__ = ["RULES", "NOT_DIFFERENTIABLE", "differentiable_operators", "operators_without_gradient", "custom_rule"]
 
-#: ONNX operator type -> gradient rule, filled by the ``@_rule`` decorators below.
+#: ONNX operator type -> gradient rule, filled by the ``@_rule`` decorators below and in :mod:`.rules_nn` and
+#: :mod:`.rules_index`.
 RULES: dict[str, Callable] = {}
+
+#: ONNX operators declared not differentiable: their outputs are integer or boolean, or they are
+#: piecewise constant (zero gradient almost everywhere), or they produce new values (random,
+#: constants). The autodiff sends no gradient through them.
+NOT_DIFFERENTIABLE: frozenset = frozenset({
+    # shapes, sizes, constants and index generators
+    "Shape", "Size", "Constant", "ConstantOfShape", "Range", "NonZero", "EyeLike", "OneHot",
+    # random values
+    "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli", "Multinomial",
+    # comparisons and logic (boolean outputs)
+    "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Not", "And", "Or", "Xor", "IsNaN", "IsInf",
+    # integer results and bit operations
+    "ArgMax", "ArgMin", "BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot",
+    # piecewise constant (zero gradient almost everywhere)
+    "Floor", "Ceil", "Round", "Sign",
+})
 
 
 def _rule(*op_types):
@@ -33,6 +50,18 @@ def _rule(*op_types):
 def differentiable_operators() -> list[str]:
     """The ONNX operators deep500lite's autodiff has a gradient rule for."""
     return sorted(RULES)
+
+
+def operators_without_gradient(op_types) -> list[str]:
+    """The operators among ``op_types`` with neither a gradient rule nor a "not differentiable" entry.
+
+    Args:
+        op_types: ONNX operator types (of the default domain), for example those of a model's nodes.
+
+    Returns:
+        The sorted, distinct operator types the autodiff would refuse on a gradient path.
+    """
+    return sorted({t for t in op_types if t not in RULES and t not in NOT_DIFFERENTIABLE})
 
 
 # ------------------------------------------------------------------------------- gradient rules
@@ -245,8 +274,7 @@ def _broadcast_shapes(s1, s2):
 
 @_rule("Transpose")
 def _transpose(c: RuleContext):
-    rank = c.info.rank(c.node.input[0], c.node)
-    perm = c.attr("perm") or list(range(rank))[::-1]
+    perm = c.attr("perm") or list(range(c.info.rank(c.node.input[0], c.node)))[::-1]
     inv = [0] * len(perm)
     for i, p in enumerate(perm):
         inv[p] = i
@@ -331,6 +359,45 @@ def _conv(c: RuleContext):
             dw = b.op("Concat", [weight_grad(xg, dyg) for xg, dyg in zip(xs, dys)], axis=0)
     bias = c.input(2)
     if bias is not None and c.need[2]:
+        db = b.reduce("ReduceSum", dy, [0] + list(range(2, n + 2)), keepdims=0)
+    return [dx, dw, db]
+
+
+@_rule("ConvTranspose")
+def _conv_transpose(c: RuleContext):
+    # <dy, ConvTranspose(x, w)> = <Conv(dy, w), x>: the input gradient is a Conv of dy, the weight
+    # gradient that of a Conv with input dy and output gradient x.
+    b, dy, info = c.b, c.dy(), c.info
+    x, w = c.node.input[:2]
+    ws = info.shape(w)
+    if ws is None or any(d is None for d in ws):
+        c.unsupported("the weight shape is unknown to shape inference", f"weight shape {ws}")
+    auto = c.attr("auto_pad", b"NOTSET")
+    auto = auto.decode() if isinstance(auto, bytes) else auto
+    if c.attr("output_shape") is not None or auto not in ("NOTSET", "VALID"):
+        c.unsupported("output_shape and auto_pad SAME_* have no gradient rule; give explicit pads",
+                      f"output_shape={c.attr('output_shape')}, auto_pad={auto!r}")
+    kernel = list(c.attr("kernel_shape") or ws[2:])
+    n = len(kernel)
+    if c.attr("group", 1) != 1:  # onnx.reference cannot run it either, so no rule could be checked
+        c.unsupported("only group=1 has a gradient rule", f"group={c.attr('group')}")
+    strides = list(c.attr("strides") or [1] * n)
+    dil = list(c.attr("dilations") or [1] * n)
+    pads = [0] * (2 * n) if auto == "VALID" else list(c.attr("pads") or [0] * (2 * n))
+    dx = dw = db = None
+    if c.need[0]:
+        dx = b.op("Conv", [dy, w], strides=strides, dilations=dil, pads=pads, kernel_shape=kernel)
+    if c.need[1]:
+        perm = [1, 0] + list(range(2, n + 2))
+
+        def weight_grad(dyg, xg):
+            g = b.op("Conv", [b.op("Transpose", [dyg], perm=perm), b.op("Transpose", [xg], perm=perm)],
+                     strides=dil, dilations=strides, pads=pads)
+            g = b.op("Slice", [g, b.ints([0] * n), b.ints(kernel), b.ints(list(range(2, n + 2)))])
+            return b.op("Transpose", [g], perm=perm)
+
+        dw = weight_grad(dy, x)
+    if c.input(2) is not None and c.need[2]:
         db = b.reduce("ReduceSum", dy, [0] + list(range(2, n + 2)), keepdims=0)
     return [dx, dw, db]
 
@@ -569,14 +636,12 @@ def _concat(c: RuleContext):
     sizes = []
     for x in c.node.input:
         s = info.shape(x)
-        if s is None:
-            c.unsupported(f"the shape of input '{x}' is unknown to shape inference", f"input '{x}' of unknown shape")
-        axis_n = axis % len(s)
-        if s[axis_n] is None:
-            c.unsupported(f"the size of input '{x}' along axis {axis} is unknown to shape inference",
-                          f"input '{x}' of shape {s}")
-        sizes.append(s[axis_n])
-    parts = b.op("Split", [c.dy(), b.ints(sizes)], n_out=len(sizes), axis=axis)
+        sizes.append(None if s is None or s[axis % len(s)] is None else s[axis % len(s)])
+    if None in sizes:  # sizes known only at run time: read them from the inputs' shapes
+        split = b.op("Concat", [b.op("Gather", [b.shape(x), b.ints([axis])]) for x in c.node.input], axis=0)
+    else:
+        split = b.ints(sizes)
+    parts = b.op("Split", [c.dy(), split], n_out=len(sizes), axis=axis)
     parts = [parts] if isinstance(parts, str) else parts
     return [p if need else None for p, need in zip(parts, c.need)]
 
@@ -627,6 +692,8 @@ def _reduce_axes(c: RuleContext):
 @_rule("ReduceSum", "ReduceMean")
 def _reduce_sum_mean(c: RuleContext):
     b, x, dy = c.b, c.node.input[0], c.dy()
+    if c.attr("axes") is None and c.input(1) and c.info.const_value(c.input(1)) is None:
+        return _reduce_sum_mean_run_time_axes(c, x, dy)
     axes = _reduce_axes(c)
     if axes is None:
         return [dy] + [None] * (len(c.node.input) - 1)
@@ -641,6 +708,23 @@ def _reduce_sum_mean(c: RuleContext):
             count = b.op("Div", [b.numel(x), b.numel(dy)])
             g = b.op("Div", [g, b.op("Cast", [count], to=c.info.types.get(x, onnx.TensorProto.FLOAT))])
     return [g] + [None] * (len(c.node.input) - 1)
+
+
+def _reduce_sum_mean_run_time_axes(c: RuleContext, x: str, dy: str):
+    """The gradient of a ReduceSum/ReduceMean whose axes input is known only at run time.
+
+    Unsqueeze takes the axes as a tensor (negative ones count from the end of ``x``'s rank);
+    empty axes reduce everything (``dy`` is a scalar that Expand broadcasts) or, with
+    ``noop_with_empty_axes``, nothing (Unsqueeze and Expand are then no-ops).
+    """
+    b = c.b
+    if not c.attr("keepdims", 1):
+        dy = b.op("Unsqueeze", [dy, c.input(1)])
+    g = b.op("Expand", [dy, b.shape(x)])
+    if c.node.op_type == "ReduceMean":
+        count = b.op("Div", [b.numel(x), b.numel(dy)])
+        g = b.op("Div", [g, b.op("Cast", [count], to=c.info.types.get(x, onnx.TensorProto.FLOAT))])
+    return [g, None]
 
 
 @_rule("Dropout")
@@ -670,3 +754,8 @@ def custom_rule(node):
         return outs
 
     return rule
+
+
+# The activation, normalization, indexing and contraction rules register themselves in RULES on import.
+from deep500lite.lv1.autodiff import rules_index as _rules_index  # noqa: E402,F401
+from deep500lite.lv1.autodiff import rules_nn as _rules_nn  # noqa: E402,F401

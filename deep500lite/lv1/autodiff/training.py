@@ -18,7 +18,7 @@ from onnx import helper, numpy_helper
 
 from deep500lite.errors import ModelError, UnsupportedOperatorError, UserError
 from deep500lite.lv1.autodiff.builder import GraphBuilder, GraphInfo, RuleContext, node_name
-from deep500lite.lv1.autodiff.rules import RULES, custom_rule, differentiable_operators
+from deep500lite.lv1.autodiff.rules import NOT_DIFFERENTIABLE, RULES, custom_rule, differentiable_operators
 from deep500lite.lv1.network import Network, gradient_name
 
 __all__ = ["TrainingGraph", "training_graph", "build_training_model", "save_backward_graph", "updated_name",
@@ -208,6 +208,8 @@ def training_graph(network: Network, y: str = "loss", seed: int = 0) -> Training
                              value=numpy_helper.from_array(np.ones(1, info.np_dtype(y))))
         grads[y] = [seed_grad]
 
+    missing: list = []  # nodes without a gradient rule
+    failed: list = []  # (node, error) of rules that cannot handle their node
     for i in reversed(range(len(graph.node))):
         node = graph.node[i]
         if not any(o in ancestors for o in node.output):
@@ -218,16 +220,25 @@ def training_graph(network: Network, y: str = "loss", seed: int = 0) -> Training
         dys = [grad_of(o) if o else None for o in node.output]
         if all(d is None for d in dys):
             continue
-        rule = RULES.get(node.op_type) if node.domain in ("", "ai.onnx") else custom_rule(node)
-        if rule is None:
-            raise UnsupportedOperatorError(
-                f"deep500lite's ONNX autodiff has no gradient for operator '{node.op_type}' (node "
-                f"'{node_name(node)}'). Operators with gradients: {', '.join(differentiable_operators())}. "
-                f"Received: op_type={node.op_type!r}")
-        result = rule(RuleContext(b, node, dys, need, saved[i]))
+        default_domain = node.domain in ("", "ai.onnx")
+        if default_domain and node.op_type in NOT_DIFFERENTIABLE:
+            continue
+        rule = RULES.get(node.op_type) if default_domain else custom_rule(node)
+        try:
+            if rule is None:
+                missing.append(node)
+            else:
+                result = rule(RuleContext(b, node, dys, need, saved[i]))
+        except UnsupportedOperatorError as e:
+            failed.append((node, e))
+            rule = None
+        if rule is None:  # a stand-in gradient, so that nodes further up are checked too
+            result = [b.zeros_like(x) if nd else None for x, nd in zip(node.input, need)]
         for x, g, nd in zip(node.input, result, need):
             if nd and g is not None:
                 grads.setdefault(x, []).append(g)
+
+    _raise_missing(missing, failed)
 
     gradient_outputs = {}
     for p in params:
@@ -272,6 +283,31 @@ def training_graph(network: Network, y: str = "loss", seed: int = 0) -> Training
                          dropout_masks=dict(b.masks))
 
 
+def _raise_missing(missing: list, failed: list) -> None:
+    """Raise one UnsupportedOperatorError naming every node the backward pass could not handle.
+
+    Its ``nodes`` attribute lists ``(node name, op type)`` of every such node.
+    """
+    if not missing and not failed:
+        return
+    nodes = [(node_name(n), n.op_type) for n in missing + [n for n, _ in failed]]
+    if not missing and len(failed) == 1:
+        failed[0][1].nodes = nodes
+        raise failed[0][1]
+    parts = []
+    if missing:
+        listed = ", ".join(f"operator '{n.op_type}' (node '{node_name(n)}')" for n in missing)
+        parts.append(f"deep500lite's ONNX autodiff has no gradient for {len(missing)} node(s) on the path to "
+                     f"the loss: {listed}")
+    parts.extend(str(e) for _, e in failed)
+    ops = sorted({n.op_type for n in missing})
+    err = UnsupportedOperatorError(
+        "; ".join(parts) + ". Operators with gradients: " + ", ".join(differentiable_operators())
+        + ". Received: " + (f"op_types {ops}" if ops else f"{len(failed)} node(s) the rules could not handle"))
+    err.nodes = nodes
+    raise err
+
+
 def build_training_model(network: Network, y: str = "loss", seed: int = 0) -> onnx.ModelProto:
     """Build the ONNX training model of ``network``: the forward pass in training mode, then backward.
 
@@ -287,8 +323,9 @@ def build_training_model(network: Network, y: str = "loss", seed: int = 0) -> on
         ``"<running stat>__updated"`` for every BatchNormalization running statistic.
 
     Raises:
-        UnsupportedOperatorError: an operator on the path from the parameters to ``y`` has no
-            gradient rule (the message names the operator and the node).
+        UnsupportedOperatorError: operators on the path from the parameters to ``y`` have no
+            gradient rule, or rules that cannot handle their node (one error names every such
+            node and its operator; its ``nodes`` attribute lists ``(node name, op type)`` pairs).
         ModelError: ``y`` is not a tensor of the network, or the opset is below 13.
         UserError: ``y`` is known not to be a scalar.
     """

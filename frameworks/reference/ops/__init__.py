@@ -1,10 +1,14 @@
 """What the reference executor supports, and how it runs it: ``onnx.reference`` with a few numpy kernels.
 
-``SUPPORTED_OPS`` is every operator ONNX's reference implementation has; the executor delegates
-them to ``onnx.reference.ReferenceEvaluator``, except those in ``FAST_OPS``, which it passes as
-``new_ops`` so that deep500lite's vectorized numpy kernels replace the slowest ``onnx.reference``
-implementations. Kernels are grouped by family with the module names the converting frameworks
-use: :mod:`.conv` (``ConvTranspose``).
+``SUPPORTED_OPS`` is derived from ``onnx.reference`` itself: every default-domain operator it has
+an implementation for, plus every operator whose ONNX schema defines a function body (``Gelu``,
+``HardSwish``, ``Mish``, ``GroupNormalization``, ...), which ``onnx.reference`` runs by expanding
+the body. The executor delegates them to ``onnx.reference.ReferenceEvaluator``, except those in
+``FAST_OPS``, which it passes as ``new_ops`` so that deep500lite's numpy kernels replace
+``onnx.reference`` implementations that are wrong or slow. Kernels are grouped by family with the
+module names the converting frameworks use: :mod:`.conv` (``ConvTranspose``), :mod:`.pool`
+(``MaxPool`` and ``AveragePool``: ``onnx.reference`` gets some ``ceil_mode`` shapes wrong) and
+:mod:`.shape` (``GatherElements``: ``onnx.reference`` fails past 32 indices).
 """
 
 from __future__ import annotations
@@ -13,20 +17,22 @@ import onnx
 from onnx.reference.ops import _op_list
 
 from deep500lite.frameworks.reference.ops.conv import ConvTranspose
+from deep500lite.frameworks.reference.ops.pool import AveragePool, MaxPool
+from deep500lite.frameworks.reference.ops.shape import GatherElements
 
-__all__ = ["SUPPORTED_OPS", "FAST_OPS", "ConvTranspose"]
+__all__ = ["SUPPORTED_OPS", "FAST_OPS", "ConvTranspose", "MaxPool", "AveragePool", "GatherElements"]
 
 
 def _reference_ops() -> frozenset:
-    names = set()
-    for name in dir(_op_list):
-        base = name.split("_")[0]
-        if base and base[0].isupper() and onnx.defs.has(base):
-            names.add(base)
-    return frozenset(names)
+    """Default-domain operators ``onnx.reference`` runs: implemented, or defined by an ONNX function."""
+    implemented = set(_op_list._build_registered_operators())
+    functions = {schema.name for schema in onnx.defs.get_all_schemas_with_history()
+                 if schema.domain in ("", "ai.onnx")
+                 and (schema.has_function or schema.has_context_dependent_function)}
+    return frozenset(name for name in implemented | functions if onnx.defs.has(name))
 
 
 SUPPORTED_OPS: frozenset = _reference_ops()
 
-FAST_OPS = [ConvTranspose]
+FAST_OPS = [ConvTranspose, MaxPool, AveragePool, GatherElements]
 """``OpRun`` classes that replace ``onnx.reference``'s own implementation of the same operator."""

@@ -1,5 +1,5 @@
-"""Convolution and pooling operators as TensorFlow ops (channels-last): Conv, ConvTranspose,
-MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool.
+"""Convolution, pooling and resizing operators as TensorFlow ops (channels-last): Conv, ConvTranspose,
+MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool, Resize.
 
 Converters follow the contract of :mod:`deep500lite.frameworks.tensorflow.ops` (layout kinds:
 :mod:`deep500lite.frameworks.tensorflow.ops._common`).
@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from deep500lite.frameworks.tensorflow.ops._common import SPATIAL, _cdiv, _dims, _lowest, _max0, _rank, registrar
+from deep500lite.frameworks.tensorflow.layout import channels_last
+from deep500lite.frameworks.tensorflow.ops._common import (SPATIAL, _cdiv, _dims, _lowest, _max0, _rank, _static,
+                                                           registrar)
 
 __all__ = ["CONVERTERS"]
 
@@ -84,9 +86,11 @@ def _conv(ctx, x, w, b=None):
 
     if group == 1:
         y = conv(x, w)
-    elif n == 2 and x.dtype == tf.float32:
-        y = conv(x, w)  # TensorFlow runs grouped 2-D convolutions natively (filter depth C_in / group)
+    elif n in (1, 2) and w.shape[-2] == 1:
+        y = _depthwise(x, w, group, kernel, run_strides, padding, pads, dilations)
     else:
+        # TensorFlow's native grouped Conv2D has no CPU gradient and cannot be fused with a bias:
+        # one convolution per group instead.
         xs = tf.split(x, group, axis=-1)
         ws = tf.split(w, group, axis=-1)
         y = tf.concat([conv(a, c) for a, c in zip(xs, ws)], axis=-1)
@@ -95,6 +99,24 @@ def _conv(ctx, x, w, b=None):
     if b is not None:
         y = tf.nn.bias_add(y, b)
     return y
+
+
+def _depthwise(x, w, group, kernel, strides, padding, pads, dilations):
+    """A 1-D or 2-D convolution with one input channel per group: ``w`` is [k..., 1, C_out] with
+    C_out = C_in * multiplier, ``group`` = C_in; ``pads`` are applied unless ``padding`` is "VALID"."""
+    if padding != "VALID":
+        # DepthwiseConv2dNative's shape function aborts the process on explicit paddings: pad first.
+        x = _pad_spatial(x, pads)
+    n = len(kernel)
+    if n == 1:  # as a 2-D convolution of height 1
+        x, w = x[:, None], w[None]
+        kernel, strides, dilations = [1] + kernel, [1] + list(strides), [1] + list(dilations)
+    w = tf.reshape(w, kernel + [group, -1])  # [kh, kw, C_in, multiplier]: output channel c * multiplier + j
+    run_strides = strides if strides[0] == strides[1] else [1, 1]  # the kernel needs equal strides
+    y = tf.nn.depthwise_conv2d(x, w, [1, *run_strides, 1], "VALID", dilations=dilations)
+    if run_strides != strides:
+        y = y[:, ::strides[0], ::strides[1]]
+    return y[:, 0] if n == 1 else y
 
 
 def _dilate_kernel(w, dilations, n):
@@ -254,3 +276,127 @@ def _global_avg_pool(ctx, x):
 @op("GlobalMaxPool", kind=SPATIAL)
 def _global_max_pool(ctx, x):
     return tf.reduce_max(x, axis=list(range(1, _rank(ctx, x) - 1)), keepdims=True)
+
+
+_COORDINATE_MODES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric",
+                     "tf_crop_and_resize")
+_NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
+
+
+def _resize_taps(ctx, ratio):
+    """Interpolation weights (one per tap, last axis) at the fractional positions ``ratio`` in (0, 1]."""
+    mode = ctx.get("mode", "nearest")
+    if mode == "linear":
+        return tf.stack([1 - ratio, ratio], -1)
+    if mode == "cubic":
+        a = ctx.get("cubic_coeff_a", -0.75)
+
+        def far(t):  # weight of a tap at distance t in [1, 2]
+            return ((a * t - 5 * a) * t + 8 * a) * t - 4 * a
+
+        def near(t):  # weight of a tap at distance t in [0, 1]
+            return ((a + 2) * t - (a + 3)) * t * t + 1
+        return tf.stack([far(ratio + 1), near(ratio), near(1 - ratio), far(2 - ratio)], -1)
+    nearest = ctx.get("nearest_mode", "round_prefer_floor")
+    up = {"round_prefer_floor": ratio > 0.5, "round_prefer_ceil": ratio >= 0.5, "floor": ratio >= 1,
+          "ceil": tf.ones_like(ratio, tf.bool)}[nearest]
+    up = tf.cast(up, ratio.dtype)
+    return tf.stack([1 - up, up], -1)
+
+
+def _resize_axis(ctx, x, axis, size_in, size_out, scale, roi):
+    """Resize stored axis ``axis`` of ``x`` from ``size_in`` to ``size_out`` (scale: float64 tensor)."""
+    coord = ctx.get("coordinate_transformation_mode", "half_pixel")
+    y = tf.range(tf.cast(size_out, tf.float64), dtype=tf.float64)
+    n_in = tf.cast(size_in, tf.float64)
+    width = scale * n_in  # the output width before rounding, as ONNX defines the transforms
+    single = tf.equal(width, 1.0)
+    if coord == "align_corners":
+        src = tf.where(single, tf.zeros_like(y), y * (n_in - 1) / (width - 1 + tf.cast(single, tf.float64)))
+    elif coord == "asymmetric":
+        src = y / scale
+    elif coord == "tf_crop_and_resize":
+        lo, hi = roi
+        src = tf.where(single, tf.fill(tf.shape(y), (hi - lo) * (n_in - 1) / 2),
+                       y * (hi - lo) * (n_in - 1) / (width - 1 + tf.cast(single, tf.float64)))
+        src = src + lo * (n_in - 1)
+    elif coord == "pytorch_half_pixel":
+        src = tf.where(single, tf.fill(tf.shape(y), tf.constant(-0.5, tf.float64)), (y + 0.5) / scale - 0.5)
+    elif coord == "half_pixel":
+        src = (y + 0.5) / scale - 0.5
+    else:  # half_pixel_symmetric
+        offset = n_in / 2 * (1 - tf.cast(size_out, tf.float64) / width)
+        src = offset + (y + 0.5) / scale - 0.5
+    base = tf.math.ceil(src) - 1  # the tap left of src (src itself when src is a whole number)
+    ratio = src - base
+    weights = _resize_taps(ctx, ratio)
+    n_taps = weights.shape[-1]
+    taps = base[:, None] + tf.range(n_taps, dtype=tf.float64)[None, :] - (n_taps // 2 - 1)
+    if ctx.get("exclude_outside", 0):
+        inside = tf.cast(tf.logical_and(taps >= 0, taps <= n_in - 1), tf.float64)
+        weights = weights * inside
+        weights = weights / tf.reduce_sum(weights, -1, keepdims=True)
+    taps = tf.cast(tf.clip_by_value(taps, 0, n_in - 1), tf.int64)
+    dtype = x.dtype if x.dtype.is_floating else tf.float64
+    gathered = tf.gather(tf.cast(x, dtype), taps, axis=axis)  # the output axis, then the taps
+    rank = x.shape.rank
+    shape = [1] * (rank + 1)
+    shape[axis], shape[axis + 1] = -1, n_taps
+    out = tf.reduce_sum(gathered * tf.reshape(tf.cast(weights, dtype), shape), axis=axis + 1)
+    if coord == "tf_crop_and_resize":
+        outside = tf.logical_or(src < 0, src > n_in - 1)
+        shape = [1] * rank
+        shape[axis] = -1
+        out = tf.where(tf.reshape(outside, shape), tf.cast(ctx.get("extrapolation_value", 0.0), dtype), out)
+    return out
+
+
+@op("Resize", kind=SPATIAL)
+def _resize(ctx, x, roi=None, scales=None, sizes=None):
+    if ctx.opset < 11:
+        ctx.fail("Resize is supported from opset 11", f"opset {ctx.opset}")
+    mode = ctx.get("mode", "nearest")
+    coord = ctx.get("coordinate_transformation_mode", "half_pixel")
+    policy = ctx.get("keep_aspect_ratio_policy", "stretch")
+    for name, value, allowed in (("mode", mode, ("nearest", "linear", "cubic")),
+                                 ("coordinate_transformation_mode", coord, _COORDINATE_MODES),
+                                 ("nearest_mode", ctx.get("nearest_mode", "round_prefer_floor"), _NEAREST_MODES),
+                                 ("keep_aspect_ratio_policy", policy, ("stretch", "not_larger", "not_smaller")),
+                                 ("antialias", ctx.get("antialias", 0), (0,))):
+        if value not in allowed:
+            ctx.fail(f"{name} must be one of {allowed}", repr(value))
+    rank = _rank(ctx, x)
+    axes = [a + rank if a < 0 else a for a in ctx.get("axes") or range(rank)]
+    if scales is not None and scales.shape.num_elements() == 0:
+        scales = None
+    if sizes is not None and sizes.shape.num_elements() == 0:
+        sizes = None
+    if (scales is None) == (sizes is None):
+        ctx.fail("exactly one of scales and sizes must be given", "both or neither")
+    stored = list(channels_last(rank)) if rank >= 3 else list(range(rank))  # plain axis -> stored axis
+    dims = tf.shape(x, out_type=tf.int64)
+    n_in = [dims[stored[a]] for a in axes]
+    if sizes is not None:
+        sizes = tf.cast(sizes, tf.int64)
+        scale = [tf.cast(sizes[i], tf.float64) / tf.cast(n_in[i], tf.float64) for i in range(len(axes))]
+        if policy == "stretch":
+            n_out = [sizes[i] for i in range(len(axes))]
+        else:
+            pick = tf.reduce_min if policy == "not_larger" else tf.reduce_max
+            one = pick(tf.stack(scale))
+            scale = [one] * len(axes)
+            n_out = [tf.cast(tf.floor(one * tf.cast(n, tf.float64) + 0.5), tf.int64) for n in n_in]
+    else:
+        scales = tf.cast(scales, tf.float64)
+        scale = [scales[i] for i in range(len(axes))]
+        n_out = [tf.cast(tf.floor(s * tf.cast(n, tf.float64)), tf.int64) for s, n in zip(scale, n_in)]
+    static_scales = _static(scales) if sizes is None else None
+    for i, a in enumerate(axes):
+        if coord != "tf_crop_and_resize" and static_scales is not None and static_scales[i] == 1.0:
+            continue  # an axis left as it is
+        box = None
+        if coord == "tf_crop_and_resize":
+            r = tf.cast(roi, tf.float64)
+            box = (r[i], r[i + len(axes)]) if ctx.get("axes") else (r[a], r[a + rank])
+        x = _resize_axis(ctx, x, stored[a], n_in[i], n_out[i], scale[i], box)
+    return x

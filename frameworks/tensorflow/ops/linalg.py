@@ -1,4 +1,4 @@
-"""Linear-algebra operators as TensorFlow ops: MatMul, Gemm.
+"""Linear-algebra operators as TensorFlow ops: MatMul, Gemm, Einsum.
 
 Converters follow the contract of :mod:`deep500lite.frameworks.tensorflow.ops` (layout kinds:
 :mod:`deep500lite.frameworks.tensorflow.ops._common`).
@@ -44,3 +44,13 @@ def _gemm(ctx, a, b, c=None):
             c = tf.reshape(c, [-1])
         y = y + (c if beta == 1.0 else c * tf.cast(beta, c.dtype))
     return y
+
+
+@op("Einsum")
+def _einsum(ctx, *xs):
+    equation = ctx.get("equation", "").replace(" ", "")
+    if "->" not in equation:  # implicit output: the labels used once, in alphabetical order
+        labels = equation.replace("...", "").replace(",", "")
+        kept = "".join(sorted(c for c in set(labels) if labels.count(c) == 1))
+        equation += "->" + ("..." if "..." in equation else "") + kept
+    return tf.einsum(equation, *xs)

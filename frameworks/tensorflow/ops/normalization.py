@@ -1,5 +1,5 @@
 """Normalization operators and Dropout as TensorFlow ops: BatchNormalization (inference and
-training mode), InstanceNormalization, LayerNormalization, LRN, Dropout — the operators
+training mode), InstanceNormalization, LayerNormalization, GroupNormalization, LRN, Dropout — the operators
 whose training mode differs from inference live here with their training forms.
 
 Converters follow the contract of :mod:`deep500lite.frameworks.tensorflow.ops` (layout kinds:
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from deep500lite.frameworks.tensorflow.ops._common import (SPATIAL, UNARY, _axis, _rank, _static, registrar,
+from deep500lite.frameworks.tensorflow.ops._common import (SPATIAL, UNARY, _axis, _dims, _rank, _static, registrar,
                                                            training_registrar)
 
 __all__ = ["CONVERTERS", "TRAINING_CONVERTERS", "TRAINING_STATE_OUTPUTS"]
@@ -136,3 +136,21 @@ def _layer_norm(ctx, x, scale, bias=None):
     if bias is not None:
         y = y + bias
     return y, m, inv
+
+
+@op("GroupNormalization", kind=SPATIAL)
+def _group_norm(ctx, x, scale, bias):
+    rank = _rank(ctx, x)
+    groups = ctx.get("num_groups")
+    channels = x.shape[-1]
+    if channels is None:
+        ctx.fail("the channel dimension must be known while tracing", "an unknown channel dimension")
+    stash = tf.float32 if ctx.get("stash_type", 1) == 1 else x.dtype
+    dims = _dims(x)
+    xs = tf.reshape(tf.cast(x, stash), dims[:-1] + [groups, channels // groups])
+    axes = list(range(1, rank - 1)) + [rank]  # the spatial axes and the channels of one group
+    m, v = tf.nn.moments(xs, axes, keepdims=True)
+    y = tf.cast(tf.reshape((xs - m) * tf.math.rsqrt(v + ctx.get("epsilon", 1e-5)), dims), x.dtype)
+    if ctx.opset < 21:  # opset 18: one scale and bias per group
+        scale, bias = (tf.repeat(t, channels // groups) for t in (scale, bias))
+    return y * scale + bias

@@ -1,4 +1,4 @@
-"""Reductions as TensorFlow ops: the Reduce* operators, ArgMax, ArgMin, CumSum.
+"""Reductions as TensorFlow ops: the Reduce* operators, ArgMax, ArgMin, CumSum, TopK.
 
 Converters follow the contract of :mod:`deep500lite.frameworks.tensorflow.ops` (layout kinds:
 :mod:`deep500lite.frameworks.tensorflow.ops._common`).
@@ -122,3 +122,28 @@ op("ArgMin")(_arg(tf.argmin))
 def _cumsum(ctx, x, axis):
     return tf.math.cumsum(x, axis=tf.reshape(axis, []), exclusive=bool(ctx.get("exclusive", 0)),
                           reverse=bool(ctx.get("reverse", 0)))
+
+
+@op("TopK")
+def _top_k(ctx, x, k=None):
+    rank = _rank(ctx, x)
+    axis = _axis(ctx.get("axis", -1), rank)
+    k = ctx.get("k") if ctx.opset < 10 else tf.reshape(tf.cast(k, tf.int32), [])
+    last = axis == rank - 1
+    if not last:
+        order = list(range(rank))
+        order[axis], order[-1] = order[-1], order[axis]
+        x = tf.transpose(x, order)
+    largest = ctx.get("largest", 1)
+    if largest:
+        keys = x
+    elif x.dtype.is_floating:
+        keys = -x
+    else:  # ~v reverses the order of integers without overflow
+        keys = tf.bitwise.invert(x)
+    _, indices = tf.math.top_k(keys, k, sorted=True)  # ties: the lower index first, as ONNX asks
+    values = tf.gather(x, indices, batch_dims=rank - 1)
+    indices = tf.cast(indices, tf.int64)
+    if not last:
+        values, indices = tf.transpose(values, order), tf.transpose(indices, order)
+    return values, indices

@@ -1,6 +1,7 @@
 """Shape and data-movement operators as TensorFlow ops: Shape, Size, Constant, ConstantOfShape,
 Flatten, Reshape, Transpose, Concat, Split, Squeeze, Unsqueeze, Expand, Tile, Range, Slice,
-Gather, GatherElements, NonZero, Pad, DepthToSpace, SpaceToDepth.
+Gather, GatherElements, NonZero, Pad, DepthToSpace, SpaceToDepth, GatherND, ScatterND, ScatterElements
+(and its deprecated alias Scatter), Trilu.
 
 Converters follow the contract of :mod:`deep500lite.frameworks.tensorflow.ops` (layout kinds:
 :mod:`deep500lite.frameworks.tensorflow.ops._common`).
@@ -329,3 +330,84 @@ def _space_to_depth(ctx, x):
     else:
         t = tf.transpose(t, [0, 1, 3, 5, 2, 4])
     return tf.reshape(t, [n, c * b * b, h // b, w // b])
+
+
+def _wrap_indices(idx, dims):
+    """``idx`` (int64, last axis: coordinates into ``dims``) with negative coordinates counted from the end."""
+    dims = tf.cast(dims, tf.int64)
+    return tf.where(idx < 0, idx + dims, idx)
+
+
+@op("GatherND")
+def _gather_nd(ctx, x, idx):
+    b = ctx.get("batch_dims", 0)
+    m = idx.shape[-1]
+    if m is None:
+        ctx.fail("the last dimension of the indices must be known while tracing", "an unknown last dimension")
+    idx = _wrap_indices(tf.cast(idx, tf.int64), tf.shape(x, out_type=tf.int64)[b:b + m])
+    return tf.gather_nd(x, idx, batch_dims=b)
+
+
+_SCATTER_REDUCTIONS = ("none", "add", "mul", "max", "min")
+
+
+def _scatter_nd(ctx, data, idx, updates):
+    """ONNX ScatterND semantics (``idx`` int64 with non-negative coordinates) with ``reduction``."""
+    reduction = ctx.get("reduction", "none")
+    if reduction == "none":
+        return tf.tensor_scatter_nd_update(data, idx, updates)
+    if reduction == "add":
+        return tf.tensor_scatter_nd_add(data, idx, updates)
+    if reduction == "max":
+        return tf.tensor_scatter_nd_max(data, idx, updates)
+    if reduction == "min":
+        return tf.tensor_scatter_nd_min(data, idx, updates)
+    # mul: multiply every indexed slice by the product of its updates (1 where none)
+    m = idx.shape[-1]
+    dims = tf.shape(data, out_type=tf.int64)
+    strides = tf.math.cumprod(dims[:m], exclusive=True, reverse=True)
+    flat = tf.reduce_sum(tf.reshape(idx, [-1, m]) * strides, axis=-1)
+    rest = dims[m:]
+    slices = tf.reduce_prod(dims[:m])
+    factors = tf.math.unsorted_segment_prod(tf.reshape(updates, tf.concat([[-1], rest], 0)), flat, slices)
+    return data * tf.reshape(factors, dims)
+
+
+def _check_reduction(ctx):
+    reduction = ctx.get("reduction", "none")
+    if reduction not in _SCATTER_REDUCTIONS:
+        ctx.fail(f"reduction must be one of {_SCATTER_REDUCTIONS}", repr(reduction))
+
+
+@op("ScatterND")
+def _scatter_nd_op(ctx, data, idx, updates):
+    _check_reduction(ctx)
+    m = idx.shape[-1]
+    if m is None:
+        ctx.fail("the last dimension of the indices must be known while tracing", "an unknown last dimension")
+    idx = _wrap_indices(tf.cast(idx, tf.int64), tf.shape(data, out_type=tf.int64)[:m])
+    return _scatter_nd(ctx, data, idx, updates)
+
+
+@op("ScatterElements", "Scatter")
+def _scatter_elements(ctx, data, idx, updates):
+    _check_reduction(ctx)
+    rank = _rank(ctx, data)
+    axis = _axis(ctx.get("axis", 0), rank)
+    idx = tf.cast(idx, tf.int64)
+    idx = tf.where(idx < 0, idx + tf.shape(data, out_type=tf.int64)[axis], idx)
+    grids = tf.meshgrid(*[tf.range(tf.shape(idx, out_type=tf.int64)[i]) for i in range(rank)], indexing="ij")
+    grids[axis] = idx
+    return _scatter_nd(ctx, data, tf.stack(grids, axis=-1), updates)
+
+
+@op("Trilu")
+def _trilu(ctx, x, k=None):
+    rank = _rank(ctx, x)
+    if rank < 2:
+        ctx.fail("the input must have rank 2 or more", f"rank {rank}")
+    k = tf.zeros([], tf.int64) if k is None else tf.reshape(tf.cast(k, tf.int64), [])
+    shape = tf.shape(x, out_type=tf.int64)
+    diag = tf.range(shape[-1])[None, :] - tf.range(shape[-2])[:, None]  # column - row
+    keep = diag >= k if ctx.get("upper", 1) else diag <= k
+    return tf.where(keep, x, tf.zeros([], x.dtype))

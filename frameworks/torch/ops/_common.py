@@ -99,10 +99,12 @@ class NodeSpec:
     def const(self, i: int):
         return self.consts[i] if i < len(self.consts) else None
 
-    def unsupported(self, what: str) -> UnsupportedOperatorError:
+    def unsupported(self, what: str, allowed: str | None = None) -> UnsupportedOperatorError:
+        """The error refusing this node: ``what`` is the offending value, ``allowed`` what is supported."""
+        supported = f"; it supports {allowed}" if allowed else ""
         return UnsupportedOperatorError(
-            f"The torch executor does not support this {self.op} node ('{self.name}'); another executor may "
-            f"run it. Received: {what}")
+            f"The torch executor does not support this {self.op} node ('{self.name}'){supported}; another executor "
+            f"may run it. Received: {what}")
 
 
 

@@ -1,5 +1,7 @@
-"""Convolution and pooling operators as torch functions: Conv, ConvTranspose, MaxPool,
-AveragePool, GlobalAveragePool, GlobalMaxPool (1 to 3 spatial axes, ONNX padding rules).
+"""Convolution, pooling and resizing operators as torch functions: Conv, ConvTranspose, MaxPool,
+AveragePool, GlobalAveragePool, GlobalMaxPool (1 to 3 spatial axes, ONNX padding rules), Resize
+(every mode, coordinate transformation, nearest mode and aspect-ratio policy ONNX defines, with
+antialiasing, as onnx.reference computes them).
 
 Converters follow the contract of :mod:`deep500lite.frameworks.torch.ops`.
 """
@@ -9,10 +11,11 @@ from __future__ import annotations
 import math
 from typing import Callable
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
-from deep500lite.frameworks.torch.ops._common import _torch_pad_list, registrar
+from deep500lite.frameworks.torch.ops._common import _ints, _torch_pad_list, registrar
 
 __all__ = ["CONVERTERS"]
 
@@ -257,3 +260,205 @@ def _global_avg_pool(spec):
 @_op("GlobalMaxPool")
 def _global_max_pool(spec):
     return lambda x: x.amax(dim=tuple(range(2, x.dim())), keepdim=True)
+
+
+# Resize. ONNX defines it as separable 1-D interpolation: along each resized axis every output
+# position is a fixed weighted sum of input positions (edge-clamped). The weights depend only on the
+# sizes, scales and attributes, so they are built once per input shape, in float64 exactly as
+# onnx.reference computes them, and applied as one matrix product per axis (an index selection for
+# nearest), which torch differentiates.
+
+_RESIZE_MODES = ("nearest", "linear", "cubic")
+_COORDINATE_MODES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners",
+                     "asymmetric", "tf_crop_and_resize")
+_NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
+_ASPECT_POLICIES = ("stretch", "not_larger", "not_smaller")
+
+
+def _nearest_coeffs(mode):
+    def coeffs(ratio, scale):
+        if ratio == 1.0:
+            return [0.0, 1.0]
+        up = {"round_prefer_floor": ratio > 0.5, "round_prefer_ceil": ratio >= 0.5,
+              "floor": False, "ceil": True}[mode]
+        return [0.0, 1.0] if up else [1.0, 0.0]
+    return coeffs
+
+
+def _linear_coeffs(antialias):
+    def coeffs(ratio, scale):
+        if not antialias:
+            return [1.0 - ratio, ratio]
+        scale = min(scale, 1.0)
+        start = int(np.floor(-1 / scale) + 1)
+        args = (np.arange(start, 2 - start) - ratio) * scale
+        c = np.clip(1 - np.abs(args), 0, 1)
+        return c / c.sum()
+    return coeffs
+
+
+def _cubic_coeffs(a, antialias):
+    def kernel(x):
+        x = abs(x)
+        if x <= 1:
+            return (a + 2) * x ** 3 - (a + 3) * x ** 2 + 1
+        return a * x ** 3 - 5 * a * x ** 2 + 8 * a * x - 4 * a if x < 2 else 0.0
+
+    def coeffs(ratio, scale):
+        if not antialias:
+            return [kernel(ratio + 1), kernel(ratio), kernel(1 - ratio), kernel(2 - ratio)]
+        scale = min(scale, 1.0)
+        start = int(np.floor(-2 / scale) + 1)
+        c = np.array([kernel(scale * (i - ratio)) for i in range(start, 2 - start)])
+        return c / c.sum()
+    return coeffs
+
+
+def _source_coordinates(ctm, out_w, in_w, scale, roi):
+    """Input coordinate of every output position along one axis, and which ones extrapolate."""
+    y = np.arange(out_w, dtype=np.float64)
+    width = scale * in_w
+    extrapolated = None
+    if ctm == "align_corners":
+        x = np.zeros(out_w) if width == 1 else y * (in_w - 1) / (width - 1)
+    elif ctm == "asymmetric":
+        x = y / scale
+    elif ctm == "tf_crop_and_resize":
+        lo, hi = roi
+        x = np.full(out_w, (hi - lo) * (in_w - 1) / 2) if width == 1 else y * (hi - lo) * (in_w - 1) / (width - 1)
+        x = x + lo * (in_w - 1)
+        extrapolated = (x < 0) | (x > in_w - 1)
+    elif ctm == "pytorch_half_pixel":
+        x = np.full(out_w, -0.5) if width == 1 else (y + 0.5) / scale - 0.5
+    elif ctm == "half_pixel":
+        x = (y + 0.5) / scale - 0.5
+    else:  # half_pixel_symmetric
+        x = in_w / 2 * (1 - out_w / width) + (y + 0.5) / scale - 0.5
+    return x, extrapolated
+
+
+def _resize_weights(coeffs_fn, ctm, exclude_outside, out_w, in_w, scale, roi):
+    """(out_w, in_w) float64 interpolation weights along one axis, and the extrapolated rows (or None)."""
+    x, extrapolated = _source_coordinates(ctm, out_w, in_w, scale, roi)
+    floor = np.floor(x)
+    ratios = np.where(x == floor, 1.0, x - floor)
+    coeffs = np.array([np.asarray(coeffs_fn(float(r), scale), dtype=np.float64) for r in ratios])
+    coeffs = coeffs.reshape(out_w, -1)
+    n = coeffs.shape[1]
+    # The n input positions nearest to x, ties to the smaller index (onnx.reference's neighbour rule).
+    pad = math.ceil(n / 2)
+    p = np.floor(x + pad)
+    frac = x + pad - p
+    if n % 2 == 0:
+        offset = np.where(frac == 0, -(n // 2), -(n // 2) + 1)
+    else:
+        offset = np.where(frac <= 0.5, -((n - 1) // 2), -((n - 1) // 2) + 1)
+    taps = (p + offset).astype(np.int64)[:, None] + np.arange(n)[None, :] - pad
+    if exclude_outside:
+        coeffs = np.where((taps < 0) | (taps >= in_w), 0.0, coeffs)
+        total = coeffs.sum(axis=-1, keepdims=True)
+        coeffs = coeffs / np.where(total == 0, 1.0, total)
+    weights = np.zeros((out_w, in_w))
+    np.add.at(weights, (np.repeat(np.arange(out_w), n), np.clip(taps, 0, in_w - 1).reshape(-1)), coeffs.reshape(-1))
+    if extrapolated is not None:
+        weights[extrapolated] = 0.0
+        if not extrapolated.any():
+            extrapolated = None
+    return weights, extrapolated
+
+
+def _resize_plan(shape, axes, scales, sizes, roi, policy):
+    """Per resized axis: (axis, output size, scale, roi pair), as onnx.reference derives them."""
+    r = len(shape)
+    axes = list(range(r)) if axes is None else [a % r for a in axes]
+    full_roi = None
+    if roi is not None:
+        full_roi = [0.0] * r + [1.0] * r
+        for i, a in enumerate(axes):
+            full_roi[a], full_roi[r + a] = float(roi[i]), float(roi[len(axes) + i])
+    if sizes is not None:
+        out = {a: int(s) for a, s in zip(axes, sizes)}
+        factor = {a: out[a] / shape[a] for a in axes}
+        if policy != "stretch":
+            scale = (min if policy == "not_larger" else max)(factor.values())
+            factor = {a: scale for a in axes}
+            out = {a: int(scale * shape[a] + 0.5) for a in axes}
+    else:
+        factor = {a: float(s) for a, s in zip(axes, scales)}
+        out = {a: int(factor[a] * shape[a]) for a in axes}
+    plan = []
+    for a in axes:
+        pair = None if full_roi is None else (full_roi[a], full_roi[r + a])
+        identity = math.isclose(factor[a], 1.0) and out[a] == shape[a] and (
+            pair is None or (math.isclose(pair[0], 0.0) and math.isclose(pair[1], 1.0)))
+        if not identity:
+            plan.append((a, out[a], factor[a], pair))
+    return plan
+
+
+@_op("Resize")
+def _resize(spec):
+    mode = spec.attr("mode", "nearest")
+    ctm = spec.attr("coordinate_transformation_mode", "half_pixel" if spec.opset >= 11 else "asymmetric")
+    nearest_mode = spec.attr("nearest_mode", "round_prefer_floor")
+    policy = spec.attr("keep_aspect_ratio_policy", "stretch")
+    antialias = bool(spec.attr("antialias", 0))
+    for name, value, allowed in (("mode", mode, _RESIZE_MODES), ("coordinate_transformation_mode", ctm,
+                                 _COORDINATE_MODES), ("nearest_mode", nearest_mode, _NEAREST_MODES),
+                                 ("keep_aspect_ratio_policy", policy, _ASPECT_POLICIES)):
+        if value not in allowed:
+            raise spec.unsupported(f"{name}={value!r}", f"{name} {', '.join(map(repr, allowed))}")
+    if mode == "nearest" and antialias:
+        raise spec.unsupported("antialias=1, mode='nearest'", "antialias with mode 'linear' or 'cubic' (as ONNX "
+                               "defines it)")
+    if mode == "nearest":
+        coeffs_fn = _nearest_coeffs(nearest_mode)
+    elif mode == "linear":
+        coeffs_fn = _linear_coeffs(antialias)
+    else:
+        coeffs_fn = _cubic_coeffs(spec.attr("cubic_coeff_a", -0.75), antialias)
+    exclude_outside = bool(spec.attr("exclude_outside", 0))
+    extrapolation = float(spec.attr("extrapolation_value", 0.0))
+    axes_attr = spec.attr("axes")
+    cache: dict = {}
+
+    def weights_for(x, roi, scales, sizes):
+        scales = None if scales is None or scales.numel() == 0 else scales.reshape(-1).tolist()
+        sizes = None if sizes is None or sizes.numel() == 0 else _ints(sizes)
+        roi = None if roi is None or roi.numel() == 0 or ctm != "tf_crop_and_resize" else roi.reshape(-1).tolist()
+        key = (tuple(x.shape), x.dtype, x.device, None if scales is None else tuple(scales),
+               None if sizes is None else tuple(sizes), None if roi is None else tuple(roi))
+        if key not in cache:
+            if len(cache) >= 64:  # inputs of ever-changing shapes: keep the memory bounded
+                cache.clear()
+            steps = []
+            for axis, out_w, scale, pair in _resize_plan(tuple(x.shape), axes_attr, scales, sizes, roi, policy):
+                w, extrapolated = _resize_weights(coeffs_fn, ctm, exclude_outside, out_w, x.shape[axis], scale, pair)
+                if mode == "nearest" and extrapolated is None:
+                    steps.append((axis, torch.as_tensor(w.argmax(axis=1), device=x.device), None))
+                    continue
+                # Half-precision inputs interpolate in float32, integers in float64, as onnx.reference rounds once.
+                dtype = x.dtype if x.dtype in (torch.float32, torch.float64) else (
+                    torch.float32 if x.is_floating_point() else torch.float64)
+                mask = None if extrapolated is None else torch.as_tensor(extrapolated, device=x.device)
+                steps.append((axis, torch.as_tensor(w, dtype=dtype, device=x.device), mask))
+            cache[key] = steps
+        return cache[key]
+
+    def run(x, roi=None, scales=None, sizes=None):
+        if spec.opset < 11:
+            roi, scales, sizes = None, roi, None
+        y = x
+        for axis, w, mask in weights_for(x, roi, scales, sizes):
+            if w.dim() == 1:
+                y = y.index_select(axis, w)
+                continue
+            moved = torch.movedim(y.to(w.dtype), axis, -1) @ w.t()
+            if mask is not None:
+                moved = torch.where(mask, torch.tensor(extrapolation, dtype=w.dtype, device=w.device), moved)
+            y = torch.movedim(moved, -1, axis)
+        if y.dtype != x.dtype and not x.is_floating_point():
+            info = torch.iinfo(x.dtype)
+            y = y.round().clamp(info.min, info.max)
+        return y.to(x.dtype)
+    return run

@@ -1,5 +1,5 @@
 """Normalization operators and Dropout as torch functions: BatchNormalization (inference and
-training mode), InstanceNormalization, LayerNormalization, LRN, Dropout — the operators
+training mode), InstanceNormalization, LayerNormalization, GroupNormalization, LRN, Dropout — the operators
 whose training mode differs from inference live here with their training forms.
 
 Converters follow the contract of :mod:`deep500lite.frameworks.torch.ops`.
@@ -99,6 +99,28 @@ def _layer_norm(spec):
             y = y + b
         outs = (y, mean, inv_std)
         return y if spec.n_outputs == 1 else outs[:spec.n_outputs]
+    return run
+
+
+@_op("GroupNormalization")
+def _group_norm(spec):
+    eps = spec.attr("epsilon", 1e-5)
+    groups = spec.attr("num_groups")
+    stash = spec.attr("stash_type", 1)
+    # Opset 18 has one scale and bias per group, opset 21 one per channel.
+    per_group = spec.opset < 21
+
+    def run(x, scale, b):
+        n, c = x.shape[0], x.shape[1]
+        xs = x.to(torch.float32) if stash == 1 and x.dtype in (torch.float16, torch.bfloat16) else x
+        g = xs.reshape(n, groups, -1)
+        mean = g.mean(dim=-1, keepdim=True)
+        var = ((g - mean) ** 2).mean(dim=-1, keepdim=True)
+        y = ((g - mean) * torch.rsqrt(var + eps)).reshape(x.shape).to(x.dtype)
+        if per_group:
+            scale, b = scale.repeat_interleave(c // groups), b.repeat_interleave(c // groups)
+        shape = (1, c) + (1,) * (x.dim() - 2)
+        return y * scale.reshape(shape) + b.reshape(shape)
     return run
 
 

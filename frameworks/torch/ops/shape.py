@@ -1,6 +1,7 @@
 """Shape and data-movement operators as torch functions: Shape, Size, Constant, ConstantOfShape,
 Reshape, Flatten, Transpose, Squeeze, Unsqueeze, Concat, Split, Slice, Gather, GatherElements,
-Expand, Tile, Range, Pad, DepthToSpace, SpaceToDepth, Trilu, NonZero.
+GatherND, ScatterND, ScatterElements (with their ``reduction``), Expand, Tile, Range, Pad,
+DepthToSpace, SpaceToDepth, Trilu, NonZero.
 
 Converters follow the contract of :mod:`deep500lite.frameworks.torch.ops`.
 """
@@ -314,3 +315,75 @@ def _trilu(spec):
 @_op("NonZero")
 def _nonzero(spec):
     return lambda x: torch.nonzero(x.reshape(1) if x.dim() == 0 else x).t().contiguous()
+
+
+def _nd_linear_index(idx, dims):
+    """Row-major linear index of the last axis of ``idx`` (coordinates into ``dims``), negatives wrapped."""
+    lin = torch.zeros(idx.shape[:-1], dtype=torch.int64, device=idx.device)
+    for j, size in enumerate(dims):
+        lin = lin * size + _fix_negative(idx[..., j], size)
+    return lin
+
+
+@_op("GatherND")
+def _gather_nd(spec):
+    batch_dims = spec.attr("batch_dims", 0)
+
+    def run(x, idx):
+        idx = idx.to(torch.int64)
+        k = idx.shape[-1]
+        batch = tuple(x.shape[:batch_dims])
+        n_batch = math.prod(batch)
+        rest = tuple(x.shape[batch_dims + k:])
+        data = x.reshape(n_batch, math.prod(x.shape[batch_dims:batch_dims + k]), *rest)
+        lin = _nd_linear_index(idx.reshape(n_batch, -1, k), x.shape[batch_dims:batch_dims + k])
+        rows = torch.arange(n_batch, device=x.device).unsqueeze(1)
+        return data[rows, lin].reshape(*batch, *idx.shape[batch_dims:-1], *rest)
+    return run
+
+
+# ONNX reduction attribute -> torch scatter_reduce's reduce argument.
+_SCATTER_REDUCE = {"add": "sum", "mul": "prod", "max": "amax", "min": "amin"}
+
+
+def _scatter_reduction(spec):
+    reduction = spec.attr("reduction", "none")
+    if reduction != "none" and reduction not in _SCATTER_REDUCE:
+        raise spec.unsupported(f"reduction={reduction!r}", f"reduction 'none', {', '.join(map(repr, _SCATTER_REDUCE))}")
+    return reduction
+
+
+@_op("ScatterND")
+def _scatter_nd(spec):
+    reduction = _scatter_reduction(spec)
+
+    def run(x, idx, updates):
+        idx = idx.to(torch.int64)
+        k = idx.shape[-1]
+        rest = tuple(x.shape[k:])
+        data = x.reshape(math.prod(x.shape[:k]), *rest)
+        lin = _nd_linear_index(idx, x.shape[:k]).reshape(-1)
+        upd = updates.reshape(lin.shape[0], *rest)
+        if reduction == "none":
+            out = data.index_put((lin,), upd)
+        elif reduction == "add":
+            out = data.index_put((lin,), upd, accumulate=True)
+        else:
+            index = lin.reshape(-1, *(1,) * len(rest)).expand(upd.shape)
+            out = data.scatter_reduce(0, index, upd, _SCATTER_REDUCE[reduction], include_self=True)
+        return out.reshape(x.shape)
+    return run
+
+
+@_op("ScatterElements")
+def _scatter_elements(spec):
+    axis = spec.attr("axis", 0)
+    reduction = _scatter_reduction(spec)
+
+    def run(x, idx, updates):
+        a = axis % x.dim()
+        i = _fix_negative(idx.to(torch.int64), x.shape[a])
+        if reduction == "none":
+            return torch.scatter(x, a, i, updates)
+        return torch.scatter_reduce(x, a, i, updates, _SCATTER_REDUCE[reduction], include_self=True)
+    return run
