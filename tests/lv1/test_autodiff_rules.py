@@ -14,7 +14,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from test_autodiff import _check_fd, _net, _node, _rand
+from test_autodiff import _assert_onnxruntime_matches_reference, _check_fd, _float32_nodes, _net, _node, _rand
 
 import deep500lite as d5
 from deep500lite.errors import UnsupportedOperatorError
@@ -241,21 +241,8 @@ def test_new_rule_onnxruntime_agrees_with_reference_float32(case):
     # The same training graph in float32 on ONNX Runtime and on the reference executor.
     nodes, params, consts, opset, *rest = CASES[case]
     params = {k: v.astype(np.float32) for k, v in params.items()}
-    nodes = [helper.make_node(n.op_type, n.input, n.output, name=n.name, **{
-        a.name: (TensorProto.FLOAT if a.name == "to" else helper.get_attribute_value(a)) for a in n.attribute})
-        for n in nodes]
-    net = _net(nodes, params, consts, opset=opset, loss_from=rest[0] if rest else "out")
-    grads = {}
-    for fw in ("reference", "onnxruntime"):
-        ex = d5.executor(net, fw)
-        loss = ex.inference_and_backprop({}, "loss")["loss"]
-        names = [g for _, g in ex.network.gradient("loss")]
-        grads[fw] = (loss, dict(zip(names, ex.network.fetch_tensors(names))))
-    np.testing.assert_allclose(grads["onnxruntime"][0], grads["reference"][0], rtol=1e-5, atol=1e-6)
-    for name, g in grads["reference"][1].items():
-        got = grads["onnxruntime"][1][name]
-        assert got.dtype == np.float32
-        assert np.linalg.norm(got - g) <= 1e-5 * max(np.linalg.norm(g), 1e-30), name
+    _assert_onnxruntime_matches_reference(
+        _net(_float32_nodes(nodes), params, consts, opset=opset, loss_from=rest[0] if rest else "out"))
 
 
 @pytest.mark.parametrize("op", ["ReduceSum", "ReduceMean"])
