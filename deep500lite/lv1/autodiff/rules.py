@@ -315,6 +315,20 @@ def _output_padding(c: RuleContext, x, y, kernel, strides, dil, pads):
             for i in range(n)]
 
 
+def _kernel_gradient(b, inp, out_grad, kernel, strides, dil, pads):
+    """The weight gradient of a convolution of ``inp`` whose output gradient is ``out_grad``.
+
+    dW[o, i] = sum_n inp[n, i] (*) out_grad[n, o]: a convolution over the batch axis, with the
+    roles of stride and dilation swapped; the result is cut to the kernel size.
+    """
+    n = len(kernel)
+    perm = [1, 0] + list(range(2, n + 2))
+    g = b.op("Conv", [b.op("Transpose", [inp], perm=perm), b.op("Transpose", [out_grad], perm=perm)],
+             strides=dil, dilations=strides, pads=pads)
+    g = b.op("Slice", [g, b.ints([0] * n), b.ints(kernel), b.ints(list(range(2, n + 2)))])
+    return b.op("Transpose", [g], perm=perm)
+
+
 @_rule("Conv")
 def _conv(c: RuleContext):
     b, dy, info = c.b, c.dy(), c.info
@@ -341,15 +355,8 @@ def _conv(c: RuleContext):
             wgs = b.op("Split", [w, b.ints([ws[0] // group] * group)], n_out=group, axis=0)
             dx = b.op("Concat", [input_grad(dyg, wg) for dyg, wg in zip(dys, wgs)], axis=1)
     if c.need[1]:
-        perm = [1, 0] + list(range(2, n + 2))
-
         def weight_grad(xg, dyg):
-            # dW[o, i] = sum_n x[n, i] (*) dy[n, o]: a convolution over the batch axis, with the
-            # roles of stride and dilation swapped; the result is cut to the kernel size.
-            g = b.op("Conv", [b.op("Transpose", [xg], perm=perm), b.op("Transpose", [dyg], perm=perm)],
-                     strides=dil, dilations=strides, pads=pads)
-            g = b.op("Slice", [g, b.ints([0] * n), b.ints(kernel), b.ints(list(range(2, n + 2)))])
-            return b.op("Transpose", [g], perm=perm)
+            return _kernel_gradient(b, xg, dyg, kernel, strides, dil, pads)
 
         if group == 1:
             dw = weight_grad(x, dy)
@@ -388,15 +395,7 @@ def _conv_transpose(c: RuleContext):
     if c.need[0]:
         dx = b.op("Conv", [dy, w], strides=strides, dilations=dil, pads=pads, kernel_shape=kernel)
     if c.need[1]:
-        perm = [1, 0] + list(range(2, n + 2))
-
-        def weight_grad(dyg, xg):
-            g = b.op("Conv", [b.op("Transpose", [dyg], perm=perm), b.op("Transpose", [xg], perm=perm)],
-                     strides=dil, dilations=strides, pads=pads)
-            g = b.op("Slice", [g, b.ints([0] * n), b.ints(kernel), b.ints(list(range(2, n + 2)))])
-            return b.op("Transpose", [g], perm=perm)
-
-        dw = weight_grad(dy, x)
+        dw = _kernel_gradient(b, dy, x, kernel, strides, dil, pads)  # Conv's with the roles of x and dy swapped
     if c.input(2) is not None and c.need[2]:
         db = b.reduce("ReduceSum", dy, [0] + list(range(2, n + 2)), keepdims=0)
     return [dx, dw, db]
