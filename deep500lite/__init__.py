@@ -10,7 +10,7 @@ training (:mod:`deep500lite.lv2`), distributed training (:mod:`deep500lite.lv3`,
 
 from deep500lite import lv3 as distributed
 from deep500lite.errors import (CheckpointError, CommunicationTimeout, CorruptFileError, Deep500Error, DeviceError,
-                                ExampleParseError, FeedError, FrameworkNotAvailableError, JobTimeout,
+                                ExampleParseError, ExecutionError, FeedError, FrameworkNotAvailableError, JobTimeout,
                                 MissingDatasetError, ModelError, UnsupportedOperatorError, UserAttributeError,
                                 UserError, UserKeyError, UserTypeError)
 from deep500lite.lv0 import (CUSTOM_DOMAIN, CompilationError, CppOp, CppOpError, CustomOp, CustomPythonOp, Operator,
@@ -64,5 +64,5 @@ __all__ = [
     "Deep500Error", "UserError", "ModelError", "FeedError", "UnsupportedOperatorError",
     "FrameworkNotAvailableError", "DeviceError", "UserTypeError", "UserKeyError", "UserAttributeError",
     "MissingDatasetError", "CorruptFileError", "ExampleParseError", "CheckpointError", "CommunicationTimeout",
-    "JobTimeout",
+    "JobTimeout", "ExecutionError",
 ]

@@ -27,6 +27,8 @@ Hierarchy::
     │   └── CheckpointError                a checkpoint missing, corrupt or not fitting
     ├── FrameworkNotAvailableError (ImportError)
     ├── CppOpError (RuntimeError)          a C++ operator that failed while running
+    ├── ExecutionError (RuntimeError)      an executor that failed at run time (names the ONNX node)
+    ├── ModelExportError (RuntimeError)    a framework's ONNX exporter that failed on a model
     ├── NonFiniteLossError (FloatingPointError)
     ├── CommunicationTimeout (TimeoutError)
     └── JobTimeout (RuntimeError)          an MPI job killed at its time limit
@@ -57,6 +59,8 @@ __all__ = [
     "CompilationError",
     "CheckpointError",
     "CppOpError",
+    "ExecutionError",
+    "ModelExportError",
     "NonFiniteLossError",
     "CommunicationTimeout",
     "JobTimeout",
@@ -173,6 +177,35 @@ class CppOpError(Deep500Error, RuntimeError):
         super().__init__(message)
         self.op_name = op_name
         self.member = member
+
+
+class ExecutionError(Deep500Error, RuntimeError):
+    """An executor failed while running a network: its framework raised at run time.
+
+    The message names the executor, the ONNX node (name and op type), the shapes of the node's
+    inputs where they are known, and the framework's own message.
+
+    Attributes:
+        executor: the executor's framework name (``"tensorflow"``).
+        node: the failing node's name, or ``None`` when the framework does not say which node.
+        op_type: the failing node's operator, or ``None``.
+        input_shapes: the node's input shapes where known (``None`` for an unknown one).
+        cause: the framework's own message.
+    """
+
+    def __init__(self, message: str, *, executor: str, node: str | None = None, op_type: str | None = None,
+                 input_shapes: Sequence | None = None, cause: str = ""):
+        super().__init__(message)
+        self.executor, self.node, self.op_type = executor, node, op_type
+        self.input_shapes = list(input_shapes) if input_shapes is not None else None
+        self.cause = cause
+
+
+class ModelExportError(Deep500Error, RuntimeError):
+    """A framework's ONNX exporter failed on a model (torch.onnx.export, tf2onnx).
+
+    The message names the model, the exporter and the exporter's own message.
+    """
 
 
 class NonFiniteLossError(Deep500Error, FloatingPointError):

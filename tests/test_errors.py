@@ -136,6 +136,8 @@ EXEMPT_ERRORS = {
     "FrameworkNotAvailableError": "the environment: names the extra to install",
     "CompilationError": "the compiler's verdict on a source file, with its output",
     "CppOpError": "a C++ operator that failed while running",
+    "ExecutionError": "a framework that failed while running a node (names the node, its shapes, the executor)",
+    "ModelExportError": "an exporter's verdict on a model, with its message",
     "NonFiniteLossError": "a training run whose loss diverged",
     "CommunicationTimeout": "a collective that waited too long for a peer",
     "JobTimeout": "an MPI job killed at its time limit",

@@ -7,7 +7,7 @@ import os
 import numpy as np
 
 from deep500lite.cli.args import nonnegative_int, positive_int
-from deep500lite.errors import UserError
+from deep500lite.errors import Deep500Error, UserError
 
 
 def add_parser(subparsers):
@@ -76,8 +76,7 @@ def _time(executor, feeds, max_time):
 
 def run(args) -> int:
     import deep500lite as d5
-    from deep500lite.metrics.accuracy import output_errors
-    from deep500lite.metrics.tables import format_ci, format_table
+    from deep500lite.metrics.tables import format_ci
 
     frameworks = _frameworks(args)
     network = d5.load_model(args.model)
@@ -101,17 +100,71 @@ def run(args) -> int:
             print(f"warning: {m.warning()}")
         return 0
 
-    reference = d5.executor(network, "reference").inference(feeds)
-    rows, failed = [], False
-    for fw in frameworks:
+    results = _run_all(d5, network, frameworks, feeds, args.device)
+    print(_comparison(results, frameworks, feeds, args))
+    return 2 if any(results[fw][2] is not None for fw in frameworks) else 0
+
+
+def _one_line(exc: BaseException) -> str:
+    """An error on one line, whole (an :class:`ExecutionError` names the node and the cause)."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if isinstance(exc, Deep500Error) else f"{type(exc).__name__}: {text}"
+
+
+def _run_all(d5, network, frameworks, feeds, device) -> dict:
+    """framework -> ``(executor, outputs, error)``: the reference runs first (on the CPU), listed or not.
+
+    ``outputs`` is None where the framework failed; ``error`` (one line) is set where its row is an error.
+    """
+    results = {}
+    for fw in ["reference"] + [f for f in frameworks if f != "reference"]:
         try:
-            ex = d5.executor(network, fw, device=args.device)
-            outputs = ex.inference(feeds)
-            err = max(e["max_abs"] for e in output_errors(outputs, reference).values())
-            s = _time(ex, feeds, args.max_time).summary
-            rows.append([fw, str(ex.devname), f"{err:.3g}", format_ci(s.median, s.ci_low, s.ci_high), s.n])
+            # The reference is the baseline on the CPU; a listed one on another device is that device's row.
+            ex = d5.executor(network, fw, device="cpu" if fw == "reference" else device)
+            results[fw] = (ex, ex.inference(feeds), None)
+            if fw == "reference" and fw in frameworks and device != "cpu":
+                d5.executor(network, fw, device=device)  # the DeviceError of its row, if any
         except Exception as exc:  # noqa: BLE001 - one framework failing must not lose the others' rows
-            failed = True
-            rows.append([fw, args.device, "error", " ".join(str(exc).split())[:120], 0])
-    print(format_table(["framework", "device", "max |err| vs reference", "median latency [95% CI]", "runs"], rows))
-    return 1 if failed else 0
+            results[fw] = (None, None, _one_line(exc)) if fw not in results else results[fw][:2] + (_one_line(exc),)
+    return results
+
+
+def _comparison(results, frameworks, feeds, args) -> str:
+    """The table: each framework's largest error against the baseline and its latency, or its error.
+
+    The baseline is the reference executor, or, when it failed, the first framework that ran
+    (a note under the table says so). An error row holds the whole one-line message.
+    """
+    from deep500lite.metrics.accuracy import output_errors
+    from deep500lite.metrics.tables import format_ci, format_table
+
+    ran = [fw for fw in ["reference"] + frameworks if results[fw][1] is not None]
+    baseline = ran[0] if ran else "reference"
+    rows, errors = [], {}
+    for i, fw in enumerate(frameworks):
+        ex, outputs, error = results[fw]
+        if error is None:
+            try:
+                errs = output_errors(outputs, results[baseline][1]).values()
+                err = max((e["max_abs"] for e in errs), default=0.0)
+                s = _time(ex, feeds, args.max_time).summary
+                rows.append([fw, str(ex.devname), f"{err:.3g}", format_ci(s.median, s.ci_low, s.ci_high), s.n])
+                continue
+            except Exception as exc:  # noqa: BLE001 - as in _run_all
+                error = _one_line(exc)
+                results[fw] = (ex, outputs, error)
+        rows.append([fw, args.device, "error", "", ""])
+        errors[i] = error
+    lines = format_table(["framework", "device", f"max |err| vs {baseline}", "median latency [95% CI]", "runs"],
+                         rows).splitlines()
+    for i, error in errors.items():
+        lines[2 + i] += f": {error}"  # the whole message on the row's line; the other columns stay narrow
+    reference_error = results["reference"][2]
+    if results["reference"][1] is None:
+        listed = "reference" in frameworks
+        if baseline != "reference":
+            lines.append(f"note: the reference executor failed, so max |err| is measured against {baseline}, the "
+                         "first framework that ran" + ("." if listed else f". Reference: {reference_error}"))
+        elif not listed:
+            lines.append(f"note: the reference executor failed and no framework ran. Reference: {reference_error}")
+    return "\n".join(lines)

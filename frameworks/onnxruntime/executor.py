@@ -13,6 +13,7 @@ from deep500lite.frameworks.onnxruntime.custom import extensions_available, sess
 from deep500lite.frameworks.onnxruntime.ops import SUPPORTED_OPS, unsupported_reason
 from deep500lite.lv0.custom import CUSTOM_DOMAIN
 from deep500lite.lv1.device import Device
+from deep500lite.lv1.execution_errors import execution_error, framework_cause, shape_of
 from deep500lite.lv1.host import HostGraphExecutor
 from deep500lite.lv1.network import iter_nodes
 
@@ -116,21 +117,38 @@ class OnnxRuntimeExecutor(HostGraphExecutor):
         session = self.session
         try:
             return dict(zip(self._output_names, session.run(self._output_names, feeds)))
-        except Exception:
-            checked = self.network.check_feeds(feeds)
-            if any(checked[k] is not feeds[k] for k in checked):
+        except Exception as exc:  # noqa: BLE001 - explained below, outside this block
+            failure = _failure(exc)
+        checked = self.network.check_feeds(feeds)  # a FeedError says what is wrong with the feeds
+        if any(checked[k] is not feeds[k] for k in checked):
+            try:
                 return dict(zip(self._output_names, session.run(self._output_names, checked)))
-            raise
+            except Exception as exc:  # noqa: BLE001
+                failure = _failure(exc)
+            feeds = checked
+        # raised outside the except blocks: the error keeps no frame of the failed run alive
+        raise _execution_error(failure, self.network.to_onnx(), feeds, None)
 
     def _compile(self, model):
-        return self._session_for(model).run
+        # The runner holds the session and the model, never the executor: an executor and its
+        # runner referring to each other would be freed only by a later garbage collection, at
+        # an arbitrary point, with the custom-operator libraries its sessions loaded.
+        return _Runner(self._session_for(model).run, model)
 
     def _run_checked(self, runner, names, fixed, feeds):
         # As in inference: onnxruntime checks the feeds; check_feeds explains a refusal.
         try:
             return runner(names, {**fixed, **feeds})
-        except Exception:
-            return runner(names, {**fixed, **self.network.check_feeds(feeds)})
+        except Exception as exc:  # noqa: BLE001 - explained below, outside this block
+            failure = _failure(exc)
+        checked = self.network.check_feeds(feeds)
+        if any(checked[k] is not feeds[k] for k in checked):
+            try:
+                return runner(names, {**fixed, **checked})
+            except Exception as exc:  # noqa: BLE001
+                failure = _failure(exc)
+            feeds = checked
+        raise _execution_error(failure, runner.model, {**fixed, **feeds}, "training graph")
 
     def _parameters_changed(self):
         self._session = None
@@ -138,6 +156,73 @@ class OnnxRuntimeExecutor(HostGraphExecutor):
     def _network_changed(self):
         super()._network_changed()
         self._session = None
+
+
+class _Runner:
+    """A compiled training graph: its session's ``run`` and the model (to explain a failure)."""
+
+    __slots__ = ("run", "model")
+
+    def __init__(self, run, model):
+        self.run, self.model = run, model
+
+    def __call__(self, names, feeds):
+        return self.run(names, feeds)
+
+
+_NODE_IN_MESSAGE = re.compile(r"running (\w+) node\. Name:'([^']*)'")
+
+
+def _failure(exc: Exception) -> tuple[str, str | None]:
+    """(the cause, the node ONNX Runtime names) of a failed run; keeps no reference to ``exc``."""
+    found = _NODE_IN_MESSAGE.search(str(exc))
+    return framework_cause(exc), (found.group(2) if found else None)
+
+
+def _execution_error(failure, model, feeds, where):
+    """The :class:`ExecutionError` for ``failure`` in ``model``, with the node's input shapes.
+
+    Shapes come from the feeds and initializers, and for intermediate tensors from a second
+    session asked for just those tensors (run only after a failure).
+    """
+    cause, name = failure
+    node = next((n for n in iter_nodes(model.graph) if name and n.name == name), None)
+    shapes = None
+    if node is not None:
+        inits = {i.name: list(i.dims) for i in model.graph.initializer}
+        shapes = ["absent" if not x else shape_of(feeds[x]) if x in feeds else inits.get(x) for x in node.input]
+        needed = [x for x, sh in zip(node.input, shapes) if x and sh is None]
+        if needed:
+            try:
+                probe = onnx.ModelProto()
+                probe.CopyFrom(model)
+                del probe.graph.output[:]
+                probe.graph.output.extend(onnx.ValueInfoProto(name=x) for x in needed)
+                # onnxruntime runs every node of a graph: keep only those the inputs need
+                producers = {o: i for i, n in enumerate(probe.graph.node) for o in n.output}
+                keep, stack = set(), list(needed)
+                while stack:
+                    i = producers.get(stack.pop())
+                    if i is not None and i not in keep:
+                        keep.add(i)
+                        stack.extend(x for x in probe.graph.node[i].input if x)
+                nodes = [n for i, n in enumerate(probe.graph.node) if i in keep]
+                del probe.graph.node[:]
+                probe.graph.node.extend(nodes)
+                inputs = {i.name for i in probe.graph.input}
+                while True:  # as _session_for: restamp a model newer than this onnxruntime reads
+                    try:
+                        session = ort.InferenceSession(probe.SerializeToString())
+                        break
+                    except Exception as exc:  # noqa: BLE001 - adapted and retried, or given up below
+                        if not _adapt_to_runtime(probe, str(exc)):
+                            raise
+                values = session.run(needed, {k: v for k, v in feeds.items() if k in inputs})
+                found = dict(zip(needed, values))
+                shapes = [shape_of(found[x]) if x in found else sh for x, sh in zip(node.input, shapes)]
+            except Exception:  # noqa: BLE001 - the shapes are a help; the error stands without them
+                pass
+    return execution_error("onnxruntime", cause, node, shapes, where)
 
 
 def _value_types(network) -> dict[str, str]:

@@ -8,6 +8,8 @@ import numpy as np
 import onnx
 from onnx.reference import ReferenceEvaluator
 
+from deep500lite.errors import Deep500Error
+from deep500lite.lv1.execution_errors import execution_error, shape_of
 from deep500lite.lv1.host import HostGraphExecutor
 from deep500lite.frameworks.reference.custom import op_run_classes
 from deep500lite.frameworks.reference.ops import FAST_OPS, SUPPORTED_OPS
@@ -48,7 +50,7 @@ class ReferenceExecutor(HostGraphExecutor):
                     v = self._tensors[name]
                     graph.input.append(onnx.helper.make_tensor_value_info(
                         name, onnx.helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape)))
-            self._evaluator = self._compile(model)
+            self._evaluator = self._compile(model, where=None)
             self._built_version = self.network.version
         return self._evaluator
 
@@ -62,13 +64,47 @@ class ReferenceExecutor(HostGraphExecutor):
         # Sequences and optionals (lists, None) are returned as the evaluator gives them.
         return {name: r if r is None or isinstance(r, list) else np.asarray(r) for name, r in zip(outputs, results)}
 
-    def _compile(self, model):
-        return ReferenceEvaluator(model, new_ops=op_run_classes(model) + FAST_OPS).run
+    def _compile(self, model, where="training graph"):
+        run = ReferenceEvaluator(model, new_ops=op_run_classes(model) + FAST_OPS).run
+
+        def checked_run(names, feeds):
+            try:
+                return run(names, feeds)
+            except Deep500Error:
+                raise
+            except Exception as exc:  # noqa: BLE001 - any failure of a node is reported as an ExecutionError
+                error = _node_error(exc, where)
+            raise error  # outside the except block: the error keeps no frame of the failed run alive
+
+        return checked_run
 
     @classmethod
     def supports_custom_domain(cls, domain: str) -> bool:
         """Any domain: registered custom operators run as ``OpRun`` classes."""
         return True
+
+
+def _node_error(exc: Exception, where):
+    """The :class:`ExecutionError` for a failure inside ``ReferenceEvaluator.run``.
+
+    The evaluator runs node by node; its outermost ``run`` frame in the traceback holds the
+    failing node (``node.onnx_node``) and its input values, so nothing is recorded beforehand.
+    """
+    node = inputs = None
+    tb = exc.__traceback__
+    while tb is not None:
+        frame = tb.tb_frame
+        if frame.f_code.co_name == "run" and isinstance(frame.f_locals.get("self"), ReferenceEvaluator):
+            op = frame.f_locals.get("node")
+            if getattr(op, "onnx_node", None) is not None:
+                node, inputs = op.onnx_node, frame.f_locals.get("inputs")
+                break
+        tb = tb.tb_next
+    tb = frame = None
+    shapes = None
+    if node is not None and inputs is not None and len(inputs) == len(node.input):
+        shapes = ["absent" if not name else shape_of(v) for name, v in zip(node.input, inputs)]
+    return execution_error("reference", exc, node, shapes, where)
 
 
 def from_model(network, device=None, seed: int = 0) -> ReferenceExecutor:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import itertools
 import linecache
-import sys
 
 import numpy as np
 import torch
 
-from deep500lite.errors import FeedError, UserKeyError
+from deep500lite.errors import Deep500Error, FeedError, UserKeyError
 from deep500lite.lv1.device import Device
+from deep500lite.lv1.execution_errors import execution_error, shape_of
 from deep500lite.lv1.executor import GraphExecutor
 from deep500lite.lv1.network import FLOAT_DTYPES
 from deep500lite.frameworks.torch.dtypes import to_numpy, to_torch
@@ -244,24 +244,33 @@ class TorchExecutor(GraphExecutor):
         try:
             with torch.inference_mode():
                 results = self._run(*args)
-        except Exception as exc:
-            raise self._node_error(exc) from exc
-        return {name: to_numpy(r, copy) for name, r, copy in
-                zip(self.network.outputs, results, self._copy_out)}
+        except Exception as exc:  # noqa: BLE001 - reported as an ExecutionError naming the node
+            error = self._node_error(exc, None)
+        else:
+            return {name: to_numpy(r, copy) for name, r, copy in
+                    zip(self.network.outputs, results, self._copy_out)}
+        raise error  # outside the except block: the error keeps no frame of the failed run alive
 
-    def _node_error(self, exc: Exception) -> Exception:
-        tb = sys.exc_info()[2]
-        node = None
-        while tb is not None:
-            lines = self._line_nodes.get(tb.tb_frame.f_code.co_filename)
-            if lines is not None:
-                node = lines.get(tb.tb_lineno)
-            tb = tb.tb_next
-        if node is None:
+    def _node_error(self, exc: Exception, where: str | None) -> Exception:
+        """The :class:`ExecutionError` for ``exc``, raised while running generated code.
+
+        The failing node is the one whose generated line the traceback passes through; its
+        input values are read from that frame's variables (nothing is recorded beforehand).
+        """
+        if isinstance(exc, Deep500Error):
             return exc
-        return RuntimeError(
-            f"The torch executor failed in node '{node.name or node.output[0]}' ({node.op_type}): "
-            f"{type(exc).__name__}: {exc}")
+        tb = exc.__traceback__
+        node = shapes = None
+        while tb is not None:
+            frame = tb.tb_frame
+            lines = self._line_nodes.get(frame.f_code.co_filename)
+            if lines is not None and tb.tb_lineno in lines:
+                node = lines[tb.tb_lineno]
+                shapes = _call_input_shapes(frame, linecache.getline(frame.f_code.co_filename, tb.tb_lineno), node)
+                break
+            tb = tb.tb_next
+        tb = frame = None
+        return execution_error("torch", exc, node, shapes, where)
 
     def inference_and_backprop(self, feeds, y="loss"):
         """Run forward in training mode, then backward from the scalar ``y`` with torch autograd.
@@ -310,16 +319,25 @@ class TorchExecutor(GraphExecutor):
         try:
             with torch.enable_grad():
                 results = run(*args)
-        except Exception as exc:
-            raise self._node_error(exc) from exc
+        except Exception as exc:  # noqa: BLE001 - reported as an ExecutionError naming the node
+            error = self._node_error(exc, "training graph")
+        else:
+            error = None
+        if error is not None:
+            raise error
         target = results[-1]
         if not isinstance(target, torch.Tensor) or target.numel() != 1:
             shape = list(target.shape) if isinstance(target, torch.Tensor) else type(target).__name__
             raise FeedError(f"inference_and_backprop: y='{y}' must be a scalar (one element). "
                             f"Received: shape {shape}")
         if target.requires_grad:
-            with torch.enable_grad():
-                (target if target.dim() == 0 else target.reshape(())).backward()
+            try:
+                with torch.enable_grad():
+                    (target if target.dim() == 0 else target.reshape(())).backward()
+            except Exception as exc:  # noqa: BLE001 - autograd does not say which ONNX node failed
+                error = execution_error("torch", exc, where="backward pass")
+            if error is not None:
+                raise error
         self._have_grads = True
         return {name: to_numpy(r, copy) for name, r, copy in zip(net.outputs, results, copy_out)}
 
@@ -394,6 +412,16 @@ class TorchExecutor(GraphExecutor):
             torch.cuda.reset_peak_memory_stats(device.index)
             return None
         return int(torch.cuda.max_memory_allocated(device.index))
+
+
+def _call_input_shapes(frame, line: str, node) -> list | None:
+    """The shapes of the arguments of the generated call ``line`` (``v3_0 = f3(x0, p1)``) in ``frame``."""
+    if "(" not in line or ")" not in line:
+        return None
+    names = [a.strip() for a in line[line.index("(") + 1:line.index(")")].split(",") if a.strip()]
+    scope = {**frame.f_globals, **frame.f_locals}
+    shapes = ["absent" if name == "None" else shape_of(scope.get(name)) for name in names]
+    return shapes + ["absent"] * (len(node.input) - len(shapes))
 
 
 def from_model(network, device=None, seed: int = 0) -> TorchExecutor:
