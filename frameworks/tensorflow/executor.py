@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from deep500lite.errors import FeedError, UserKeyError
+from deep500lite.errors import Deep500Error, FeedError, UserKeyError
+from deep500lite.lv1.execution_errors import execution_error, shape_of
 from deep500lite.lv1.executor import GraphExecutor
 from deep500lite.lv1.network import FLOAT_DTYPES
 from deep500lite.frameworks.tensorflow.layout import Value
@@ -18,6 +19,38 @@ __all__ = ["TensorFlowExecutor", "from_model", "tf_device_name"]
 def tf_device_name(device) -> str:
     """The TensorFlow device string of a deep500lite device (``"/CPU:0"``, ``"/GPU:N"``)."""
     return f"/GPU:{device.index}" if device.is_gpu else "/CPU:0"
+
+
+def _inferred_shapes(network) -> dict:
+    """ONNX shape inference's shapes (``None`` for unknown sizes) of the graph's tensors.
+
+    Shape arithmetic that TensorFlow cannot trace through (a Reshape to a computed shape) leaves
+    tensors of unknown rank, which converters that need the rank refuse; ONNX's own inference
+    (with data propagation) often knows it. Applied with ``set_shape`` while tracing: no cost
+    at run time.
+    """
+    import onnx
+
+    try:
+        inferred = onnx.shape_inference.infer_shapes(network.to_onnx(), data_prop=True)
+    except Exception:  # noqa: BLE001 - a refinement only
+        return {}
+    shapes = {}
+    for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
+        t = vi.type.tensor_type if vi.type.HasField("tensor_type") else None
+        if t is not None and t.HasField("shape"):
+            shapes[vi.name] = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
+    return shapes
+
+
+def _refined(value, shape):
+    """``value`` with its tensor's static shape set from ONNX's where TensorFlow lost the rank."""
+    if shape is not None and value.perm is None and value.tensor.shape.rank is None:
+        try:
+            value.tensor.set_shape(shape)
+        except (ValueError, AttributeError):  # an eager tensor, or shapes that disagree: left as is
+            pass
+    return value
 
 
 class TensorFlowExecutor(GraphExecutor):
@@ -76,6 +109,7 @@ class TensorFlowExecutor(GraphExecutor):
         graph = network.graph
         opset = network.opset
         plan = [(build_node(node, opset), list(node.input), list(node.output)) for node in graph.node]
+        self._plan = plan  # also run node by node, eagerly, to locate a failure (_run_error)
         gpu = self.devname.is_gpu
         self._train_plan = [
             (build_node(node, opset, training=True, rng=self._rng, gpu=gpu), list(node.input), list(node.output),
@@ -85,6 +119,7 @@ class TensorFlowExecutor(GraphExecutor):
         self._train_fns: dict = {}
         self._grads = {}
         self._build_id += 1
+        self._ranks = ranks = _inferred_shapes(network)
         inputs = network.inputs
         outputs = network.outputs
         variables = self._variables
@@ -103,7 +138,7 @@ class TensorFlowExecutor(GraphExecutor):
                     results = run([env[n] if n else None for n in ins])
                     for name, value in zip(outs, results):
                         if name and value is not None:
-                            env[name] = value
+                            env[name] = _refined(value, ranks.get(name))
                 return [env[name].plain for name in outputs]
 
         self._inputs = inputs
@@ -139,11 +174,12 @@ class TensorFlowExecutor(GraphExecutor):
             env.update((n, Value(tf.constant(c))) for n, c in constants.items() if n in used)
             env.update(zip(self._inputs, (Value(t) for t in feeds)))
             updates = []
+            ranks = self._ranks
             for run, ins, outs, state in self._train_plan:
                 results = run([env[n] if n else None for n in ins])
                 for name, value in zip(outs, results):
                     if name and value is not None:
-                        env[name] = value
+                        env[name] = _refined(value, ranks.get(name))
                 for var_name, k in state:
                     updates.append((var_name, results[k].plain))
             for var_name, value in updates:
@@ -203,8 +239,47 @@ class TensorFlowExecutor(GraphExecutor):
         Outputs are copied to numpy arrays, which waits for the computation to finish.
         """
         feeds = self.network.check_feeds(feeds)
-        results = self._fn(*[feeds[name] for name in self._inputs])
-        return {name: r.numpy() for name, r in zip(self._outputs, results)}
+        try:
+            results = self._fn(*[feeds[name] for name in self._inputs])
+        except Exception as exc:  # noqa: BLE001 - reported as an ExecutionError naming the node
+            error = self._run_error(exc, feeds, training=False)
+        else:
+            return {name: r.numpy() for name, r in zip(self._outputs, results)}
+        raise error  # outside the except block: the error keeps no frame of the failed run alive
+
+    def _run_error(self, exc, feeds, training: bool):
+        """The :class:`ExecutionError` for a failed run of the (training) function.
+
+        The converted graph gives no cheap way back to the ONNX node, so only now, after the
+        failure, is it run again eagerly node by node with the same feeds: the first node that
+        raises is the one reported, with its input shapes.
+        """
+        if isinstance(exc, Deep500Error):
+            return exc
+        try:
+            node, shapes = self._locate_failure(feeds, training)
+        except Exception:  # noqa: BLE001 - the diagnosis must not hide the error it diagnoses
+            node = shapes = None
+        return execution_error("tensorflow", exc, node, shapes, "training graph" if training else None)
+
+    def _locate_failure(self, feeds, training: bool):
+        """``(node, input shapes)`` of the first node that raises when run eagerly, or ``(None, None)``."""
+        plan = self._train_plan if training else self._plan
+        with tf.device(self._tfdev):
+            env: dict[str, Value] = {n: Value(v.read_value()) for n, v in self._variables.items()}
+            env.update((n, Value(tf.constant(c))) for n, c in self._constants.items())
+            env.update((n, Value(tf.convert_to_tensor(feeds[n]))) for n in self._inputs)
+            for node, (run, ins, outs, *_) in zip(self.network.graph.node, plan):
+                args = [env.get(n) if n else None for n in ins]
+                try:
+                    results = run(args)
+                except Exception:  # noqa: BLE001 - this is the failing node
+                    return node, ["absent" if not n else None if a is None else shape_of(a.plain)
+                                  for n, a in zip(ins, args)]
+                for name, value in zip(outs, results):
+                    if name and value is not None:
+                        env[name] = value
+        return None, None
 
     def inference_and_backprop(self, feeds, y="loss"):
         """Run forward in training mode, then backward from the scalar ``y`` (see the class docs).
@@ -219,7 +294,14 @@ class TensorFlowExecutor(GraphExecutor):
         """
         feeds = self.network.check_feeds(feeds)
         fn, grad_names = self._backprop_function(y)
-        outs, loss, grads = fn(*[feeds[name] for name in self._inputs])
+        try:
+            outs, loss, grads = fn(*[feeds[name] for name in self._inputs])
+        except Exception as exc:  # noqa: BLE001 - reported as an ExecutionError naming the node
+            error = self._run_error(exc, feeds, training=True)
+        else:
+            error = None
+        if error is not None:
+            raise error
         _check_scalar(y, loss)
         self._grads = dict(zip(grad_names, grads))
         return {name: r.numpy() for name, r in zip(self._outputs, outs)}

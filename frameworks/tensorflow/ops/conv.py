@@ -88,17 +88,42 @@ def _conv(ctx, x, w, b=None):
         y = conv(x, w)
     elif n in (1, 2) and w.shape[-2] == 1:
         y = _depthwise(x, w, group, kernel, run_strides, padding, pads, dilations)
+    elif n == 2:
+        y = _grouped_conv2d(x, w, group, run_strides, padding, dilations)
     else:
-        # TensorFlow's native grouped Conv2D has no CPU gradient and cannot be fused with a bias:
-        # one convolution per group instead.
         xs = tf.split(x, group, axis=-1)
         ws = tf.split(w, group, axis=-1)
         y = tf.concat([conv(a, c) for a, c in zip(xs, ws)], axis=-1)
     if dilated_strided:
         y = y[(slice(None),) + tuple(slice(None, None, s) for s in strides)]
     if b is not None:
-        y = tf.nn.bias_add(y, b)
+        y = y + b if group > 1 else tf.nn.bias_add(y, b)
     return y
+
+
+def _grouped_conv2d(x, w, group, strides, padding, dilations):
+    """A grouped 2-D convolution: TensorFlow's native grouped Conv2D forward (filter depth
+    C_in / group; about 2x faster than one convolution per group on CPU), and one backprop per
+    group backward, since Conv2DBackpropFilter with groups fails on CPU for some shapes. The bias
+    is added with a plain Add by the caller: the remapper would fuse a BiasAdd into a
+    _FusedConv2D, which refuses groups."""
+
+    @tf.custom_gradient
+    def grouped(xx, ww):
+        def grad(dy):
+            xs, ws, dys = tf.split(xx, group, axis=-1), tf.split(ww, group, axis=-1), tf.split(dy, group, axis=-1)
+            raw = dict(strides=[1, *strides, 1], dilations=[1, *dilations, 1], data_format="NHWC",
+                       padding=padding if isinstance(padding, str) else "EXPLICIT",
+                       explicit_paddings=[] if isinstance(padding, str) else [v for p in padding for v in p])
+            dx = [tf.raw_ops.Conv2DBackpropInput(input_sizes=tf.shape(a), filter=c, out_backprop=d, **raw)
+                  for a, c, d in zip(xs, ws, dys)]
+            dw = [tf.raw_ops.Conv2DBackpropFilter(input=a, filter_sizes=tf.shape(c), out_backprop=d, **raw)
+                  for a, c, d in zip(xs, ws, dys)]
+            return tf.concat(dx, axis=-1), tf.concat(dw, axis=-1)
+
+        return tf.nn.conv2d(xx, ww, strides, padding, dilations=dilations), grad
+
+    return grouped(x, w)
 
 
 def _depthwise(x, w, group, kernel, strides, padding, pads, dilations):

@@ -1,4 +1,4 @@
-"""Recurrent operators as TensorFlow ops: LSTM, GRU (directions, layouts, sequence_lens,
+"""Recurrent operators as TensorFlow ops: LSTM, GRU, RNN (directions, layouts, sequence_lens,
 peepholes, activations), run over time with ``tf.scan``.
 
 Converters follow the contract of :mod:`deep500lite.frameworks.tensorflow.ops` (layout kinds:
@@ -192,6 +192,27 @@ def _gru(ctx, x, w, r, b=None, seq_lens=None, h0=None):
             gh = tf.clip_by_value(gh, -clip, clip)
         ht = g(gh)
         return ((1 - z) * ht + z * h,)
+
+    y, finals = _run_rnn(ctx, x, seq_lens, [h0], step, 1)
+    return _rnn_finish(ctx, y, finals, layout)
+
+
+@op("RNN")
+def _simple_rnn(ctx, x, w, r, b=None, seq_lens=None, h0=None):
+    hidden = ctx.get("hidden_size") or r.shape[-1]
+    clip = ctx.get("clip")
+    acts = _rnn_activations(ctx, ["Tanh"])
+    x, (h0,), layout = _rnn_prepare(ctx, x, w, [h0], 1, hidden)
+    bias = None if b is None else b[:, :hidden] + b[:, hidden:]
+
+    def step(d, xt, carry):
+        (h,) = carry
+        g = tf.matmul(xt, w[d], transpose_b=True) + tf.matmul(h, r[d], transpose_b=True)
+        if bias is not None:
+            g = g + bias[d]
+        if clip is not None:
+            g = tf.clip_by_value(g, -clip, clip)
+        return (acts[d][0](g),)
 
     y, finals = _run_rnn(ctx, x, seq_lens, [h0], step, 1)
     return _rnn_finish(ctx, y, finals, layout)

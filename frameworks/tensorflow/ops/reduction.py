@@ -46,10 +46,10 @@ def _reduction(name, f):
             return Value(f(x.tensor, None, keep), x.perm if keep else None)
         if not isinstance(axes, list):
             t = x.plain
-            dyn = tf.cast(axes, tf.int64)
-            dyn = tf.where(dyn < 0, dyn + tf.cast(tf.rank(t), tf.int64), dyn)
+            dyn = tf.cast(axes, tf.int32)
+            dyn = tf.where(dyn < 0, dyn + tf.cast(tf.rank(t), tf.int32), dyn)
             empty = tf.equal(tf.size(dyn), 0)
-            all_axes = tf.range(tf.cast(tf.rank(t), tf.int64))
+            all_axes = tf.range(tf.cast(tf.rank(t), tf.int32))
             if ctx.get("noop_with_empty_axes", 0):
                 return Value(tf.cond(empty, lambda: t, lambda: f(t, dyn, keep)))
             return Value(f(t, tf.cond(empty, lambda: all_axes, lambda: dyn), keep))
