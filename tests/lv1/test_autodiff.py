@@ -346,11 +346,11 @@ def test_dropout_with_open_shape_draws_mask_in_graph(framework):
 
 # ---------------------------------------------------------------------------- errors and the graph
 def test_unsupported_operator_names_op_and_node():
-    net = _net([helper.make_node("Sin", ["a"], ["out"], name="my_sine")], {"a": _rand(R, 3)})
-    with pytest.raises(UnsupportedOperatorError, match=r"'Sin'.*'my_sine'"):
+    net = _net([helper.make_node("Det", ["a"], ["out"], name="my_det")], {"a": _rand(R, 3, 3)})
+    with pytest.raises(UnsupportedOperatorError, match=r"'Det'.*'my_det'"):
         build_training_model(net, "loss")
     ex = d5.executor(net, "reference")
-    with pytest.raises(UnsupportedOperatorError, match="Sin"):
+    with pytest.raises(UnsupportedOperatorError, match="Det"):
         ex.inference_and_backprop({}, "loss")
 
 

@@ -34,7 +34,9 @@ updated running statistics.
 
 The package: :mod:`.builder` (the graph builder), :mod:`.rules` (the per-operator gradient rules),
 :mod:`.rules_nn` (activations, LayerNormalization, Clip, Where, Split), :mod:`.rules_index`
-(indexing, scatter, selection, Einsum and more),
+(indexing, scatter, selection, Einsum and more), :mod:`.rules_math` (trigonometric and other
+elementwise operators, smooth reductions, GroupNormalization, Resize), :mod:`.rules_recurrent`
+(LSTM, GRU, RNN),
 :mod:`.training` (the training graph, the entry points the executors call).
 """
 

@@ -18,8 +18,8 @@ from deep500lite.lv1.autodiff.builder import GraphBuilder, RuleContext
 
 __all__ = ["RULES", "NOT_DIFFERENTIABLE", "differentiable_operators", "operators_without_gradient", "custom_rule"]
 
-#: ONNX operator type -> gradient rule, filled by the ``@_rule`` decorators below and in :mod:`.rules_nn` and
-#: :mod:`.rules_index`.
+#: ONNX operator type -> gradient rule, filled by the ``@_rule`` decorators below and in :mod:`.rules_nn`,
+#: :mod:`.rules_index`, :mod:`.rules_math` and :mod:`.rules_recurrent`.
 RULES: dict[str, Callable] = {}
 
 #: ONNX operators declared not differentiable: their outputs are integer or boolean, or they are
@@ -35,7 +35,7 @@ NOT_DIFFERENTIABLE: frozenset = frozenset({
     # integer results and bit operations
     "ArgMax", "ArgMin", "BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot",
     # piecewise constant (zero gradient almost everywhere)
-    "Floor", "Ceil", "Round", "Sign",
+    "Floor", "Ceil", "Round", "Sign", "Hardmax",
 })
 
 
@@ -449,14 +449,69 @@ def _global_average_pool(c: RuleContext):
     return [b.op("Mul", [b.op("Expand", [dy, b.shape(x)]), scale])]
 
 
+def _ceil_equals_floor(xs, kernel, strides, dil, pads) -> bool:
+    """Whether a pool's output size is the same with ceil_mode=1 and 0 (static sizes only)."""
+    if xs is None or any(d is None for d in xs[2:]):
+        return False
+    n = len(kernel)
+    for i in range(n):
+        span = xs[2 + i] + pads[i] + pads[i + n] - ((kernel[i] - 1) * dil[i] + 1)
+        if span < 0 or span % strides[i]:
+            return False
+    return True
+
+
+def _average_pool_partial_windows(c: RuleContext, x, xs, kernel, strides, dil, pads) -> str:
+    """AveragePool with ceil_mode=1 and windows that run past the end.
+
+    Each window divides by the elements it covers inside the (padded, with count_include_pad=1)
+    input. With static sizes the pooling is, per spatial axis, a 0/1 matrix ``M`` (output x
+    input: which inputs each window covers), so ``dx`` is ``dy / count`` multiplied by ``M`` along
+    each axis (MatMul), whatever the kernel's size (transformers' EfficientNet pools a 1x1 map
+    with a 320x320 kernel)."""
+    if xs is None or any(d is None for d in xs[2:]):
+        c.unsupported("ceil_mode=1 with partial windows needs static spatial sizes", f"input shape {xs}")
+    b, dy = c.b, c.dy()
+    n = len(kernel)
+    rank = n + 2
+    include_pad = bool(c.attr("count_include_pad", 0))
+    counts, members = [], []
+    for i in range(n):
+        size, pb, pe, k, s, d = xs[2 + i], pads[i], pads[i + n], kernel[i], strides[i], dil[i]
+        span = (k - 1) * d + 1
+        out = -(-(size + pb + pe - span) // s) + 1
+        if (out - 1) * s >= size + pb:  # ONNX: the last window must start inside the input or left pad
+            out -= 1
+        lo, hi = (-pb, size + pe) if include_pad else (0, size)
+        taps = np.arange(out)[:, None] * s - pb + np.arange(k)[None, :] * d
+        counts.append(((taps >= lo) & (taps < hi)).sum(axis=1).astype(np.float64))
+        member = np.zeros((out, size))
+        for o in range(out):
+            inside = taps[o][(taps[o] >= 0) & (taps[o] < size)]
+            member[o, inside] = 1.0
+        members.append(member)
+    count = counts[0]
+    for extra in counts[1:]:
+        count = np.multiply.outer(count, extra)
+    dtype = c.info.np_dtype(x)
+    g = b.op("Div", [dy, b.const(count.astype(dtype), hint="count")])
+    for i in range(n):
+        perm = list(range(rank))
+        perm[2 + i], perm[-1] = perm[-1], perm[2 + i]
+        g = b.op("Transpose", [g], perm=perm)
+        g = b.op("MatMul", [g, b.const(members[i].astype(dtype), hint="window")])
+        g = b.op("Transpose", [g], perm=perm)
+    return g
+
+
 @_rule("AveragePool")
 def _average_pool(c: RuleContext):
     b, dy, x, y = c.b, c.dy(), c.node.input[0], c.node.output[0]
     kernel = list(c.attr("kernel_shape"))
     strides, dil, pads = _spatial(c, x, kernel)
-    if c.attr("ceil_mode", 0):
-        c.unsupported("ceil_mode=1 is not supported; only ceil_mode=0 is", f"ceil_mode={c.attr('ceil_mode')}")
     xs = c.info.shape(x)
+    if c.attr("ceil_mode", 0) and not _ceil_equals_floor(xs, kernel, strides, dil, pads):
+        return [_average_pool_partial_windows(c, x, xs, kernel, strides, dil, pads)]
     if xs is None or xs[1] is None:
         c.unsupported("the channel count is unknown to shape inference", f"input shape {xs}")
     channels = xs[1]
@@ -758,3 +813,5 @@ def custom_rule(node):
 # The activation, normalization, indexing and contraction rules register themselves in RULES on import.
 from deep500lite.lv1.autodiff import rules_index as _rules_index  # noqa: E402,F401
 from deep500lite.lv1.autodiff import rules_nn as _rules_nn  # noqa: E402,F401
+from deep500lite.lv1.autodiff import rules_math as _rules_math  # noqa: E402,F401
+from deep500lite.lv1.autodiff import rules_recurrent as _rules_recurrent  # noqa: E402,F401

@@ -18,6 +18,7 @@ from onnx import helper, numpy_helper
 
 from deep500lite.errors import ModelError, UnsupportedOperatorError, UserError
 from deep500lite.lv1.autodiff.builder import GraphBuilder, GraphInfo, RuleContext, node_name
+from deep500lite.lv1.autodiff.fold import fold_constants
 from deep500lite.lv1.autodiff.rules import NOT_DIFFERENTIABLE, RULES, custom_rule, differentiable_operators
 from deep500lite.lv1.network import Network, gradient_name
 
@@ -156,6 +157,9 @@ def training_graph(network: Network, y: str = "loss", seed: int = 0) -> Training
     fwd = onnx.ModelProto()
     fwd.CopyFrom(network._model)
     fwd.graph.initializer.extend(numpy_helper.from_array(np.asarray(v), k) for k, v in values.items())
+    fwd = fold_constants(fwd)
+    graph = fwd.graph
+    producers = {o: n for n in graph.node for o in n.output}
     info = GraphInfo(fwd)
     ys = info.shape(y)
     if ys is not None and None not in ys and int(np.prod(ys)) != 1:
@@ -265,10 +269,12 @@ def training_graph(network: Network, y: str = "loss", seed: int = 0) -> Training
     for p, g in gradient_outputs.items():
         v = np.asarray(values[p])
         outputs.append(helper.make_tensor_value_info(g, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape)))
+    # Statistics computed in the graph (BatchNormalization over a weight, for weight
+    # standardization) are not state: only stored tensors are updated.
+    running = {stat: upd for stat, upd in running.items() if stat in values}
     for stat, upd in running.items():
-        v = np.asarray(values[stat]) if stat in values else None
-        outputs.append(helper.make_tensor_value_info(upd, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape))
-                       if v is not None else helper.ValueInfoProto(name=upd))
+        v = np.asarray(values[stat])
+        outputs.append(helper.make_tensor_value_info(upd, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape)))
     used = {x for n in b.nodes for x in n.input} | {o.name for o in outputs}
     if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for n in b.nodes for a in n.attribute):
         used.update(other_inits)  # subgraphs may read outer constants
