@@ -24,6 +24,7 @@ from deep500lite.datasets.common import (DATA_ENV, CorruptFileError, MissingData
                                          default_root, missing_file_error, resolve_root)
 from deep500lite.datasets.formats import (ImageFolderDataset, read_cifar_batch, read_idx, scan_image_folder)
 from deep500lite.datasets.shards import ShardDataset, read_shard_header, verify_shard, write_shards
+from deep500lite.datasets.tokens import synthetic_tokens, synthetic_tokens_shape
 from deep500lite.datasets.tfrecord import (crc32c, masked_crc32c, parse_example, read_tfrecord, serialize_example,
                                            write_tfrecord)
 from deep500lite.errors import FrameworkNotAvailableError, UserError, format_choices
@@ -261,6 +262,7 @@ _DATASETS = {
     "cifar100": _cifar("cifar100"),
     "imagefolder": _imagefolder,
     "synthetic": _synthetic,
+    "synthetic_tokens": synthetic_tokens,
     "shards": _shards,
 }
 
@@ -316,6 +318,8 @@ def dataset_shape(name: str, root=None, **kwargs) -> tuple:
     if name == "synthetic":
         shape = _synthetic_args(opts["shape"], opts["classes"])
         return (int(opts["classes"]), *shape)
+    if name == "synthetic_tokens":
+        return synthetic_tokens_shape(**{k: v for k, v in opts.items() if k != "seed"})
     if name == "imagefolder":
         train, _ = _load_only_train(name, root, opts)
         return (train.classes, *train.sample_shape())

@@ -499,3 +499,7 @@ def _vgg(batch_size, classes, shape, seed, depth=16, batch_norm=False, variant=N
         x = b.dense(b.flatten(x), cin * h * w, classes, prefix="classifier", gain=1.0)
     return b.build({"input": (_batch(batch_size), *shape)}, x,
                    doc=f"VGG-{depth}{'-BN' if batch_norm else ''} ({variant})")
+
+
+# Models in their own modules register themselves on import.
+from deep500lite.networks import mobilenet as _mobilenet, transformer as _transformer  # noqa: E402, F401

@@ -72,7 +72,8 @@ SMALL_IDS = [f"{n}-{'-'.join(f'{k}={v}' for k, v in kw.items())}-{'x'.join(map(s
 
 
 def test_list_models():
-    assert networks.list_models() == ["alexnet", "lenet", "mlp", "resnet", "simple_cnn", "vgg", "wide_resnet"]
+    assert networks.list_models() == ["alexnet", "bert", "lenet", "mlp", "mobilenet_v2", "resnet", "simple_cnn", "vgg",
+                                      "wide_resnet"]
 
 
 @pytest.mark.parametrize("name,kwargs,shape", SMALL, ids=SMALL_IDS)
@@ -352,7 +353,8 @@ def test_dropout_is_trained_with_masks_on_the_reference_executor():
 # ------------------------------------------------------------------------------------- errors
 @pytest.mark.parametrize("call,match", [
     (lambda: networks.create_model("resnet9000", 1), r"Unknown network 'resnet9000'. Known networks: 'alexnet', "
-                                                     r"'lenet', 'mlp', 'resnet', 'simple_cnn', 'vgg', 'wide_resnet'"),
+                                                     r"'bert', 'lenet', 'mlp', 'mobilenet_v2', 'resnet', 'simple_cnn', "
+                                                     r"'vgg', 'wide_resnet'"),
     (lambda: networks.create_model("resnet", 1, shape=(3, 32, 32), depth=21),
      r"resnet depth must be one of \[20, 32, 44, 56, 110, 18, 34, 50\]. Received: depth=21"),
     (lambda: networks.create_model("resnet", 1, shape=(3, 32, 32), depth=18, shortcut="A"),
