@@ -7,11 +7,11 @@ import sys
 
 from deep500lite.cli.args import positive_int
 
-BENCHMARKS = ("overhead", "op", "dataset", "allreduce")
+BENCHMARKS = ("overhead", "op", "dataset", "allreduce", "zoo")
 
 
 def add_parser(subparsers):
-    p = subparsers.add_parser("bench", help="run a benchmark (overhead, op, dataset, allreduce)",
+    p = subparsers.add_parser("bench", help="run a benchmark (overhead, op, dataset, allreduce, zoo)",
                               description="Run a benchmark and print its table; --json keeps every raw sample.")
     sub = p.add_subparsers(dest="benchmark", metavar="BENCHMARK", parser_class=type(p))
     o = sub.add_parser("overhead", help="deep500lite executor vs the framework's own call",
@@ -32,11 +32,12 @@ def add_parser(subparsers):
     o.add_argument("--max-time", type=float, default=20.0, help="seconds of timed work per model (default 20)")
     o.add_argument("--json", default=None, metavar="FILE", help="write results, raw samples and environment here")
     o.set_defaults(func=run_overhead)
-    from deep500lite.cli import bench_allreduce, bench_dataset, bench_op
+    from deep500lite.cli import bench_allreduce, bench_dataset, bench_op, bench_zoo
 
     bench_op.add_subparser(sub)
     bench_dataset.add_subparser(sub)
     bench_allreduce.add_subparser(sub)
+    bench_zoo.add_subparser(sub)
     p.set_defaults(func=lambda args: _no_benchmark(p))
     return p
 

@@ -1,0 +1,422 @@
+"""``deep500lite bench zoo``: real architectures from public model libraries on every executor.
+
+Each zoo model is built by a *producer* framework from a public model library with random
+weights (``frameworks/torch/zoo.py``: transformers configs and torch.nn layers, exported by
+torch's TorchScript and dynamo exporters; ``frameworks/tensorflow/zoo.py``: keras.applications
+through tf2onnx), with the producer's own float64 answers (:class:`~deep500lite.bench.zoo_model.ZooModel`).
+Every executor then runs the exported ONNX model and is checked against them:
+
+- **inference**: ``max |y - y64| <= 1e-4 * max |y64|``, the error relative to the output's scale
+  (``y64`` the producer's float64 logits; an absolute tolerance would pass all-zero outputs of a
+  model whose logits are ~1e-9).
+- **training**: on the export without constant folding where the producer offers one (torch's
+  exporters otherwise fold eval-mode BatchNorm into the convolutions, and the folded parameters'
+  gradients could not be compared), the mean softmax cross-entropy of the logits is added as
+  docs/training.md says,
+  ``inference_and_backprop`` runs, and every parameter's gradient is compared with the
+  producer's float64 autograd: ``max |g - g64| <= 1e-3 * max(max |g64|, 1e-3 * G)`` per
+  parameter, ``G`` the largest gradient entry of the whole model. The tolerance scales with each
+  parameter's gradient; the floor keeps parameters whose exact gradient is ~0 (a bias before a
+  batch normalization) from being judged on float32 noise alone. Float32 round-off in the
+  producer itself is reported beside (``gradients32``): it is typically 1e-6..1e-4 of the scale,
+  so the tolerance leaves a margin of 10-1000x for another framework's kernels and orders of
+  summation, and a wrong rule (a missing factor, a transposed weight) is off by O(1). Where the
+  gradients are ill-conditioned (training-mode batch normalization over 2 samples and a few
+  pixels: Keras's own float32 gradients of InceptionV3 are 6% off its float64 ones), no float32
+  executor can do better than the producer's float32: the tolerance is then 10x the producer's
+  own float32 error (:func:`gradient_tolerance`), and the matrix shows both numbers.
+
+Cells that fail for a cause outside deep500lite are listed in :data:`KNOWN_FAILURES` with the
+cause; they are shown as ``known`` and do not fail the run, and
+``tests/bench/test_zoo_known_failures.py`` checks each cause is still there (so the list cannot go
+stale).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import inspect
+import time
+from typing import Callable, Iterable, Sequence
+
+import numpy as np
+
+from deep500lite.bench.zoo_model import ZooModel
+from deep500lite.errors import Deep500Error, ModelExportError, UserError, format_choices
+
+__all__ = [
+    "PRODUCERS", "EXECUTORS", "INFERENCE_TOLERANCE", "GRADIENT_TOLERANCE", "GRADIENT_FLOOR", "PRODUCER_FACTOR",
+    "CI_SLICE", "gradient_tolerance",
+    "KNOWN_FAILURES", "ZooCase", "Cell", "ZooResult", "list_cases", "run_zoo", "check_inference",
+    "check_training", "format_matrix",
+]
+
+#: Frameworks whose ``zoo`` module builds models, in the order their cases are listed.
+PRODUCERS = ("torch", "tensorflow")
+EXECUTORS = ("reference", "torch", "tensorflow", "onnxruntime")
+INFERENCE_TOLERANCE = 1e-4
+GRADIENT_TOLERANCE = 1e-3
+GRADIENT_FLOOR = 1e-3
+PRODUCER_FACTOR = 10.0
+LABEL = "zoo_label"
+LOSS = "zoo_loss"
+
+#: (model, exporter) pairs run in CI (``--slice ci``): one of each kind of architecture and exporter.
+CI_SLICE: tuple[tuple[str, str], ...] = (
+    ("resnet", "torchscript"),
+    ("mobilenet_v2", "dynamo"),
+    ("vit", "torchscript"),
+    ("bert", "dynamo"),
+    ("gpt2", "torchscript"),
+    ("lstm", "torchscript"),
+    ("keras_mobilenet_v2", "tf2onnx"),
+)
+
+#: (model, exporter or "*", executor or "*", check) -> the cause, outside deep500lite, of a failing cell.
+KNOWN_FAILURES: dict[tuple[str, str, str, str], str] = {
+    ("bit", "*", "*", "training"):
+        "a max-pooling window of BiT's stem holds two values 2e-6 apart (18.032515 and 18.032513), within "
+        "float32 round-off: the gradient goes to the larger, so float32 executors may route it elsewhere than "
+        "float64 torch (which one does depends on their summation order; seen on the reference and on torch "
+        "on a GPU); the function is not differentiable there",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class ZooCase:
+    """One model with one exporter, built by ``producer``."""
+
+    name: str
+    exporter: str
+    producer: str
+    source: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.name}/{self.exporter}"
+
+
+@dataclasses.dataclass
+class Cell:
+    """One check of one case on one executor.
+
+    Attributes:
+        status: ``pass``, ``fail`` (ran, too far from the producer), ``error`` (raised),
+            ``known`` (fails for the cause in :data:`KNOWN_FAILURES`), ``export`` (the producer's
+            exporter failed, nothing ran) or ``skip`` (the producer gives no gradients).
+        error: the relative error (see the module docstring), when it ran.
+        producer_error: the producer's own float32 relative error, for scale.
+        detail: why it failed, or which parameter was worst.
+    """
+
+    case: str
+    executor: str
+    check: str
+    status: str
+    error: float | None = None
+    producer_error: float | None = None
+    detail: str = ""
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("pass", "known", "skip")
+
+
+@dataclasses.dataclass
+class ZooResult:
+    """Every cell of a zoo run, with the cases, how long each build took and the operators of each
+    case's graphs (``domain::op`` outside the default domain)."""
+
+    cases: list[ZooCase]
+    executors: list[str]
+    checks: list[str]
+    cells: list[Cell] = dataclasses.field(default_factory=list)
+    build_seconds: dict[str, float] = dataclasses.field(default_factory=dict)
+    notes: dict[str, str] = dataclasses.field(default_factory=dict)
+    op_types: dict[str, list] = dataclasses.field(default_factory=dict)
+
+    @property
+    def failures(self) -> list[Cell]:
+        return [c for c in self.cells if not c.ok]
+
+    def cell(self, case: str, executor: str, check: str) -> Cell | None:
+        for c in self.cells:
+            if (c.case, c.executor, c.check) == (case, executor, check):
+                return c
+        return None
+
+    def to_dict(self) -> dict:
+        return {
+            "cases": [dataclasses.asdict(c) for c in self.cases],
+            "executors": self.executors,
+            "checks": self.checks,
+            "tolerances": {"inference": INFERENCE_TOLERANCE, "gradient": GRADIENT_TOLERANCE,
+                           "gradient_floor": GRADIENT_FLOOR},
+            "cells": [dataclasses.asdict(c) for c in self.cells],
+            "build_seconds": self.build_seconds,
+            "notes": self.notes,
+            "op_types": self.op_types,
+        }
+
+
+def _zoo_module(producer: str):
+    from deep500lite.registry import framework_module
+
+    return framework_module(producer, "zoo")
+
+
+def _split(value: str | Sequence[str] | None) -> list[str] | None:
+    if value is None:
+        return None
+    items = value.split(",") if isinstance(value, str) else list(value)
+    return [v.strip() for v in items if v.strip()]
+
+
+def list_cases(models: str | Sequence[str] | None = None, exporters: str | Sequence[str] | None = None,
+               subset: str | None = None) -> list[ZooCase]:
+    """The zoo's cases on this machine (producers that are not installed contribute none).
+
+    Args:
+        models: model names to keep (default all).
+        exporters: exporters to keep (``torchscript``, ``dynamo``, ``tf2onnx``; default all).
+        subset: ``"ci"`` keeps :data:`CI_SLICE` only.
+
+    Raises:
+        UserError: an unknown model, exporter or slice.
+    """
+    from deep500lite.registry import is_framework_available
+
+    cases = []
+    for producer in PRODUCERS:
+        if not is_framework_available(producer):
+            continue
+        module = _zoo_module(producer)
+        for name in module.model_names():
+            for exporter in module.EXPORTERS:
+                cases.append(ZooCase(name, exporter, producer, module.model_source(name)))
+    known_models = list(dict.fromkeys(c.name for c in cases))
+    known_exporters = list(dict.fromkeys(c.exporter for c in cases))
+    wanted_models, wanted_exporters = _split(models), _split(exporters)
+    for wanted, known, what in ((wanted_models, known_models, "model"), (wanted_exporters, known_exporters,
+                                                                         "exporter")):
+        unknown = [w for w in wanted or () if w not in known]
+        if unknown:
+            raise UserError(f"Unknown zoo {what}(s) {', '.join(unknown)}. Known on this machine: "
+                            f"{format_choices(known)}. Received: {','.join(wanted)}")
+    if subset not in (None, "ci"):
+        raise UserError(f"Unknown zoo slice. Allowed: 'ci'. Received: {subset!r}")
+    return [c for c in cases
+            if (wanted_models is None or c.name in wanted_models)
+            and (wanted_exporters is None or c.exporter in wanted_exporters)
+            and (subset is None or (c.name, c.exporter) in CI_SLICE)]
+
+
+def _one_line(exc: BaseException, limit: int = 400) -> str:
+    """An exception as one line: its type and its message's meaningful lines."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    text = " ".join(lines) if lines else ""
+    text = f"{type(exc).__name__}: {text}" if not isinstance(exc, Deep500Error) else text
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _relative(got: np.ndarray, want: np.ndarray, scale: float) -> float:
+    if got.shape != want.shape:
+        return float("inf")
+    diff = np.abs(got.astype(np.float64) - want)
+    if not np.all(np.isfinite(diff)):
+        return float("inf")
+    return float(diff.max() / scale) if diff.size else 0.0
+
+
+def _known(case: ZooCase, executor: str, check: str) -> str | None:
+    for key in ((case.name, case.exporter, executor, check), (case.name, "*", executor, check),
+                (case.name, case.exporter, "*", check), (case.name, "*", "*", check)):
+        if key in KNOWN_FAILURES:
+            return KNOWN_FAILURES[key]
+    return None
+
+
+def check_inference(model: ZooModel, executor: str, device=None) -> Cell:
+    """Run ``model`` forward on ``executor`` and compare its logits with the producer's float64 ones."""
+    from deep500lite.lv1.network import load_model
+    from deep500lite.registry import executor as make_executor
+
+    case = f"{model.name}/{model.exporter}"
+    want = np.asarray(model.logits64, dtype=np.float64)
+    scale = max(float(np.abs(want).max()), np.finfo(np.float64).tiny)
+    producer_error = _relative(np.asarray(model.logits32), want, scale)
+    start = time.perf_counter()
+    try:
+        ex = make_executor(load_model(model.proto), executor, device=device)
+        got = np.asarray(ex.inference(dict(model.feeds))[model.output])
+    except Exception as exc:  # noqa: BLE001 - every failure becomes the cell's reason
+        return Cell(case, executor, "inference", "error", producer_error=producer_error, detail=_one_line(exc),
+                    seconds=time.perf_counter() - start)
+    err = _relative(got, want, scale)
+    seconds = time.perf_counter() - start
+    if err <= INFERENCE_TOLERANCE:
+        return Cell(case, executor, "inference", "pass", err, producer_error, seconds=seconds)
+    detail = (f"output shape {list(got.shape)}, expected {list(want.shape)}" if got.shape != want.shape else
+              f"max |y - y64| = {err:.2g} of the output's scale {scale:.3g} (tolerance {INFERENCE_TOLERANCE:g})")
+    return Cell(case, executor, "inference", "fail", err, producer_error, detail, seconds)
+
+
+def _gradient_errors(grads: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> tuple[float, str]:
+    """The worst per-parameter relative gradient error and the parameter it belongs to."""
+    top = max((float(np.abs(g).max()) for g in want.values() if np.size(g)), default=0.0)
+    floor = max(GRADIENT_FLOOR * top, np.finfo(np.float64).tiny)
+    worst, worst_name = 0.0, ""
+    for name, g64 in want.items():
+        g64 = np.asarray(g64, dtype=np.float64)
+        scale = max(float(np.abs(g64).max()) if g64.size else 0.0, floor)
+        err = _relative(np.asarray(grads[name]), g64, scale)
+        if err > worst or not worst_name:
+            worst, worst_name = err, name
+    return worst, worst_name
+
+
+def check_training(model: ZooModel, executor: str, device=None) -> Cell:
+    """Add the loss, run ``inference_and_backprop`` on ``executor`` and compare every parameter gradient."""
+    from deep500lite.datasets import SoftmaxCrossEntropy
+    from deep500lite.lv1.network import gradient_name, load_model
+    from deep500lite.registry import executor as make_executor
+
+    case = f"{model.name}/{model.exporter}"
+    if model.gradients64 is None:
+        return Cell(case, executor, "training", "skip", detail="the producer gives no gradients for this model")
+    want = {p: model.gradients64[p] for p in model.parameters}
+    producer_error = None
+    if model.gradients32 is not None:
+        producer_error, _ = _gradient_errors({p: model.gradients32[p] for p in want}, want)
+    start = time.perf_counter()
+    try:
+        net = load_model(model.proto)
+        net.add_operation(SoftmaxCrossEntropy()([model.output, LABEL], LOSS))
+        ex = make_executor(net, executor, device=device)
+        ex.inference_and_backprop({**model.feeds, LABEL: np.asarray(model.labels, dtype=np.int64)}, LOSS)
+        have = dict(net.gradient(LOSS))
+        grads = {}
+        for pname, places in model.parameters.items():
+            total = np.zeros(np.shape(want[pname]), dtype=np.float64)
+            for init, perm in places:
+                if init in have:
+                    g = np.asarray(net.fetch_tensor(gradient_name(init)), dtype=np.float64)
+                    total = total + g.transpose(np.argsort(perm))
+            grads[pname] = total
+    except Exception as exc:  # noqa: BLE001 - every failure becomes the cell's reason
+        return Cell(case, executor, "training", "error", producer_error=producer_error, detail=_one_line(exc),
+                    seconds=time.perf_counter() - start)
+    seconds = time.perf_counter() - start
+    err, worst = _gradient_errors(grads, want)
+    tolerance = gradient_tolerance(producer_error)
+    note = f"; {len(model.unmapped)} parameter(s) folded by the exporter not compared" if model.unmapped else ""
+    if err <= tolerance:
+        return Cell(case, executor, "training", "pass", err, producer_error, note.lstrip("; "), seconds)
+    return Cell(case, executor, "training", "fail", err, producer_error,
+                f"gradient of {worst}: max |g - g64| = {err:.2g} of its scale (tolerance {tolerance:.2g}; the "
+                f"producer's own float32 error {producer_error or 0:.2g})" + note, seconds)
+
+
+def gradient_tolerance(producer_error: float | None) -> float:
+    """The training check's tolerance: :data:`GRADIENT_TOLERANCE`, or :data:`PRODUCER_FACTOR` times
+    the producer's own float32 error where the gradients are so ill-conditioned that float32
+    itself is further off (training-mode batch normalization over 2 samples and a few pixels)."""
+    return max(GRADIENT_TOLERANCE, PRODUCER_FACTOR * (producer_error or 0.0))
+
+
+def run_zoo(cases: Iterable[ZooCase], executors: Sequence[str] = EXECUTORS, training: bool = True,
+            device=None, progress: Callable[[str], None] | None = None) -> ZooResult:
+    """Build every case and check it on every executor.
+
+    Args:
+        cases: from :func:`list_cases`.
+        executors: the executors to check (default all four).
+        training: also check gradients.
+        device: the device of the executors (``None``: the CPU); the reference stays on the CPU.
+        progress: called with a line per case.
+    """
+    from deep500lite.registry import canonical_framework, is_framework_available
+
+    cases = list(cases)
+    executors = [canonical_framework(e) for e in executors]
+    checks = ["inference", "training"] if training else ["inference"]
+    result = ZooResult(cases, executors, checks)
+    for case in cases:
+        start = time.perf_counter()
+        build = _zoo_module(case.producer).build
+        try:
+            model = build(case.name, case.exporter)
+            train_model = model
+            if training and "fold_constants" in inspect.signature(build).parameters:
+                # Exporters fold eval-mode BatchNorm into convolutions and constant lookups of
+                # embeddings into constants: the training check uses the export that keeps every
+                # parameter, as one exports a model to train it.
+                train_model = build(case.name, case.exporter, fold_constants=False)
+        except (ModelExportError, Deep500Error) as exc:
+            status = "export" if isinstance(exc, ModelExportError) else "error"
+            for ex in executors:
+                for check in checks:
+                    result.cells.append(Cell(case.key, ex, check, status, detail=_one_line(exc)))
+            if progress:
+                progress(f"{case.key}: {status}: {_one_line(exc, 200)}")
+            continue
+        result.build_seconds[case.key] = time.perf_counter() - start
+        result.op_types[case.key] = sorted({n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}::{n.op_type}"
+                                            for m in (model, train_model) for n in m.proto.graph.node})
+        if model.notes:
+            result.notes[case.key] = model.notes
+        for ex in executors:
+            if not is_framework_available(ex):
+                for check in checks:
+                    result.cells.append(Cell(case.key, ex, check, "error", detail=f"{ex} is not installed"))
+                continue
+            ex_device = None if ex == "reference" else device
+            cells = [check_inference(model, ex, ex_device)]
+            if training:
+                cells.append(check_training(train_model, ex, ex_device))
+            for cell in cells:
+                reason = _known(case, ex, cell.check)
+                if reason and cell.status in ("fail", "error"):
+                    cell.status, cell.detail = "known", f"{reason} ({cell.detail})"
+            result.cells.extend(cells)
+        del model, train_model
+        gc.collect()
+        if progress:
+            row = ", ".join(f"{c.executor} {c.check[:5]} {c.status}" for c in result.cells if c.case == case.key)
+            progress(f"{case.key} ({result.build_seconds[case.key]:.1f} s to build): {row}")
+    return result
+
+
+_MARK = {"pass": "ok", "fail": "FAIL", "error": "ERROR", "known": "known", "export": "no export", "skip": "-"}
+
+
+def format_matrix(result: ZooResult, fmt: str = "table") -> str:
+    """The matrix (one row per model and exporter, a column per executor and check) with footnotes.
+
+    Each cell shows ``ok`` with the relative error, or the status with a footnote number; the
+    footnotes under the table give each failing cell's reason.
+    """
+    from deep500lite.metrics.tables import format_table
+
+    headers = ["model", "source", "exporter"] + [f"{ex} {check[:5]}" for ex in result.executors
+                                                 for check in result.checks]
+    rows, notes = [], []
+    for case in result.cases:
+        row = [case.name, case.source, case.exporter]
+        for ex in result.executors:
+            for check in result.checks:
+                c = result.cell(case.key, ex, check)
+                if c is None:
+                    row.append("")
+                elif c.status == "pass":
+                    row.append(f"ok {c.error:.0e}")
+                elif c.status == "skip":
+                    row.append("-")
+                else:
+                    notes.append(f"[{len(notes) + 1}] {case.key} on {ex}, {check}: {c.detail}")
+                    row.append(f"{_MARK[c.status]} [{len(notes)}]")
+        rows.append(row)
+    text = format_table(headers, rows, fmt)
+    return text + ("\n\n" + "\n".join(notes) if notes else "")
