@@ -94,3 +94,15 @@ def test_average_pool_partial_windows_need_static_sizes():
     net = d5.load_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8))
     with pytest.raises(UnsupportedOperatorError, match="AveragePool"):
         build_training_model(net, "loss")
+
+
+def test_grouped_convolution_gradient_is_one_node_per_gradient_whatever_the_groups():
+    # A depthwise layer of 64 channels: the backward pass is one ConvTranspose (dx) and one grouped
+    # Conv (dw), not one of each per group (MobileNetV2's training graph went from 45,249 nodes to 2,501).
+    from collections import Counter
+
+    nodes = [_node("Conv", ["x", "w"], group=64, pads=[1, 1, 1, 1], strides=[2, 2])]
+    net = _net(nodes, {"x": _rand(R, 2, 64, 6, 6), "w": _rand(R, 64, 1, 3, 3)})
+    counts = Counter(n.op_type for n in build_training_model(net, "loss").graph.node)
+    assert counts["ConvTranspose"] == 1 and counts["Conv"] == 2, counts  # forward + weight gradient
+    _check_fd(net)

@@ -329,6 +329,34 @@ def _kernel_gradient(b, inp, out_grad, kernel, strides, dil, pads):
     return b.op("Transpose", [g], perm=perm)
 
 
+def _grouped_kernel_gradient(c: RuleContext, x, dy, ws, group, kernel, strides, dil, pads):
+    """The weight gradient of a grouped convolution, in one grouped Conv whatever the group count.
+
+    dW[g*Og + o, i] = sum_n x[n, g*Cg + i] (*) dy[n, g*Og + o]: the batch moves into the channel
+    axis, grouped by g ([Cg, G*N, ...] for x, [G*Og, N, ...] for dy), so a Conv with ``group=G``
+    pairs each group's inputs with its outputs only (a depthwise layer of 960 channels is one node,
+    not 960).
+    """
+    b = c.b
+    xs, ys = c.info.shape(x), c.info.shape(dy) or c.info.shape(c.node.output[0])
+    n = len(kernel)
+    if xs is None or ys is None or any(d is None for d in list(xs[2:]) + list(ys[2:])):
+        c.unsupported("its gradient needs static spatial dimensions of input and output",
+                      f"input shape {xs}, output shape {ys}")
+    out_ch, cg = ws[0], ws[1]
+    og = out_ch // group
+    spatial = list(range(3, n + 3))
+    xg = b.op("Reshape", [x, b.ints([-1, group, cg] + list(xs[2:]))])
+    xg = b.op("Transpose", [xg], perm=[2, 1, 0] + spatial)
+    xg = b.op("Reshape", [xg, b.ints([cg, -1] + list(xs[2:]))])
+    dyg = b.op("Reshape", [dy, b.ints([-1, group, og] + list(ys[2:]))])
+    dyg = b.op("Transpose", [dyg], perm=[1, 2, 0] + spatial)
+    dyg = b.op("Reshape", [dyg, b.ints([out_ch, -1] + list(ys[2:]))])
+    g = b.op("Conv", [xg, dyg], strides=dil, dilations=strides, pads=pads, group=group)
+    g = b.op("Slice", [g, b.ints([0] * n), b.ints(kernel), b.ints(list(range(2, n + 2)))])
+    return b.op("Transpose", [g], perm=[1, 0] + list(range(2, n + 2)))
+
+
 @_rule("Conv")
 def _conv(c: RuleContext):
     b, dy, info = c.b, c.dy(), c.info
@@ -344,26 +372,15 @@ def _conv(c: RuleContext):
     if c.need[0]:
         outpad = _output_padding(c, x, c.node.output[0], kernel, strides, dil, pads)
 
-        def input_grad(dyg, wg):
-            return b.op("ConvTranspose", [dyg, wg], strides=strides, dilations=dil, pads=pads,
-                        kernel_shape=kernel, output_padding=outpad)
-
-        if group == 1:
-            dx = input_grad(dy, w)
-        else:  # per group (onnx.reference's ConvTranspose does not implement group > 1)
-            dys = b.op("Split", [dy, b.ints([ws[0] // group] * group)], n_out=group, axis=1)
-            wgs = b.op("Split", [w, b.ints([ws[0] // group] * group)], n_out=group, axis=0)
-            dx = b.op("Concat", [input_grad(dyg, wg) for dyg, wg in zip(dys, wgs)], axis=1)
+        # A grouped ConvTranspose with the Conv's own weight (the reference executor runs it with
+        # its own kernel: onnx.reference's ConvTranspose has no groups).
+        dx = b.op("ConvTranspose", [dy, w], strides=strides, dilations=dil, pads=pads, kernel_shape=kernel,
+                  output_padding=outpad, group=group)
     if c.need[1]:
-        def weight_grad(xg, dyg):
-            return _kernel_gradient(b, xg, dyg, kernel, strides, dil, pads)
-
         if group == 1:
-            dw = weight_grad(x, dy)
-        else:  # one weight gradient per group
-            xs = b.op("Split", [x, b.ints([ws[1]] * group)], n_out=group, axis=1)
-            dys = b.op("Split", [dy, b.ints([ws[0] // group] * group)], n_out=group, axis=1)
-            dw = b.op("Concat", [weight_grad(xg, dyg) for xg, dyg in zip(xs, dys)], axis=0)
+            dw = _kernel_gradient(b, x, dy, kernel, strides, dil, pads)
+        else:
+            dw = _grouped_kernel_gradient(c, x, dy, ws, group, kernel, strides, dil, pads)
     bias = c.input(2)
     if bias is not None and c.need[2]:
         db = b.reduce("ReduceSum", dy, [0] + list(range(2, n + 2)), keepdims=0)
