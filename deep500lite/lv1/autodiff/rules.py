@@ -305,12 +305,18 @@ def _spatial(c: RuleContext, x: str, kernel):
     return strides, dil, pads
 
 
-def _output_padding(c: RuleContext, x, y, kernel, strides, dil, pads):
+def _static_spatial(c: RuleContext, x, y):
+    """The shapes of ``x`` and ``y``, refusing the node unless their spatial sizes are static."""
     xs, ys = c.info.shape(x), c.info.shape(y)
-    n = len(kernel)
     if xs is None or ys is None or any(d is None for d in list(xs[2:]) + list(ys[2:])):
         c.unsupported("its gradient needs static spatial dimensions of input and output",
                       f"input shape {xs}, output shape {ys}")
+    return xs, ys
+
+
+def _output_padding(c: RuleContext, x, y, kernel, strides, dil, pads):
+    xs, ys = _static_spatial(c, x, y)
+    n = len(kernel)
     return [xs[2 + i] - ((ys[2 + i] - 1) * strides[i] + (kernel[i] - 1) * dil[i] + 1 - pads[i] - pads[i + n])
             for i in range(n)]
 
@@ -338,11 +344,8 @@ def _grouped_kernel_gradient(c: RuleContext, x, dy, ws, group, kernel, strides, 
     not 960).
     """
     b = c.b
-    xs, ys = c.info.shape(x), c.info.shape(dy) or c.info.shape(c.node.output[0])
+    xs, ys = _static_spatial(c, x, c.node.output[0])
     n = len(kernel)
-    if xs is None or ys is None or any(d is None for d in list(xs[2:]) + list(ys[2:])):
-        c.unsupported("its gradient needs static spatial dimensions of input and output",
-                      f"input shape {xs}, output shape {ys}")
     out_ch, cg = ws[0], ws[1]
     og = out_ch // group
     spatial = list(range(3, n + 3))
@@ -371,7 +374,6 @@ def _conv(c: RuleContext):
     dx = dw = db = None
     if c.need[0]:
         outpad = _output_padding(c, x, c.node.output[0], kernel, strides, dil, pads)
-
         # A grouped ConvTranspose with the Conv's own weight (the reference executor runs it with
         # its own kernel: onnx.reference's ConvTranspose has no groups).
         dx = b.op("ConvTranspose", [dy, w], strides=strides, dilations=dil, pads=pads, kernel_shape=kernel,
