@@ -66,3 +66,15 @@ __all__ = [
     "MissingDatasetError", "CorruptFileError", "ExampleParseError", "CheckpointError", "CommunicationTimeout",
     "JobTimeout", "ExecutionError",
 ]
+
+# Deep500's own names (issue 15), grouped by area; each block adds its imports and extends __all__.
+# [training]
+# [/training]
+# [data-metrics]
+# [/data-metrics]
+# [ops-custom]
+# [/ops-custom]
+# [graph-executors]
+# [/graph-executors]
+# [distributed]
+# [/distributed]

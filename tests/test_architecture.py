@@ -145,7 +145,7 @@ def test_nothing_outside_cli_starts_the_cli():
 
 
 # tests/ mirrors the package: one folder per level and package, one per framework
-TEST_FOLDERS = ["lv0", "lv1", "lv2", "lv3", "cli", "datasets", "recipe", "bench"]
+TEST_FOLDERS = ["lv0", "lv1", "lv2", "lv3", "cli", "datasets", "recipe", "bench", "deep500_ports"]
 
 
 def _test_files():

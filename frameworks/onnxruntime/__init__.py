@@ -44,3 +44,15 @@ executor_class = OnnxRuntimeExecutor
 __all__ = ["custom_op", "OnnxRuntimeExecutor", "from_model", "SUPPORTED_OPS", "executor_class", "GradientDescent",
            "MomentumOptimizer", "NesterovOptimizer", "AdaGradOptimizer", "RMSPropOptimizer", "AdamOptimizer",
            "AcceleGradOptimizer"]
+
+# Deep500's own names (issue 15), grouped by area; each block adds its imports and extends __all__.
+# [training]
+# [/training]
+# [data-metrics]
+# [/data-metrics]
+# [ops-custom]
+# [/ops-custom]
+# [graph-executors]
+# [/graph-executors]
+# [distributed]
+# [/distributed]

@@ -33,3 +33,15 @@ __all__ = ["ReferenceExecutor", "from_model", "custom_op", "SUPPORTED_OPS", "exe
            "MomentumOptimizer", "NesterovOptimizer", "AdaGradOptimizer", "RMSPropOptimizer", "AdamOptimizer",
            "AcceleGradOptimizer", "BatchTransform", "RandomTransform", "RandomCrop", "RandomHorizontalFlip", "Cutout",
            "Normalize"]
+
+# Deep500's own names (issue 15), grouped by area; each block adds its imports and extends __all__.
+# [training]
+# [/training]
+# [data-metrics]
+# [/data-metrics]
+# [ops-custom]
+# [/ops-custom]
+# [graph-executors]
+# [/graph-executors]
+# [distributed]
+# [/distributed]

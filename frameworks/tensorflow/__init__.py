@@ -78,3 +78,15 @@ def __getattr__(name: str):
                       "(the same class).", DeprecationWarning, stacklevel=2)
         return TensorFlowNativeExecutor
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+# Deep500's own names (issue 15), grouped by area; each block adds its imports and extends __all__.
+# [training]
+# [/training]
+# [data-metrics]
+# [/data-metrics]
+# [ops-custom]
+# [/ops-custom]
+# [graph-executors]
+# [/graph-executors]
+# [distributed]
+# [/distributed]

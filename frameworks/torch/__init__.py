@@ -62,3 +62,15 @@ executor_class = TorchExecutor
 __all__ = ["custom_op", "TorchExecutor", "TorchNativeExecutor", "NativeNetwork", "from_model", "torch_device",
            "SUPPORTED_OPS", "executor_class", "GradientDescent", "MomentumOptimizer",
            "NesterovOptimizer", "AdamOptimizer", "AdaGradOptimizer", "RMSPropOptimizer"]
+
+# Deep500's own names (issue 15), grouped by area; each block adds its imports and extends __all__.
+# [training]
+# [/training]
+# [data-metrics]
+# [/data-metrics]
+# [ops-custom]
+# [/ops-custom]
+# [graph-executors]
+# [/graph-executors]
+# [distributed]
+# [/distributed]
