@@ -16,7 +16,9 @@ class TestMetric(abc.ABC):
     ``measure`` to get the value and ``measure_summary`` for the aggregate.
 
     Args:
-        reruns: how many times the measured work is repeated.
+        reruns: how many times the measured work is repeated for this metric alone; 0 (Deep500's
+            meaning) measures the test's own run, shared with the other such metrics (see
+            :func:`deep500lite.lv2.sampler_validation.test_sampler`).
 
     Attributes:
         higher_is_better: the metric's direction, used when a recipe gives only a threshold.
@@ -27,8 +29,8 @@ class TestMetric(abc.ABC):
     name: str = ""
 
     def __init__(self, reruns: int = 1):
-        if not isinstance(reruns, int) or reruns < 1:
-            raise UserError(f"reruns must be an integer >= 1. Received: {reruns!r}")
+        if not isinstance(reruns, int) or isinstance(reruns, bool) or reruns < 0:
+            raise UserError(f"reruns must be an integer >= 0. Received: {reruns!r}")
         self.reruns = reruns
 
     def begin(self, inputs):

@@ -20,9 +20,12 @@ import dataclasses
 import time
 from typing import Callable, Protocol
 
+import numpy as np
+
 from deep500lite.errors import UserError
 from deep500lite.metrics.base import TestMetric
 from deep500lite.metrics.statistics import Summary, summarize
+from deep500lite.metrics.tables import format_seconds
 
 __all__ = ["Measurement", "PairedMeasurement", "time_function", "time_paired", "WallclockTime", "Timer",
            "NOISY_CI_THRESHOLD"]
@@ -127,33 +130,80 @@ def time_function(fn: Callable[[], object], *, label: str = "", sync: Callable[[
 
 
 class WallclockTime(TestMetric):
-    """Wall-clock time of each rerun, in seconds (lower is better); keeps every sample."""
+    """Wall-clock time between ``begin`` and ``end``, in seconds (lower is better); keeps every sample.
+
+    Two forms:
+
+    - deep500lite's, ``WallclockTime(reruns=1, sync=None, timer=...)``: every ``begin``/``end``
+      pair is one sample in :attr:`samples`; :meth:`measure` is the last one (a float) and
+      :meth:`measure_summary` the :class:`~deep500lite.metrics.statistics.Summary` of all.
+    - Deep500's, ``WallclockTime(reruns, avg_over)`` (used whenever ``avg_over`` is given): the
+      times of ``avg_over`` consecutive runs are averaged; :meth:`measure` is the list of those
+      averages and :meth:`measure_summary` their median as text (``'12.30 ms'``). As in Deep500,
+      ``avg_over`` larger than a positive ``reruns`` becomes ``reruns``; ``reruns=0`` times the
+      test's own run (``WallclockTime(reruns=0, avg_over=1)`` around ``test_training`` gives
+      ``[seconds]``). Deep500's defaults were ``reruns=100, avg_over=10``; write them out to get
+      them, since ``WallclockTime()`` is deep500lite's form.
+
+    Args:
+        reruns: runs of the measured work for this metric (0: the test's own run).
+        avg_over: Deep500's form: runs per averaged sample (an integer >= 1).
+        sync: called in ``end`` before the clock is read (e.g. ``executor.synchronize``).
+        timer: the clock (``time.perf_counter``); tests inject a fake one.
+
+    Attributes:
+        samples: the raw times (deep500lite's form) or the averages (Deep500's form), in seconds.
+    """
 
     higher_is_better = False
     name = "WallclockTime"
 
-    def __init__(self, reruns: int = 1, sync: Callable[[], None] | None = None,
+    def __init__(self, reruns: int = 1, avg_over: int | None = None, sync: Callable[[], None] | None = None,
                  timer: Timer = time.perf_counter):
+        if callable(avg_over):  # deep500lite's positional form WallclockTime(reruns, sync, timer)
+            avg_over, sync, timer = None, avg_over, (sync if sync is not None else timer)
         super().__init__(reruns)
+        if avg_over is not None:
+            if not isinstance(avg_over, int) or isinstance(avg_over, bool) or avg_over < 1:
+                raise UserError(f"avg_over must be an integer >= 1 (runs per averaged sample). "
+                                f"Received: avg_over={avg_over!r}")
+            if reruns > 0:
+                avg_over = min(avg_over, reruns)
+        self.avg_over = avg_over
         self._sync, self._timer = sync, timer
         self._t0 = None
+        self._runs = 0
         self.samples: list[float] = []
 
-    def begin(self, inputs):
-        self._t0 = self._timer()
-        return inputs
+    def begin(self, *inputs):
+        if self.avg_over is None or self._runs % self.avg_over == 0:
+            self._t0 = self._timer()
+        return inputs[0] if len(inputs) == 1 else inputs
 
-    def end(self, outputs):
+    def end(self, *outputs):
         if self._sync is not None:
             self._sync()
-        self.samples.append(self._timer() - self._t0)
-        return outputs
+        self._runs += 1
+        if self.avg_over is None:
+            self.samples.append(self._timer() - self._t0)
+        elif self._runs % self.avg_over == 0:
+            self.samples.append((self._timer() - self._t0) / self.avg_over)
+        return outputs[0] if len(outputs) == 1 else outputs
 
     def measure(self, inputs, outputs, reference_outputs):
-        return self.samples[-1]
+        """The last time in seconds (deep500lite's form), or the list of averages (Deep500's form)."""
+        if self.avg_over is not None:
+            return list(self.samples)
+        return self.samples[-1] if self.samples else None
 
     def measure_summary(self, inputs, outputs, reference_outputs):
-        return summarize(self.samples)
+        """A Summary of the samples (deep500lite's form) or their median as text (Deep500's form)."""
+        if self.avg_over is not None:
+            return format_seconds(float(np.median(self.samples))) if self.samples else "no samples"
+        return summarize(self.samples) if self.samples else None
+
+    def __repr__(self) -> str:
+        return f"WallclockTime(reruns={self.reruns}" + (f", avg_over={self.avg_over})" if self.avg_over else ")")
 
 
 @dataclasses.dataclass(frozen=True)

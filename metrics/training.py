@@ -35,7 +35,18 @@ from deep500lite.metrics.events import TrainingEvent
 from deep500lite.metrics.statistics import Summary, summarize
 
 __all__ = ["TrainingMetric", "TrainingAccuracy", "TestAccuracy", "TimeToAccuracy", "Throughput",
-           "StepTimeBreakdown", "PeakMemory"]
+           "StepTimeBreakdown", "PeakMemory", "DefaultTrainingMetrics"]
+
+
+def _flag(name: str, value) -> bool:
+    if not isinstance(value, bool):
+        raise UserError(f"{name} must be True or False. Received: {name}={value!r}")
+    return value
+
+
+def DefaultTrainingMetrics() -> list:  # noqa: N802 - Deep500's name
+    """Deep500's default training metrics: ``[TrainingAccuracy(), TestAccuracy()]`` (new objects each call)."""
+    return [TrainingAccuracy(), TestAccuracy()]
 
 
 class TrainingMetric(TestMetric, TrainingEvent):
@@ -71,10 +82,17 @@ class TrainingAccuracy(TrainingMetric):
     each batch scored on the outputs of its own training step (before its update).
 
     Needs the trainer's ``network_output`` (``output_node`` in ``test_training``).
+
+    Args:
+        max_acc: measure the best epoch's accuracy instead of the last one's (Deep500's option).
     """
 
     higher_is_better = True
     name = "TrainingAccuracy"
+
+    def __init__(self, max_acc: bool = False):
+        super().__init__()
+        self.max_acc = _flag("max_acc", max_acc)
 
     def after_epoch(self, trainer, stats, epoch):
         value = stats.epochs[-1].get("train_accuracy")
@@ -82,15 +100,19 @@ class TrainingAccuracy(TrainingMetric):
             self.samples.append(value)
 
     def measure(self, inputs, outputs, reference_outputs):
-        """The last epoch's training accuracy (percent), or None if none was measured."""
+        """The last (with ``max_acc``: the best) epoch's training accuracy in percent, or None if none
+        was measured."""
         if self.samples:
-            return self.samples[-1]
+            return max(self.samples) if self.max_acc else self.samples[-1]
         return getattr(outputs, "train_accuracy", None)
 
 
 class TestAccuracy(TrainingMetric):
     """Test accuracy in percent over the whole validation set, by argmax of the output node
     against the labels, after every evaluated epoch.
+
+    Args:
+        max_acc: measure the best evaluation instead of the last one (Deep500's option).
 
     Attributes:
         epochs: the epoch of each sample.
@@ -99,8 +121,9 @@ class TestAccuracy(TrainingMetric):
     higher_is_better = True
     name = "TestAccuracy"
 
-    def __init__(self):
+    def __init__(self, max_acc: bool = False):
         super().__init__()
+        self.max_acc = _flag("max_acc", max_acc)
         self.epochs: list[int] = []
 
     def after_epoch(self, trainer, stats, epoch):
@@ -110,9 +133,10 @@ class TestAccuracy(TrainingMetric):
             self.epochs.append(epoch)
 
     def measure(self, inputs, outputs, reference_outputs):
-        """The last test accuracy (percent), or None if the validation set was never evaluated."""
+        """The last (with ``max_acc``: the best) test accuracy in percent, or None if the validation set
+        was never evaluated."""
         if self.samples:
-            return self.samples[-1]
+            return max(self.samples) if self.max_acc else self.samples[-1]
         return getattr(outputs, "test_accuracy", None)
 
 

@@ -33,7 +33,7 @@ from deep500lite.recipe import run_recipe
 MEAN, STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 
 
-def weight_decay(name, grad, param):
+def weight_decay(name, param, grad):
     """L2 weight decay 5e-4 added to every trainable parameter's gradient."""
     return grad + 5e-4 * param
 

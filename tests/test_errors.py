@@ -401,6 +401,6 @@ def test_unknown_hyperparameter_is_a_user_attribute_error():
     opt = Plain(Executor())
     opt.set_parameter("learning_rate", 0.5)
     assert opt.learning_rate == 0.5
-    with pytest.raises(errors.UserAttributeError, match="Plain has no hyperparameter 'lr'") as err:
-        opt.set_parameter("lr", 0.5)
+    with pytest.raises(errors.UserAttributeError, match="Plain has no hyperparameter 'rate'") as err:
+        opt.set_parameter("rate", 0.5)
     assert isinstance(err.value, AttributeError)

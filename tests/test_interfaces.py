@@ -25,7 +25,7 @@ def test_abstract_methods_state_their_contract(cls):
 
 def test_expected_abstract_methods():
     assert d5.GraphExecutor.__abstractmethods__ == {"inference", "inference_and_backprop"}
-    assert d5.ThreeStepOptimizer.__abstractmethods__ == {"new_input", "prepare_param", "update_rule"}
+    assert d5.ThreeStepOptimizer.__abstractmethods__ == {"update_rule"}  # new_input, prepare_param: no-ops
     assert d5.UpdateRuleOptimizer.__abstractmethods__ == {"update_rule"}
     assert {"forward", "backward"} <= d5.CustomOp.__abstractmethods__
     assert {"allreduce", "broadcast", "gather", "allgather", "reduce_scatter", "send", "recv"} <= \

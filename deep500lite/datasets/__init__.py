@@ -27,6 +27,10 @@ from deep500lite.datasets.shards import ShardDataset, read_shard_header, verify_
 from deep500lite.datasets.tokens import synthetic_tokens, synthetic_tokens_shape
 from deep500lite.datasets.tfrecord import (crc32c, masked_crc32c, parse_example, read_tfrecord, serialize_example,
                                            write_tfrecord)
+from deep500lite.datasets.deep500_loaders import (cifar10_loss, cifar10_shape, cifar100_loss, cifar100_shape,
+                                                  cifar_mean, cifar_std, fashion_mnist_loss, fashion_mnist_shape,
+                                                  load_cifar10, load_cifar100, load_fashion_mnist, load_mnist,
+                                                  mnist_loss, mnist_shape)
 from deep500lite.errors import FrameworkNotAvailableError, UserError, format_choices
 from deep500lite.lv0.tensordesc import TensorDescriptor
 from deep500lite.lv2.dataset import NumpyDataset
@@ -35,7 +39,11 @@ __all__ = ["load_dataset", "dataset_shape", "dataset_loss", "list_datasets", "de
            "SoftmaxCrossEntropy", "DATA_ENV", "default_root", "MissingDatasetError", "CorruptFileError",
            "UInt8ImageDataset", "ImageFolderDataset", "ShardDataset", "write_shards", "read_shard_header",
            "verify_shard", "read_idx", "read_cifar_batch", "read_tfrecord", "write_tfrecord", "parse_example",
-           "serialize_example", "crc32c", "masked_crc32c", "SOURCES"]
+           "serialize_example", "crc32c", "masked_crc32c", "SOURCES",
+           # Deep500's per-dataset functions
+           "load_mnist", "load_fashion_mnist", "load_cifar10", "load_cifar100", "mnist_shape", "fashion_mnist_shape",
+           "cifar10_shape", "cifar100_shape", "mnist_loss", "fashion_mnist_loss", "cifar10_loss", "cifar100_loss",
+           "cifar_mean", "cifar_std"]
 
 
 @dataclasses.dataclass
@@ -350,7 +358,7 @@ def dataset_loss(name: str) -> SoftmaxCrossEntropy:
     return SoftmaxCrossEntropy()
 
 
-def load_dataset(name: str, input_node: str, label_node: str, root=None, **kwargs):
+def load_dataset(name: str, input_node: str, label_node: str, root=None, batch_size=None, **kwargs):
     """Load a dataset as ``(train, test)`` :class:`~deep500lite.Dataset` objects.
 
     Batches are ``{input_node: samples, label_node: labels}``: images float32 ``(N, C, H, W)``
@@ -367,6 +375,8 @@ def load_dataset(name: str, input_node: str, label_node: str, root=None, **kwarg
             ``classes``, ``train_size``, ``test_size``, ``separation`` (synthetic); ``label_mode``
             ``"fine"`` or ``"coarse"`` (cifar100); ``image_size`` (int or (H, W)) and ``channels``
             (3 or 1) (imagefolder); ``verify`` (shards: check record CRCs on every read).
+        batch_size: ignored; accepted because Deep500's ``load_dataset`` took it (its ImageNet
+            loader returned a sampler).
 
     Raises:
         UserError: an unknown dataset or option.
@@ -374,6 +384,8 @@ def load_dataset(name: str, input_node: str, label_node: str, root=None, **kwarg
             exact path and where the file comes from).
         CorruptFileError: a damaged file (names the file and the fault).
     """
+    if isinstance(name, str):
+        name = name.strip().lower()
     opts = _options(name, kwargs)
     return _entry(name)(input_node, label_node, root=root, **opts)
 

@@ -79,10 +79,30 @@ class TensorDescriptor:
         return f"{self.dtype.name}[{shape}]"
 
 
-class _TensorDescFactory:
-    """``d5.tensordesc(dtype, shape)`` builds a :class:`TensorDescriptor` (Deep500's spelling)."""
+def _is_dtype(value) -> bool:
+    if isinstance(value, (list, tuple, int, np.integer)) or value is None:
+        return False
+    try:
+        np.dtype(value)
+    except TypeError:
+        return False
+    return True
 
-    def __call__(self, dtype, shape: Sequence[int | None]) -> TensorDescriptor:
+
+class _TensorDescFactory:
+    """``d5.tensordesc(dtype, shape)`` builds a :class:`TensorDescriptor` (Deep500's spelling).
+
+    Deep500's ``order`` argument (``"NCHW"``, ``"NHWC"``) is accepted and not kept: descriptors
+    carry no layout. The order of Deep500's README, ``d5.tensordesc(100, d5.float32)`` (shape
+    first, an int for a vector), is read as ``d5.tensordesc(d5.float32, [100])``.
+    """
+
+    def __call__(self, dtype, shape: Sequence[int | None], order=None) -> TensorDescriptor:
+        if not _is_dtype(dtype) and _is_dtype(shape):
+            # Deep500's README wrote d5.tensordesc(100, d5.float32): shape first, a bare int.
+            dtype, shape = shape, dtype
+            if isinstance(shape, (int, np.integer)):
+                shape = [shape]
         try:
             dims = tuple(shape)
         except TypeError:

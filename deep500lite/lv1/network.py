@@ -20,6 +20,7 @@ from google.protobuf.message import DecodeError, Message
 
 from deep500lite.errors import FeedError, ModelError, UserKeyError, UserTypeError
 from deep500lite.lv0.tensordesc import TensorDescriptor
+from deep500lite.lv1.value_info import ValueInfo
 
 if TYPE_CHECKING:
     from deep500lite.lv1.executor import GraphExecutor
@@ -49,19 +50,33 @@ def _short(exc: BaseException) -> str:
 
 
 class Deep500NetworkNames:
-    """Deep500's accessor names, for any network object with ``inputs``, ``outputs`` and ``parameters``."""
+    """Deep500's accessor names, for any network object with ``inputs``, ``outputs``, ``parameters``
+    and ``input_descriptors()``/``output_descriptors()``."""
 
     def get_params(self) -> list[str]:
         """Deep500 name for :attr:`parameters`."""
         return self.parameters
 
-    def get_input_nodes(self) -> list[str]:
-        """Deep500 name for :attr:`inputs`."""
-        return self.inputs
+    def get_input_nodes(self) -> list[ValueInfo]:
+        """The input nodes, as Deep500 gave them: ``node.name``, ``node.type.shape.shape``, ``node.type.type``.
 
-    def get_output_nodes(self) -> list[str]:
-        """Deep500 name for :attr:`outputs`."""
-        return self.outputs
+        Each node is also its name (a ``str``), so the list compares equal to :attr:`inputs`.
+        """
+        descs = self.input_descriptors()
+        return [ValueInfo.from_descriptor(n, descs.get(n)) for n in self.inputs]
+
+    def get_output_nodes(self) -> list[ValueInfo]:
+        """The output nodes (see :meth:`get_input_nodes`); the list compares equal to :attr:`outputs`."""
+        descs = self.output_descriptors()
+        return [ValueInfo.from_descriptor(n, descs.get(n)) for n in self.outputs]
+
+    def get_inputs(self) -> list[str]:
+        """Deep500 name for :attr:`inputs` (names only)."""
+        return list(self.inputs)
+
+    def get_outputs(self) -> list[str]:
+        """Deep500 name for :attr:`outputs` (names only)."""
+        return list(self.outputs)
 
 
 class Network(Deep500NetworkNames):
@@ -161,7 +176,7 @@ class Network(Deep500NetworkNames):
             seen.setdefault(n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}::{n.op_type}")
         return list(seen)
 
-    def add_operation(self, operation, inputs: dict[str, TensorDescriptor] | None = None) -> None:
+    def add_operation(self, operation, inputs: dict[str, TensorDescriptor] | None = None) -> int:
         """Append an operation (one ONNX node, a list of nodes, or an object with ``.nodes``).
 
         Inputs of the operation that no node, initializer or graph input produces become new
@@ -170,8 +185,13 @@ class Network(Deep500NetworkNames):
 
         Args:
             operation: an ``onnx.NodeProto``, a list of them, or an object with attributes
-                ``nodes`` (list of NodeProto) and optionally ``new_inputs`` (dict of descriptors).
+                ``nodes`` (list of NodeProto) and optionally ``new_inputs`` (dict of descriptors);
+                an object with a method ``nodes_for(graph)`` gets its nodes from that instead.
             inputs: descriptors for inputs the network does not have yet.
+
+        Returns:
+            The index in ``graph.node`` of the first added node (as Deep500's ``add_operation``
+            returned the place of the operation; nodes are appended, so it is the old node count).
 
         Raises:
             ModelError: an input is unknown and has no descriptor, or the result is not valid ONNX.
@@ -180,6 +200,8 @@ class Network(Deep500NetworkNames):
             nodes, new_inputs = [operation], {}
         elif isinstance(operation, (list, tuple)) and all(isinstance(n, onnx.NodeProto) for n in operation):
             nodes, new_inputs = list(operation), {}
+        elif hasattr(operation, "nodes_for"):  # an operation whose nodes depend on the graph
+            nodes, new_inputs = list(operation.nodes_for(self.graph)), dict(getattr(operation, "new_inputs", {}) or {})
         elif hasattr(operation, "nodes"):
             nodes, new_inputs = list(operation.nodes), dict(getattr(operation, "new_inputs", {}) or {})
         else:
@@ -206,6 +228,7 @@ class Network(Deep500NetworkNames):
                     known.add(name)
             known.update(node.output)
         consumed = {i for n in list(self.graph.node) + nodes for i in n.input}
+        place = len(self.graph.node)
         self.graph.input.extend(added_inputs)
         self.graph.node.extend(nodes)
         imported = {o.domain for o in self._model.opset_import}
@@ -218,6 +241,7 @@ class Network(Deep500NetworkNames):
                 if out and out not in consumed and out not in self.outputs:
                     self._append_output(out)
         self._changed()
+        return place
 
     def add_custom_operation(self, op_type: str, inputs: Sequence[str], outputs: Sequence[str],
                              op=None, name: str | None = None, domain: str | None = None,

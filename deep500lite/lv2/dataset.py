@@ -1,4 +1,4 @@
-"""Level 2: datasets (Deep500's ``Dataset`` and ``NumpyDataset``)."""
+"""Level 2: datasets (Deep500's ``Dataset``, ``NumpyDataset`` and ``FileListDataset``)."""
 
 from __future__ import annotations
 
@@ -6,20 +6,22 @@ import abc
 
 import numpy as np
 
-from deep500lite.errors import UserError
+from deep500lite.errors import UserError, UserTypeError
 
-__all__ = ["Dataset", "NumpyDataset"]
+__all__ = ["Dataset", "NumpyDataset", "FileListDataset"]
 
 
 class Dataset(abc.ABC):
     """A finite, indexable collection of samples.
 
     Args:
-        input_node: the network input the samples feed.
+        input_node: the network input the samples feed. Deep500's subclasses call
+            ``super().__init__()`` with no arguments and set ``self.input_node`` afterwards; that
+            works too (both nodes start as None).
         label_node: the network input the labels feed (None for unlabelled data).
     """
 
-    def __init__(self, input_node: str, label_node: str | None = None):
+    def __init__(self, input_node: str | None = None, label_node: str | None = None):
         self.input_node = input_node
         self.label_node = label_node
 
@@ -72,6 +74,41 @@ class NumpyDataset(Dataset):
         batch = {self.input_node: self.data[index]}
         if self.labels is not None:
             batch[self.label_node] = self.labels[index]
+        return batch
+
+    def __len__(self):
+        return len(self.data)
+
+
+class FileListDataset(Dataset):
+    """A dataset of files (or any items) turned into samples by a loader, one item at a time.
+
+    Args:
+        data: the items (file names, say), first axis indexing them.
+        input_node: the network input the samples feed (Deep500's ``data_node``).
+        loader: ``loader(item) -> np.ndarray``, called for every item a batch holds.
+        labels: one label per item, or None.
+        label_node: the network input the labels feed.
+
+    Raises:
+        UserTypeError: ``loader`` is not callable.
+        UserError: labels whose count differs from the items', or labels without a ``label_node``.
+    """
+
+    def __init__(self, data, input_node: str, loader, labels=None, label_node: str | None = None):
+        if not callable(loader):
+            raise UserTypeError(f"FileListDataset needs a callable loader(item) -> array. Received: {loader!r}")
+        self._items = NumpyDataset(np.asarray(data), input_node, labels, label_node)
+        super().__init__(input_node, label_node)
+        self.data, self.labels, self.loader = self._items.data, self._items.labels, loader
+
+    def __getitem__(self, index):
+        batch = self._items[index]
+        items = batch[self.input_node]
+        if np.ndim(items) == 0:
+            batch[self.input_node] = np.asarray(self.loader(items.item() if hasattr(items, "item") else items))
+        else:
+            batch[self.input_node] = np.stack([np.asarray(self.loader(i)) for i in items.tolist()])
         return batch
 
     def __len__(self):

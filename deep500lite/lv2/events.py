@@ -15,7 +15,8 @@ Events provided here:
 - :class:`EpochHPSchedule`, :class:`StepHPSchedule`: hyperparameter schedules by epoch or by
   step, with linear warm-up; value helpers :func:`piecewise`, :func:`step_decay`,
   :func:`cosine_decay`, :func:`linear_warmup`.
-- :class:`TargetAccuracyStop`, :class:`TimeBudgetStop`: stopping conditions.
+- :class:`TargetAccuracyStop`, :class:`TimeBudgetStop`: stopping conditions;
+  :class:`AccuracyAbortEvent` is Deep500's name for the test-accuracy stop.
 - :class:`CSVSummaryWriter`, :class:`JSONSummaryWriter`: per-epoch and per-step summaries,
   written atomically after every epoch.
 - :class:`PlotWriter`: loss and accuracy plots (PNG, matplotlib's Agg canvas).
@@ -42,7 +43,7 @@ from deep500lite.metrics.events import HOOKS, TrainingEvent
 from deep500lite.utils import atomic_write_bytes, atomic_write_text, is_package_available
 
 __all__ = ["TrainingEvent", "TerminalBarEvent", "EpochHPSchedule", "StepHPSchedule", "piecewise",
-           "step_decay", "cosine_decay", "linear_warmup", "TargetAccuracyStop", "TimeBudgetStop",
+           "step_decay", "cosine_decay", "linear_warmup", "TargetAccuracyStop", "AccuracyAbortEvent", "TimeBudgetStop",
            "StepBudgetStop",
            "CSVSummaryWriter", "JSONSummaryWriter", "PlotWriter", "HOOKS", "set_hyperparameter"]
 
@@ -55,7 +56,9 @@ class TerminalBarEvent(TrainingEvent):
 
     Args:
         enabled: ``None`` (default): on only when ``stream`` is a terminal; ``True``: always
-            (a plain line when the stream is not a terminal); ``False``: off.
+            (a plain line when the stream is not a terminal); ``False``: off. An integer is
+            Deep500's ``total_epochs`` argument, accepted and not needed (the trainer knows the
+            epochs), and means ``None``.
         stream: where to write (default ``sys.stderr``).
         use_rich: ``None``: rich when installed and the stream is a terminal; ``False``: the
             plain line; ``True``: rich (raises FrameworkNotAvailableError, an ImportError, if it is
@@ -64,6 +67,8 @@ class TerminalBarEvent(TrainingEvent):
     """
 
     def __init__(self, enabled: bool | None = None, stream=None, use_rich: bool | None = None, every: int = 1):
+        if isinstance(enabled, (int, np.integer)) and not isinstance(enabled, bool):
+            enabled = None  # Deep500's TerminalBarEvent(total_epochs)
         if enabled not in (None, True, False):
             raise UserError(f"enabled must be None, True or False. Received: {enabled!r}")
         if not isinstance(every, int) or every < 1:
@@ -350,6 +355,22 @@ class TargetAccuracyStop(TrainingEvent):
             self.stop_reason = f"{self.key} {value:.2f}% reached the target {self.target:g}% at epoch {epoch}"
             return False
         return None
+
+
+class AccuracyAbortEvent(TargetAccuracyStop):
+    """Deep500's name: stop once the test accuracy (percent) reaches ``max_accuracy``.
+
+    Deep500 checked before each epoch's training set, so no further epoch ran once a test
+    accuracy reached the bar; this stops after that epoch's evaluation, which runs the same
+    epochs.
+
+    Args:
+        max_accuracy: the accuracy in percent (0 to 100).
+    """
+
+    def __init__(self, max_accuracy: float):
+        super().__init__(max_accuracy)
+        self.max_accuracy = self.target
 
 
 class TimeBudgetStop(TrainingEvent):

@@ -97,7 +97,9 @@ class Sampler(abc.ABC):
         self.seed = seed
         self.drop_last_batch = bool(drop_last_batch)
         self.events = list(events or [])
-        self.transformations = transformations
+        self.transformations = []
+        for t in transformations:
+            self.add_transformation(t)
         self.random = np.random.default_rng(seed)
         self._batch = 0
         self._batches: list[np.ndarray] | None = None
@@ -108,6 +110,27 @@ class Sampler(abc.ABC):
 
     def _why_empty(self, n: int) -> str:
         return f"the dataset has {n} samples, fewer than batch_size={self.batch_size},"
+
+    def add_transformation(self, transform) -> None:
+        """Apply ``transform`` (a callable ``batch -> batch``) to every batch, after those already given.
+
+        A transform with Deep500's ``set_dataset_nodes(input_node, label_node)`` method is told the
+        dataset's nodes first (the transforms of :mod:`deep500lite.frameworks.reference.transforms`
+        take the dataset's input node that way unless they were given one).
+
+        Raises:
+            UserTypeError: ``transform`` is not callable.
+        """
+        if not callable(transform):
+            raise UserTypeError(f"A transformation must be a callable batch -> batch. Received: {transform!r}")
+        if hasattr(transform, "set_dataset_nodes"):
+            transform.set_dataset_nodes(getattr(self.dataset, "input_node", None),
+                                        getattr(self.dataset, "label_node", None))
+        self.transformations.append(transform)
+
+    def __call__(self) -> dict[str, np.ndarray]:
+        """The next batch, as ``next(sampler)`` (Deep500 samplers are called to sample)."""
+        return self.__next__()
 
     @abc.abstractmethod
     def epoch_indices(self) -> np.ndarray:
@@ -157,7 +180,15 @@ class Sampler(abc.ABC):
 
 
 class OrderedSampler(Sampler):
-    """Visits the samples in dataset order."""
+    """Visits the samples in dataset order.
+
+    The arguments are Deep500's ``OrderedSampler``'s, in its order (no seed: the order is fixed);
+    ``seed`` is accepted as a keyword for uniformity with the other samplers and changes nothing.
+    """
+
+    def __init__(self, dataset, batch_size: int, drop_last_batch: bool = True, events: Sequence | None = None,
+                 transformations=None, seed: int | None = None):
+        super().__init__(dataset, batch_size, seed, drop_last_batch, events, transformations)
 
     def epoch_indices(self):
         return np.arange(len(self.dataset))

@@ -31,8 +31,25 @@ import numpy as np
 
 from deep500lite.errors import NonFiniteLossError  # noqa: F401 - defined in errors, re-exported here
 from deep500lite.errors import UserError, UserTypeError
+from deep500lite.lv2.dataset import Dataset
+from deep500lite.lv2.events import TerminalBarEvent
+from deep500lite.lv2.sampler import OrderedSampler, ShuffleSampler
+from deep500lite.metrics.training import DefaultTrainingMetrics
 
-__all__ = ["Trainer", "TrainingStats", "TrainingResults", "NonFiniteLossError", "test_training"]
+__all__ = ["Trainer", "TrainingStats", "TrainingResults", "NonFiniteLossError", "test_training",
+           "DefaultTrainerEvents"]
+
+
+def DefaultTrainerEvents(epochs: int) -> list:  # noqa: N802 - Deep500's name
+    """Deep500's default training events: a list with one :class:`~deep500lite.lv2.events.TerminalBarEvent`.
+
+    Args:
+        epochs: the number of epochs (Deep500's progress bar showed it; here the trainer knows it).
+
+    Returns:
+        A new list, so callers can append their own events (``DefaultTrainerEvents(10) + [...]``).
+    """
+    return [TerminalBarEvent(epochs)]
 
 
 @dataclasses.dataclass
@@ -313,7 +330,10 @@ class Trainer:
         if not rows:
             return batch, 0
         n = rows[0]
-        declared = self.executor.network.input_descriptors()
+        describe = getattr(self.executor.network, "input_descriptors", None)
+        if describe is None:  # a framework-native network (no ONNX graph) declares no fixed batch size
+            return batch, n
+        declared = describe()
         fixed = [d.shape[0] for name, d in declared.items()
                  if name in batch and d is not None and d.shape and isinstance(d.shape[0], int)]
         want = max(fixed, default=n)
@@ -500,9 +520,26 @@ class Trainer:
         return reason, error
 
 
+def _as_sampler(name: str, value, batch_size: int, cls, **kwargs):
+    """A sampler as given, or Deep500's default sampler over a Dataset."""
+    if value is None or hasattr(value, "__iter__") and not isinstance(value, Dataset):
+        return value
+    if isinstance(value, Dataset) or (hasattr(value, "__getitem__") and hasattr(value, "__len__")):
+        return cls(value, batch_size, **kwargs)
+    raise UserTypeError(f"test_training: {name} must be a Sampler or a Dataset. Received: {type(value).__name__}")
+
+
 def test_training(executor, train_sampler, validation_sampler, optimizer, epochs: int, batch_size: int,
-                  output_node: str | None, metrics: Sequence = (), events: Sequence = ()) -> TrainingResults:
+                  output_node: str | None = None, metrics: Sequence | None = None,
+                  events: Sequence | None = None) -> TrainingResults:
     """Train and measure: Deep500's ``test_training``.
+
+    As in Deep500, the training and validation sets may be Samplers or Datasets: a training
+    Dataset is visited by a ``ShuffleSampler(dataset, batch_size)``, a validation Dataset by an
+    ``OrderedSampler`` (the whole set is evaluated either way, so the order does not change the
+    result); ``metrics=None`` means Deep500's ``DefaultTrainingMetrics()`` (training and test
+    accuracy); ``events=None`` means ``DefaultTrainerEvents(epochs)`` (a progress bar, drawn only
+    on a terminal).
 
     Metrics that are training events (those of :mod:`deep500lite.metrics.training`) are added to
     the events and collect their samples during training; any other
@@ -512,14 +549,15 @@ def test_training(executor, train_sampler, validation_sampler, optimizer, epochs
 
     Args:
         executor: the executor whose network (with its loss) is trained.
-        train_sampler: the training sampler.
-        validation_sampler: the validation sampler (or None).
+        train_sampler: the training sampler or Dataset (Deep500's ``training_set``).
+        validation_sampler: the validation sampler or Dataset, or None (Deep500's ``validation_set``).
         optimizer: the optimizer.
         epochs: number of epochs.
         batch_size: the samplers' batch size (checked against them).
-        output_node: the output with the class scores (for accuracies).
-        metrics: the metrics to measure.
-        events: more training events (progress bar, schedules, stop conditions, summaries).
+        output_node: the output with the class scores (for accuracies); None: losses only.
+        metrics: the metrics to measure; None: ``DefaultTrainingMetrics()``.
+        events: more training events (progress bar, schedules, stop conditions, summaries);
+            None: ``DefaultTrainerEvents(epochs)``.
 
     Returns:
         A list with one result per metric, in the order given; its ``.stats`` is the run's
@@ -529,6 +567,14 @@ def test_training(executor, train_sampler, validation_sampler, optimizer, epochs
         UserError: a sampler's batch size differs from ``batch_size``.
         NonFiniteLossError: the loss became NaN or infinite (the metrics keep what they measured).
     """
+    train_sampler = _as_sampler("train_sampler", train_sampler, batch_size, ShuffleSampler)
+    # the whole validation set is evaluated, even when it is smaller than one batch
+    validation_sampler = _as_sampler("validation_sampler", validation_sampler, batch_size, OrderedSampler,
+                                     drop_last_batch=False)
+    if events is None:
+        events = DefaultTrainerEvents(epochs)
+    if metrics is None:
+        metrics = DefaultTrainingMetrics()
     for name, s in (("train_sampler", train_sampler), ("validation_sampler", validation_sampler)):
         bs = getattr(s, "batch_size", None)
         if s is not None and bs is not None and bs != batch_size:

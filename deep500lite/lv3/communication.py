@@ -14,6 +14,7 @@ from __future__ import annotations
 import abc
 import functools
 import time
+import weakref
 
 import numpy as np
 
@@ -21,7 +22,8 @@ from deep500lite.errors import CommunicationTimeout  # noqa: F401 - defined in e
 from deep500lite.errors import UserError, format_choices
 from deep500lite.lv3.allreduce import REDUCTIONS
 
-__all__ = ["CommunicationNetwork", "CommunicationTimeout", "Request", "ALLREDUCE_OPS", "TIMED_OPERATIONS"]
+__all__ = ["CommunicationNetwork", "CommunicationTimeout", "Request", "ALLREDUCE_OPS", "TIMED_OPERATIONS",
+           "live_communicators"]
 
 ALLREDUCE_OPS = ("sum", "mean", "max", "min", "prod")
 
@@ -108,8 +110,24 @@ class Request(abc.ABC):
         return self.buffer
 
 
+#: Every communicator created in this process and still referenced, in creation order (read by
+#: :class:`~deep500lite.lv3.metrics.CommunicationVolume`).
+_LIVE: "weakref.WeakValueDictionary[int, CommunicationNetwork]" = weakref.WeakValueDictionary()
+_CREATED = [0]
+
+
+def live_communicators() -> list[tuple[int, "CommunicationNetwork"]]:
+    """``(serial, communicator)`` for every communicator of this process still referenced, oldest first."""
+    return sorted(_LIVE.items(), key=lambda item: item[0])
+
+
 class CommunicationNetwork(abc.ABC):
     """A group of ranks exchanging numpy arrays (Deep500's name for a communicator).
+
+    The abstract base of the communicators. Deep500's ``CommunicationNetwork`` was its MPI
+    communicator over ``COMM_WORLD``: ``d5.CommunicationNetwork`` (top level) is therefore
+    :class:`~deep500lite.lv3.mpi.MPICommunicator`, so ``d5.CommunicationNetwork()`` works as in
+    Deep500.
 
     Attributes:
         rank: this process's rank, from 0 to ``size - 1``.
@@ -121,6 +139,8 @@ class CommunicationNetwork(abc.ABC):
         seconds: wall time spent inside communication calls since the last reset (the
             operations in :data:`TIMED_OPERATIONS` and :meth:`Request.wait`); it includes
             waiting for slower ranks.
+        serial: the communicator's number in this process (1 for the first created), which
+            names it in :class:`~deep500lite.lv3.metrics.CommunicationVolume`.
     """
 
     rank: int = 0
@@ -135,6 +155,9 @@ class CommunicationNetwork(abc.ABC):
                 setattr(cls, name, _timed(method))
 
     def __init__(self):
+        _CREATED[0] += 1
+        self.serial = _CREATED[0]
+        _LIVE[self.serial] = self
         self.bytes_sent = 0
         self.bytes_received = 0
         self.seconds = 0.0

@@ -15,6 +15,10 @@ The asynchronous ones (:class:`InconsistentParameterServer`, :class:`StaleSynchr
 ranks run apart; every rank must call ``step`` the same number of times and then
 ``finalize()`` (on every rank) before reading or saving the parameters.
 
+Every constructor takes the base optimizer and the communicator first, in Deep500's order; the
+communicator may be left out (or None), as in Deep500, to create an
+:class:`~deep500lite.lv3.mpi.MPICommunicator` over all ranks (Deep500's ``CommunicationNetwork()``).
+
 All ranks must start from the same parameters (the zoo's ``create_model`` with one seed gives
 that; otherwise broadcast them first with :func:`broadcast_parameters`).
 """
@@ -116,8 +120,8 @@ class ConsistentDecentralized(DistributedOptimizer):
         algorithm: the allreduce algorithm (``native``, ``ring``, ..., ``auto``).
     """
 
-    def __init__(self, optimizer: Optimizer, comm: CommunicationNetwork, bucket_bytes: int = DEFAULT_BUCKET_BYTES,
-                 algorithm: str = "native"):
+    def __init__(self, optimizer: Optimizer, comm: CommunicationNetwork | None = None,
+                 bucket_bytes: int = DEFAULT_BUCKET_BYTES, algorithm: str = "native"):
         super().__init__(optimizer, comm)
         self.bucket_bytes = check_bucket(bucket_bytes)
         self.algorithm = _check_algorithm(algorithm)
@@ -153,11 +157,11 @@ class ConsistentParameterServer(DistributedOptimizer):
             gradient (per rank).
     """
 
-    def __init__(self, optimizer: Optimizer, comm: CommunicationNetwork, root: int = 0, compressor=None,
+    def __init__(self, optimizer: Optimizer, comm: CommunicationNetwork | None = None, root: int = 0, compressor=None,
                  error_feedback: bool = True):
         super().__init__(optimizer, comm)
         self._three_step()
-        self.root = _check_root(root, comm)
+        self.root = _check_root(root, self.communication)
         self.compressor, self.feedback = _check_compressor(compressor, error_feedback)
 
     def step(self, inputs):
@@ -236,17 +240,17 @@ class InconsistentParameterServer(DistributedOptimizer):
         updates: on ``root``, the base updates applied so far (``size`` per step).
     """
 
-    def __init__(self, optimizer: Optimizer, comm: CommunicationNetwork, root: int = 0, compressor=None,
+    def __init__(self, optimizer: Optimizer, comm: CommunicationNetwork | None = None, root: int = 0, compressor=None,
                  error_feedback: bool = True, tag: int = ASYNC_PS_TAG):
         super().__init__(optimizer, comm)
         self._three_step()
-        self.root = _check_root(root, comm)
+        self.root = _check_root(root, self.communication)
         self.tag = _check_tag(tag, span=2)
         self.compressor, self.feedback = _check_compressor(compressor, error_feedback)
         self.staleness: list[int] = []
         self.served_ranks: list[int] = []
         self.updates = 0
-        self._sent_version = dict.fromkeys(range(comm.size), 0)
+        self._sent_version = dict.fromkeys(range(self.communication.size), 0)
 
     @property
     def max_staleness(self) -> int:
@@ -307,7 +311,7 @@ class ModelAverageDecentralized(DistributedOptimizer):
         bucket_bytes, algorithm: as for :class:`ConsistentDecentralized`.
     """
 
-    def __init__(self, optimizer: Optimizer, comm: CommunicationNetwork, period: int = 1,
+    def __init__(self, optimizer: Optimizer, comm: CommunicationNetwork | None = None, period: int = 1,
                  bucket_bytes: int = DEFAULT_BUCKET_BYTES, algorithm: str = "native"):
         super().__init__(optimizer, comm)
         if isinstance(period, bool) or not isinstance(period, (int, np.integer)) or period < 1:
@@ -365,8 +369,8 @@ class ElasticAveraging(DistributedOptimizer):
         bucket_bytes, algorithm: as for :class:`ConsistentDecentralized`.
     """
 
-    def __init__(self, optimizer: Optimizer, comm: CommunicationNetwork, alpha: float = 0.1, period: int = 1,
-                 bucket_bytes: int = DEFAULT_BUCKET_BYTES, algorithm: str = "native"):
+    def __init__(self, optimizer: Optimizer, comm: CommunicationNetwork | None = None, alpha: float = 0.1,
+                 period: int = 1, bucket_bytes: int = DEFAULT_BUCKET_BYTES, algorithm: str = "native"):
         super().__init__(optimizer, comm)
         if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha <= 1:
             raise UserError(f"alpha must be a number in (0, 1]. Received: alpha={alpha!r}")
@@ -431,7 +435,8 @@ class StaleSynchronous(DistributedOptimizer):
         observed_staleness: ``t - u`` for each peer gradient of step ``u`` applied in step ``t``.
     """
 
-    def __init__(self, optimizer: Optimizer, comm: CommunicationNetwork, staleness: int = 1, tag: int = SSP_TAG):
+    def __init__(self, optimizer: Optimizer, comm: CommunicationNetwork | None = None, staleness: int = 1,
+                 tag: int = SSP_TAG):
         super().__init__(optimizer, comm)
         self._three_step()
         if isinstance(staleness, bool) or not isinstance(staleness, (int, np.integer)) or staleness < 0:
@@ -439,7 +444,7 @@ class StaleSynchronous(DistributedOptimizer):
         self.staleness = int(staleness)
         self.tag = _check_tag(tag)
         self.observed_staleness: list[int] = []
-        self._peers = [q for q in range(comm.size) if q != comm.rank]
+        self._peers = [q for q in range(self.communication.size) if q != self.communication.rank]
         self._pending = {q: collections.deque() for q in self._peers}  # (step, receive request), in step order
         self._sends: list = []
 

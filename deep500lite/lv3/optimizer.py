@@ -72,14 +72,24 @@ class DistributedOptimizer(Optimizer, abc.ABC):
 
     Args:
         optimizer: the base (single-process) optimizer; its executor and loss are used.
-        comm: the :class:`CommunicationNetwork`.
+        comm: the :class:`CommunicationNetwork`; None (as in Deep500) creates an
+            :class:`~deep500lite.lv3.mpi.MPICommunicator` over all ranks (Deep500's
+            ``CommunicationNetwork()``).
     """
 
-    def __init__(self, optimizer: Optimizer, comm: CommunicationNetwork):
+    def __init__(self, optimizer: Optimizer, comm: CommunicationNetwork | None = None):
         if not isinstance(optimizer, Optimizer):
             raise UserTypeError(f"optimizer must be a deep500lite Optimizer. Received: {type(optimizer).__name__}")
+        if comm is not None and not isinstance(comm, CommunicationNetwork):
+            raise UserTypeError("comm must be a deep500lite CommunicationNetwork (such as d5.CommunicationNetwork(), "
+                                "an MPICommunicator) "
+                                f"or None. Received: {type(comm).__name__}")
         super().__init__(optimizer.executor, optimizer.loss, optimizer.gradient_modifier)
         self.base_optimizer = optimizer
+        if comm is None:
+            from deep500lite.lv3.mpi import MPICommunicator
+
+            comm = MPICommunicator()
         self.communication = comm
         self.steps = 0
         self.bytes_per_step = 0
@@ -141,7 +151,7 @@ class DistributedOptimizer(Optimizer, abc.ABC):
         base = self._three_step()
         for pname, param, grad in zip(names, params, grads):
             if self.gradient_modifier is not None:
-                grad = self.gradient_modifier(pname, grad, param)
+                grad = self.gradient_modifier(pname, param, grad)
             self.network.feed_tensor(pname, np.asarray(base.update_rule(grad, param, pname), dtype=param.dtype))
 
     def _exchange_step(self, inputs, exchange):
@@ -170,14 +180,14 @@ class DistributedOptimizer(Optimizer, abc.ABC):
         user = self.gradient_modifier
         exchanged: dict[str, np.ndarray] = {}
 
-        def modifier(name, grad, param):
+        def modifier(name, param, grad):
             if not exchanged:
                 pairs = self.network.gradient(self.loss)
                 values = self.network.fetch_tensors([n for pair in pairs for n in pair])
                 names = [p for p, _ in pairs]
                 exchanged.update(zip(names, exchange(names, values[0::2], values[1::2])))
             new = np.asarray(exchanged[name], dtype=grad.dtype)
-            return new if user is None else user(name, new, param)
+            return new if user is None else user(name, param, new)
 
         previous = base.gradient_modifier
         base.gradient_modifier = modifier

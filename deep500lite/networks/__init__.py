@@ -23,18 +23,39 @@ from deep500lite.errors import UserError, format_choices
 from deep500lite.lv1.network import Network
 from deep500lite.networks.builder import GraphBuilder, GraphSummary, dry_run
 
-__all__ = ["create_model", "list_models", "register_model", "count_parameters", "model_parameter_count",
-           "model_options"]
+__all__ = ["create_model", "export_network", "list_models", "register_model", "count_parameters",
+           "model_parameter_count", "model_options", "default_shape"]
 
 _MODELS: dict[str, Callable] = {}
+_DEFAULT_SHAPES: dict[str, tuple] = {}
 
 
-def register_model(name: str):
-    """Register a builder ``f(batch_size, classes, shape, seed, **kwargs) -> Network`` under ``name``."""
+def register_model(name: str, default_shape: tuple = (1, 28, 28)):
+    """Register a builder ``f(batch_size, classes, shape, seed, **kwargs) -> Network`` under ``name``.
+
+    Args:
+        name: the model's name.
+        default_shape: the sample shape :func:`create_model` uses when none is given.
+    """
     def wrap(fn):
         _MODELS[name] = fn
+        _DEFAULT_SHAPES[name] = tuple(default_shape)
         return fn
     return wrap
+
+
+def default_shape(name: str) -> tuple:
+    """The sample shape ``name`` is built for when :func:`create_model` gets no ``shape``.
+
+    MNIST's ``(1, 28, 28)`` for ``mlp``, ``lenet``, ``bn_cnn``, ``simple_cnn`` and ``deep_mnist``,
+    CIFAR's ``(3, 32, 32)`` for the image classifiers ``resnet``, ``wide_resnet``, ``alexnet``,
+    ``vgg`` and ``mobilenet_v2`` (Deep500's defaults for the models it had), ``(128,)`` tokens for ``bert``.
+
+    Raises:
+        UserError: unknown name.
+    """
+    _lookup(name)
+    return _DEFAULT_SHAPES[name]
 
 
 def list_models() -> list[str]:
@@ -80,12 +101,14 @@ def _check_args(name, batch_size, classes, shape, seed, kwargs):
     open_ended = any(p.kind == p.VAR_KEYWORD for p in inspect.signature(fn).parameters.values())
     unknown = sorted(set(kwargs) - set(allowed))
     if unknown and not open_ended:
-        raise UserError(f"{name} has no option {format_choices(unknown)}. Its options: "
+        hint = (" (simple_cnn is Deep500's MNIST CNN; the batch-normalized CNN with a width option that "
+                "deep500lite called simple_cnn before is now 'bn_cnn')" if name == "simple_cnn" else "")
+        raise UserError(f"{name} has no option {format_choices(unknown)}{hint}. Its options: "
                         f"{format_choices(allowed) if allowed else 'none'}. Received: {format_choices(sorted(kwargs))}")
     return fn, tuple(int(s) for s in dims)
 
 
-def create_model(name: str, batch_size: int | None, classes: int = 10, shape=(1, 28, 28),
+def create_model(name: str, batch_size: int | None, classes: int = 10, shape=None,
                  seed: int = 0, **kwargs) -> tuple[Network, str, str]:
     """Build a zoo network.
 
@@ -93,9 +116,13 @@ def create_model(name: str, batch_size: int | None, classes: int = 10, shape=(1,
         name: one of :func:`list_models`.
         batch_size: the batch dimension (``None`` for a symbolic one).
         classes: number of output classes.
-        shape: the shape of one sample, channels first (``(C, H, W)``, or ``(D,)`` for ``mlp``).
+        shape: the shape of one sample, channels first (``(C, H, W)``, or ``(D,)`` for ``mlp``);
+            default: the model's :func:`default_shape`.
         seed: seed of the parameter initialization (same seed, same weights).
-        **kwargs: model-specific options (see :func:`model_options` and ``docs/zoo.md``).
+        **kwargs: model-specific options (see :func:`model_options` and ``docs/zoo.md``). Deep500's
+            keywords work too: ``file_path`` (also write the model there, as an ONNX file),
+            ``channels``/``height``/``width`` (the sample shape, when ``channels`` or ``height``
+            is given) and ``widen_factor`` (``wide_resnet``'s ``width``).
 
     Returns:
         ``(network, input_node, output_node)``; the output is the logits.
@@ -103,8 +130,13 @@ def create_model(name: str, batch_size: int | None, classes: int = 10, shape=(1,
     Raises:
         UserError: unknown name or option, or a shape the model cannot take.
     """
-    fn, shape = _check_args(name, batch_size, classes, shape, seed, kwargs)
+    from deep500lite.networks.deep500 import deep500_keywords
+
+    shape, file_path, kwargs = deep500_keywords(name, shape, kwargs)
+    fn, shape = _check_args(name, batch_size, classes, default_shape(name) if shape is None else shape, seed, kwargs)
     net = fn(batch_size, int(classes), shape, int(seed), **kwargs)
+    if file_path is not None:
+        net.save(file_path)
     return net, "input", "output"
 
 
@@ -122,14 +154,14 @@ def count_parameters(network: Network, trainable_only: bool = True) -> int:
     return sum(int(values[p].size) for p in network.parameters if not (trainable_only and p in stats))
 
 
-def model_parameter_count(name: str, classes: int = 10, shape=(1, 28, 28), trainable_only: bool = True,
+def model_parameter_count(name: str, classes: int = 10, shape=None, trainable_only: bool = True,
                           **kwargs) -> int:
     """Number of scalar parameters of a zoo model, counted without allocating its weights.
 
     Takes :func:`create_model`'s arguments (the batch size does not matter). Cheap even for
     VGG-16 at 224x224; the count equals :func:`count_parameters` of the built network.
     """
-    fn, shape = _check_args(name, None, classes, shape, 0, kwargs)
+    fn, shape = _check_args(name, None, classes, default_shape(name) if shape is None else shape, 0, kwargs)
     with dry_run():
         result = fn(None, int(classes), shape, 0, **kwargs)
     if isinstance(result, GraphSummary):
@@ -216,20 +248,21 @@ def _lenet(batch_size, classes, shape, seed):
     return b.build({"input": (_batch(batch_size), *shape)}, x, doc="LeNet-5")
 
 
-@register_model("simple_cnn")
-def _simple_cnn(batch_size, classes, shape, seed, width=32):
-    """Two 3x3 convolution blocks with batch normalization, global average pooling, one dense layer."""
-    _image_shape("simple_cnn", shape)
-    _number("simple_cnn", "width", width, 1, integer=True)
+@register_model("bn_cnn")
+def _bn_cnn(batch_size, classes, shape, seed, width=32):
+    """Two 3x3 convolution blocks with batch normalization, global average pooling, one dense layer
+    (called ``simple_cnn`` before Deep500's ``simple_cnn`` took that name)."""
+    _image_shape("bn_cnn", shape)
+    _number("bn_cnn", "width", width, 1, integer=True)
     if min(shape[1:]) < 2:
-        raise UserError(f"simple_cnn needs samples of at least 2x2 pixels. Received: shape={shape}")
-    b = GraphBuilder("simple_cnn", seed)
+        raise UserError(f"bn_cnn needs samples of at least 2x2 pixels. Received: shape={shape}")
+    b = GraphBuilder("bn_cnn", seed)
     x = b.relu(b.batchnorm(b.conv("input", shape[0], width, 3, pad=1, bias=False, prefix="conv1"), width, "bn1"))
     x = b.maxpool(x)
     x = b.relu(b.batchnorm(b.conv(x, width, 2 * width, 3, pad=1, bias=False, prefix="conv2"), 2 * width, "bn2"))
     x = b.flatten(b.global_avgpool(x))
     x = b.dense(x, 2 * width, classes, prefix="fc", gain=1.0)
-    return b.build({"input": (_batch(batch_size), *shape)}, x, doc="simple CNN")
+    return b.build({"input": (_batch(batch_size), *shape)}, x, doc="CNN with batch normalization")
 
 
 # ------------------------------------------------------------------------------------------ ResNet
@@ -279,7 +312,7 @@ def _bottleneck(b, x, cin, width, stride, prefix):
     return b.relu(b.op("Add", [out, x]))
 
 
-@register_model("resnet")
+@register_model("resnet", default_shape=(3, 32, 32))
 def _resnet(batch_size, classes, shape, seed, depth=20, shortcut="B"):
     """ResNet: CIFAR style (depth 6n+2: 20, 32, 44, 56, 110) or ImageNet style (18, 34, 50).
 
@@ -348,7 +381,7 @@ def _wide_block(b, x, cin, cout, stride, dropout, prefix):
     return b.op("Add", [out, x])
 
 
-@register_model("wide_resnet")
+@register_model("wide_resnet", default_shape=(3, 32, 32))
 def _wide_resnet(batch_size, classes, shape, seed, depth=28, width=10, dropout=0.0):
     """Wide ResNet WRN-depth-width (Zagoruyko & Komodakis 2016), CIFAR style.
 
@@ -396,7 +429,7 @@ def _classifier(b, x, cin, hidden, classes, dropout, dropout_first, start=0):
     return b.dense(x, cin, classes, prefix=f"classifier.{i}", gain=1.0)
 
 
-@register_model("alexnet")
+@register_model("alexnet", default_shape=(3, 32, 32))
 def _alexnet(batch_size, classes, shape, seed, variant=None, width=1.0, hidden=None, dropout=0.5):
     """AlexNet, torchvision's single-stream variant (Krizhevsky 2014, "One weird trick").
 
@@ -458,7 +491,7 @@ VGG_CONFIGS = {
 }
 
 
-@register_model("vgg")
+@register_model("vgg", default_shape=(3, 32, 32))
 def _vgg(batch_size, classes, shape, seed, depth=16, batch_norm=False, variant=None, width=1.0, hidden=4096,
          dropout=0.5):
     """VGG-11/13/16/19 (Simonyan & Zisserman 2015, configurations A, B, D, E), torchvision layout.
@@ -503,3 +536,4 @@ def _vgg(batch_size, classes, shape, seed, depth=16, batch_norm=False, variant=N
 
 # Models in their own modules register themselves on import.
 from deep500lite.networks import mobilenet as _mobilenet, transformer as _transformer  # noqa: E402, F401
+from deep500lite.networks.deep500 import export_network  # noqa: E402

@@ -63,7 +63,7 @@ def _inverted_residual(b, x, cin, cout, stride, expansion, prefix):
     return out
 
 
-@register_model("mobilenet_v2")
+@register_model("mobilenet_v2", default_shape=(3, 32, 32))
 def _mobilenet_v2(batch_size, classes, shape, seed, width=1.0, dropout=0.2):
     """MobileNetV2 (torchvision layout): a 3x3 stride-2 convolution to 32 channels, 17 inverted
     residual blocks (Table 2 of the paper), a 1x1 convolution to 1280 channels, global average

@@ -112,7 +112,7 @@ def _build(b, batch, seq_len, output, doc):
     return Network(model, source=f"deep500lite.networks:{b.name}")
 
 
-@register_model("bert")
+@register_model("bert", default_shape=(128,))
 def _bert(batch_size, classes, shape, seed, vocab_size=30522, hidden=768, layers=12, heads=12, intermediate=None,
           max_positions=512, type_vocab_size=2, dropout=0.1, pooler=True):
     """BERT encoder with a sequence-classification head, on int64 token ids ``[batch, seq_len]``.

@@ -53,6 +53,9 @@ __all__ = ["custom_op", "OnnxRuntimeExecutor", "from_model", "SUPPORTED_OPS", "e
 # [ops-custom]
 # [/ops-custom]
 # [graph-executors]
+from deep500lite.frameworks.onnxruntime.executor import from_onnx  # noqa: E402
+
+__all__ += ["from_onnx"]
 # [/graph-executors]
 # [distributed]
 # [/distributed]

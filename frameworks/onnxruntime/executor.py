@@ -17,7 +17,7 @@ from deep500lite.lv1.execution_errors import execution_error, framework_cause, s
 from deep500lite.lv1.host import HostGraphExecutor
 from deep500lite.lv1.network import iter_nodes
 
-__all__ = ["OnnxRuntimeExecutor", "from_model"]
+__all__ = ["OnnxRuntimeExecutor", "from_model", "from_onnx"]
 
 
 class OnnxRuntimeExecutor(HostGraphExecutor):
@@ -302,3 +302,10 @@ def _adapt_to_runtime(model, message: str) -> bool:
 def from_model(network, device=None, **kwargs) -> OnnxRuntimeExecutor:
     """Build an :class:`OnnxRuntimeExecutor` for a Network, ONNX file or ModelProto."""
     return OnnxRuntimeExecutor(network, device, **kwargs)
+
+
+def from_onnx(onnx_file, device=None, **kwargs) -> OnnxRuntimeExecutor:
+    """Deep500's ``from_onnx``: read an ONNX file with ``d5.parser.load_and_parse_model``, then :func:`from_model`."""
+    from deep500lite.lv1.parser import load_and_parse_model
+
+    return from_model(load_and_parse_model(onnx_file), device, **kwargs)

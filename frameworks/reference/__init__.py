@@ -38,10 +38,23 @@ __all__ = ["ReferenceExecutor", "from_model", "custom_op", "SUPPORTED_OPS", "exe
 # [training]
 # [/training]
 # [data-metrics]
+from deep500lite.frameworks.reference.transforms import Crop, RandomFlip  # noqa: E402
+
+__all__ += ["Crop", "RandomFlip"]
 # [/data-metrics]
 # [ops-custom]
 # [/ops-custom]
 # [graph-executors]
+from deep500lite.frameworks.reference.executor import from_onnx  # noqa: E402
+
+__all__ += ["from_onnx"]
 # [/graph-executors]
 # [distributed]
+from deep500lite.frameworks.reference.distributed_optimizers import (  # noqa: E402
+    ConsistentDecentralized, ConsistentNeighbors, ConsistentParameterServer, DistributedOptimizer, ElasticAveraging,
+    InconsistentParameterServer, ModelAverageDecentralized, StaleSynchronous)
+
+__all__ += ["DistributedOptimizer", "ConsistentParameterServer", "InconsistentParameterServer",
+            "ConsistentDecentralized", "ModelAverageDecentralized", "ConsistentNeighbors", "ElasticAveraging",
+            "StaleSynchronous"]
 # [/distributed]

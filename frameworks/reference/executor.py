@@ -14,7 +14,7 @@ from deep500lite.lv1.host import HostGraphExecutor
 from deep500lite.frameworks.reference.custom import op_run_classes
 from deep500lite.frameworks.reference.ops import FAST_OPS, SUPPORTED_OPS
 
-__all__ = ["ReferenceExecutor", "from_model"]
+__all__ = ["ReferenceExecutor", "from_model", "from_onnx"]
 
 
 class ReferenceExecutor(HostGraphExecutor):
@@ -110,3 +110,10 @@ def _node_error(exc: Exception, where):
 def from_model(network, device=None, seed: int = 0) -> ReferenceExecutor:
     """Build a :class:`ReferenceExecutor` (CPU only) for a Network, ONNX file or ModelProto."""
     return ReferenceExecutor(network, device, seed)
+
+
+def from_onnx(onnx_file, device=None, **kwargs) -> ReferenceExecutor:
+    """Deep500's ``from_onnx``: read an ONNX file with ``d5.parser.load_and_parse_model``, then :func:`from_model`."""
+    from deep500lite.lv1.parser import load_and_parse_model
+
+    return from_model(load_and_parse_model(onnx_file), device, **kwargs)

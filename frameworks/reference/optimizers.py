@@ -40,6 +40,14 @@ where the accumulator is comparable to epsilon (``A`` near ``eps`` inside, ``sqr
 by about 5e-5 relative for gradients near 1e-2, 0.5% near 1e-3 and a factor of about 1.4 near
 1e-4; Keras's Adam differs from torch's by ``eps * (1 / sqrt(1 - b2^t) - 1) / sqrt(v_hat)``
 relative, largest at the first steps (about 30 * eps / |g| at ``t = 1`` with ``b2 = 0.999``).
+
+Deep500's call form, ``Optimizer(executor, 'loss', <hyperparameters>)`` with ``lr=`` for
+``learning_rate`` (and ``eps=`` for ``epsilon``), is accepted too (see
+:func:`~deep500lite.lv2.optimizer.deep500_arguments`); in that form the defaults are Deep500's
+reference ones where they differ: ``MomentumOptimizer`` ``lr=0.01, momentum=0.1``,
+``AdaGradOptimizer`` ``lr=1e-2, eps=1e-6``, ``AdamOptimizer`` ``epsilon_placement="inside"``
+(Deep500's formula; its second-moment decay used ``beta1`` by mistake, here it is ``beta2`` as
+Deep500 documented).
 """
 
 from __future__ import annotations
@@ -47,7 +55,7 @@ from __future__ import annotations
 import numpy as np
 
 from deep500lite.errors import UserError
-from deep500lite.lv2.optimizer import ThreeStepOptimizer, UpdateRuleOptimizer
+from deep500lite.lv2.optimizer import ThreeStepOptimizer, UpdateRuleOptimizer, deep500_arguments
 
 __all__ = ["GradientDescent", "MomentumOptimizer", "NesterovOptimizer", "AdaGradOptimizer",
            "RMSPropOptimizer", "AdamOptimizer", "AcceleGradOptimizer"]
@@ -82,6 +90,7 @@ def _denominator(owner, accumulator, epsilon, placement):
 class GradientDescent(UpdateRuleOptimizer):
     """Plain (minibatch stochastic) gradient descent: ``w <- w - lr * g``."""
 
+    @deep500_arguments(["learning_rate"])
     def __init__(self, executor, learning_rate: float = 0.1, loss: str = "loss", gradient_modifier=None):
         super().__init__(executor, loss, gradient_modifier)
         self.learning_rate = _positive("learning_rate", learning_rate)
@@ -93,6 +102,7 @@ class GradientDescent(UpdateRuleOptimizer):
 class MomentumOptimizer(UpdateRuleOptimizer):
     """Gradient descent with momentum: ``v <- momentum * v - lr * g``; ``w <- w + v``."""
 
+    @deep500_arguments(["learning_rate", "momentum"], defaults={"learning_rate": 0.01, "momentum": 0.1})
     def __init__(self, executor, learning_rate: float = 0.1, momentum: float = 0.9, loss: str = "loss",
                  gradient_modifier=None):
         super().__init__(executor, loss, gradient_modifier)
@@ -123,7 +133,7 @@ class AdaGradOptimizer(UpdateRuleOptimizer):
         learning_rate: ``lr``.
         epsilon: ``eps``, added to the denominator.
         loss: the loss tensor's name.
-        gradient_modifier: optional ``f(name, grad, param) -> grad``.
+        gradient_modifier: optional ``f(name, param, grad) -> grad``.
         epsilon_placement: ``"outside"`` (``torch.optim.Adagrad``) or ``"inside"`` (the seeds'
             formula and ``keras.optimizers.Adagrad``); see the module docstring.
 
@@ -131,6 +141,8 @@ class AdaGradOptimizer(UpdateRuleOptimizer):
         UserError: a hyperparameter out of range, or an unknown ``epsilon_placement``.
     """
 
+    @deep500_arguments(["learning_rate", "epsilon"], defaults={"learning_rate": 1e-2, "epsilon": 1e-6},
+                       aliases={"eps": "epsilon"})
     def __init__(self, executor, learning_rate: float = 0.1, epsilon: float = 1e-8, loss: str = "loss",
                  gradient_modifier=None, epsilon_placement: str = "outside"):
         super().__init__(executor, loss, gradient_modifier)
@@ -156,7 +168,7 @@ class RMSPropOptimizer(UpdateRuleOptimizer):
         beta: the decay of the squared-gradient average (torch's ``alpha``, Keras's ``rho``).
         epsilon: ``eps``, added to the denominator.
         loss: the loss tensor's name.
-        gradient_modifier: optional ``f(name, grad, param) -> grad``.
+        gradient_modifier: optional ``f(name, param, grad) -> grad``.
         epsilon_placement: ``"outside"`` (``torch.optim.RMSprop``) or ``"inside"`` (the seeds'
             formula and ``keras.optimizers.RMSprop``); see the module docstring.
 
@@ -164,6 +176,7 @@ class RMSPropOptimizer(UpdateRuleOptimizer):
         UserError: a hyperparameter out of range, or an unknown ``epsilon_placement``.
     """
 
+    @deep500_arguments(["learning_rate", "beta", "epsilon"], aliases={"eps": "epsilon"})
     def __init__(self, executor, learning_rate: float = 0.01, beta: float = 0.9, epsilon: float = 1e-8,
                  loss: str = "loss", gradient_modifier=None, epsilon_placement: str = "outside"):
         super().__init__(executor, loss, gradient_modifier)
@@ -190,7 +203,7 @@ class AdamOptimizer(ThreeStepOptimizer):
         beta2: ``b2``, the decay of the second moment.
         epsilon: ``eps``, added to the denominator.
         loss: the loss tensor's name.
-        gradient_modifier: optional ``f(name, grad, param) -> grad``.
+        gradient_modifier: optional ``f(name, param, grad) -> grad``.
         epsilon_placement: ``"outside"`` (``torch.optim.Adam``:
             ``w <- w - lr * m_hat / (sqrt(v_hat) + eps)``), ``"inside"`` (the seeds' formula,
             ``sqrt(v_hat + eps)``) or ``"keras"`` (``keras.optimizers.Adam``:
@@ -200,6 +213,8 @@ class AdamOptimizer(ThreeStepOptimizer):
         UserError: a hyperparameter out of range, or an unknown ``epsilon_placement``.
     """
 
+    @deep500_arguments(["learning_rate", "beta1", "beta2", "epsilon"], defaults={"epsilon_placement": "inside"},
+                       aliases={"eps": "epsilon"})
     def __init__(self, executor, learning_rate: float = 0.001, beta1: float = 0.9, beta2: float = 0.999,
                  epsilon: float = 1e-8, loss: str = "loss", gradient_modifier=None,
                  epsilon_placement: str = "outside"):
@@ -242,9 +257,10 @@ class AcceleGradOptimizer(ThreeStepOptimizer):
         diameter: ``D``, the assumed diameter of the region holding the solution.
         gradient_bound: ``G``, a scale for the gradients (added to the accumulated norms).
         loss: the loss tensor's name.
-        gradient_modifier: optional ``f(name, grad, param) -> grad``.
+        gradient_modifier: optional ``f(name, param, grad) -> grad``.
     """
 
+    @deep500_arguments(["diameter", "gradient_bound"])
     def __init__(self, executor, diameter: float = 10.0, gradient_bound: float = 1.0, loss: str = "loss",
                  gradient_modifier=None):
         super().__init__(executor, loss, gradient_modifier)

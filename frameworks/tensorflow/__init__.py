@@ -85,8 +85,19 @@ def __getattr__(name: str):
 # [data-metrics]
 # [/data-metrics]
 # [ops-custom]
+from deep500lite.frameworks.tensorflow.op_validation import (  # noqa: E402
+    custom_op_from_native, desc_from_tensor, test_nativeop_forward, test_nativeop_gradient)
+
+__all__ += ["desc_from_tensor", "custom_op_from_native", "test_nativeop_forward", "test_nativeop_gradient"]
 # [/ops-custom]
 # [graph-executors]
+from deep500lite.frameworks.tensorflow.executor import from_onnx  # noqa: E402
+
+TensorflowGraphExecutor = TensorFlowExecutor  # Deep500's name of the ONNX-converting executor
+__all__ += ["from_onnx", "TensorflowGraphExecutor"]
 # [/graph-executors]
 # [distributed]
+from deep500lite.frameworks.tensorflow.distributed import HorovodDistributedOptimizer  # noqa: E402
+
+__all__ += ["HorovodDistributedOptimizer"]
 # [/distributed]

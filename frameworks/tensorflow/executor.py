@@ -13,7 +13,7 @@ from deep500lite.frameworks.tensorflow.layout import Value
 from deep500lite.frameworks.tensorflow.dtypes import check_types
 from deep500lite.frameworks.tensorflow.ops import SUPPORTED_OPS, TRAINING_STATE_OUTPUTS, build_node
 
-__all__ = ["TensorFlowExecutor", "from_model", "tf_device_name"]
+__all__ = ["TensorFlowExecutor", "from_model", "from_onnx", "tf_device_name"]
 
 
 def tf_device_name(device) -> str:
@@ -398,3 +398,10 @@ def _var_name(name: str) -> str:
 def from_model(network, device=None, seed: int = 0) -> TensorFlowExecutor:
     """Build a :class:`TensorFlowExecutor` for a Network, ONNX file or ModelProto on ``device``."""
     return TensorFlowExecutor(network, device, seed=seed)
+
+
+def from_onnx(onnx_file, device=None, **kwargs) -> TensorFlowExecutor:
+    """Deep500's ``from_onnx``: read an ONNX file with ``d5.parser.load_and_parse_model``, then :func:`from_model`."""
+    from deep500lite.lv1.parser import load_and_parse_model
+
+    return from_model(load_and_parse_model(onnx_file), device, **kwargs)

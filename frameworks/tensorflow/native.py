@@ -37,7 +37,8 @@ from typing import Callable, Sequence
 import numpy as np
 import tensorflow as tf
 
-from deep500lite.errors import DeviceError, FeedError, UserKeyError, UserTypeError
+from deep500lite.errors import Deep500Error, DeviceError, FeedError, UserKeyError, UserTypeError
+from deep500lite.lv0.tensordesc import TensorDescriptor
 from deep500lite.lv1.device import as_device
 from deep500lite.lv1.executor import GraphExecutor
 from deep500lite.lv1.network import Deep500NetworkNames, gradient_name
@@ -64,6 +65,25 @@ class NativeNetwork(Deep500NetworkNames):
         self.outputs = list(executor.output_names) + (["loss"] if executor.loss is not None else [])
         self._vars = {v.path: v for v in executor.model.trainable_variables}
         self.parameters = list(self._vars)
+
+    def input_descriptors(self) -> dict[str, TensorDescriptor | None]:
+        """The dtype and shape of each input as the Keras model declares it (batch dimension ``None``).
+
+        ``None`` for an input the model does not describe (a subclassed model before its first call).
+        """
+        tensors = list(getattr(self._executor.model, "inputs", None) or [])
+        descs = {}
+        for i, name in enumerate(self.inputs):
+            t = tensors[i] if i < len(tensors) and len(tensors) == len(self.inputs) else None
+            try:
+                descs[name] = None if t is None else TensorDescriptor(np.dtype(str(t.dtype)), tuple(t.shape))
+            except (TypeError, ValueError, Deep500Error):
+                descs[name] = None
+        return descs
+
+    def output_descriptors(self) -> dict[str, None]:
+        """Every output with descriptor ``None`` (known only once the model has run)."""
+        return {name: None for name in self.outputs}
 
     def gradient(self, y: str = "loss") -> list[tuple[str, str]]:
         """The ``(parameter, gradient name)`` pairs that ``inference_and_backprop`` fills."""

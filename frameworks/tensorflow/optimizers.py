@@ -47,10 +47,18 @@ all state starting at zero):
   float32 in the bias correction (``ops.cast`` of a Python float): with ``beta2=0.999`` its steps
   are 6.7e-6 relative shorter than the float64 formula, even on float64 variables.
 
-``gradient_modifier(name, grad, param) -> grad`` works on numpy arrays, so when it is given the
+``gradient_modifier(name, param, grad) -> grad`` (Deep500's order) works on numpy arrays, so when it is given the
 step takes a slower path: the executor's ``inference_and_backprop`` (one ``tf.function``), the
 gradients and parameters copied to the host, the modifier applied there, and the modified
 gradients passed to a second ``tf.function`` that runs ``apply_gradients``.
+
+Deep500's call form is accepted too (:func:`~deep500lite.lv2.optimizer.deep500_arguments`):
+``GradientDescent(executor, 'loss', learning_rate)``, ``MomentumOptimizer(executor, 'loss',
+learning_rate, momentum)``, ``AdamOptimizer(executor, 'loss', learning_rate, beta1, beta2,
+epsilon)``, ``AdaGradOptimizer(executor, 'loss', learning_rate, initial_accumulator_value)``
+(Deep500's default accumulator 0.1 in this form) and ``RMSPropOptimizer(executor, 'loss',
+learning_rate, decay, momentum, epsilon)`` (``decay`` is ``beta``; Deep500's default epsilon
+1e-10 in this form), each also with ``lr=``.
 """
 
 from __future__ import annotations
@@ -61,7 +69,7 @@ import tensorflow as tf
 
 from deep500lite.errors import UserAttributeError, UserError, UserTypeError
 from deep500lite.frameworks.tensorflow.executor import TensorFlowExecutor, _check_scalar
-from deep500lite.lv2.optimizer import Optimizer
+from deep500lite.lv2.optimizer import Optimizer, deep500_arguments
 
 __all__ = ["TensorFlowOptimizer", "GradientDescent", "MomentumOptimizer", "NesterovOptimizer", "AdamOptimizer",
            "AdaGradOptimizer", "RMSPropOptimizer"]
@@ -85,7 +93,7 @@ class TensorFlowOptimizer(Optimizer):
         executor: a :class:`~deep500lite.frameworks.tensorflow.TensorFlowExecutor`.
         learning_rate: the step size.
         loss: the name of the scalar loss tensor.
-        gradient_modifier: optional ``f(param_name, grad, param) -> grad`` on numpy arrays
+        gradient_modifier: optional ``f(param_name, param, grad) -> grad`` on numpy arrays
             (slower path; see the module docs).
 
     Raises:
@@ -169,12 +177,14 @@ class TensorFlowOptimizer(Optimizer):
         grads = []
         for i, (pname, _) in enumerate(self._pairs):
             param, grad = values[2 * i], values[2 * i + 1]
-            grads.append(np.asarray(self.gradient_modifier(pname, grad, param), dtype=param.dtype))
+            grads.append(np.asarray(self.gradient_modifier(pname, param, grad), dtype=param.dtype))
         self._apply_fn(grads)
         return outputs
 
-    def set_parameter(self, name, value):
-        """Change a hyperparameter between steps.
+    def set_parameter(self, name, value, predicate=None):
+        """Change a hyperparameter between steps (``lr`` is ``learning_rate``).
+
+        With Deep500's ``predicate``, the value is set only if ``predicate(current value)`` is true.
 
         ``learning_rate`` is assigned to the Keras optimizer's variable (no retracing); other
         hyperparameters are set on the Keras optimizer and the step function is traced again.
@@ -183,6 +193,9 @@ class TensorFlowOptimizer(Optimizer):
             UserAttributeError: the optimizer has no such hyperparameter (an ``AttributeError``).
             UserError: a nonzero momentum for an optimizer whose state was built without one.
         """
+        name = "learning_rate" if name == "lr" else name
+        if name in self.HYPERPARAMETERS and predicate is not None and not predicate(getattr(self, name)):
+            return
         if name not in self.HYPERPARAMETERS:
             raise UserAttributeError(f"{type(self).__name__} has no hyperparameter '{name}'. "
                                      f"Hyperparameters: {sorted(self.HYPERPARAMETERS)}. Received: {name!r}")
@@ -210,6 +223,7 @@ class TensorFlowOptimizer(Optimizer):
 class GradientDescent(TensorFlowOptimizer):
     """Plain SGD, ``w -= lr * g`` (``keras.optimizers.SGD``)."""
 
+    @deep500_arguments(["learning_rate"])
     def __init__(self, executor, learning_rate: float = 0.1, loss: str = "loss", gradient_modifier=None):
         super().__init__(executor, learning_rate, loss, gradient_modifier)
 
@@ -222,6 +236,7 @@ class MomentumOptimizer(TensorFlowOptimizer):
 
     HYPERPARAMETERS = {"learning_rate": "learning_rate", "momentum": "momentum", "nesterov": "nesterov"}
 
+    @deep500_arguments(["learning_rate", "momentum"])
     def __init__(self, executor, learning_rate: float = 0.1, momentum: float = 0.9, nesterov: bool = False,
                  loss: str = "loss", gradient_modifier=None):
         super().__init__(executor, learning_rate, loss, gradient_modifier, momentum=momentum,
@@ -235,6 +250,7 @@ class MomentumOptimizer(TensorFlowOptimizer):
 class NesterovOptimizer(MomentumOptimizer):
     """:class:`MomentumOptimizer` with ``nesterov=True`` (the reference's class name)."""
 
+    @deep500_arguments(["learning_rate", "momentum"])
     def __init__(self, executor, learning_rate: float = 0.1, momentum: float = 0.9, loss: str = "loss",
                  gradient_modifier=None):
         super().__init__(executor, learning_rate, momentum, True, loss, gradient_modifier)
@@ -246,6 +262,7 @@ class AdamOptimizer(TensorFlowOptimizer):
     HYPERPARAMETERS = {"learning_rate": "learning_rate", "beta1": "beta_1", "beta2": "beta_2",
                        "epsilon": "epsilon"}
 
+    @deep500_arguments(["learning_rate", "beta1", "beta2", "epsilon"])
     def __init__(self, executor, learning_rate: float = 0.001, beta1: float = 0.9, beta2: float = 0.999,
                  epsilon: float = 1e-8, loss: str = "loss", gradient_modifier=None):
         super().__init__(executor, learning_rate, loss, gradient_modifier, beta1=beta1, beta2=beta2,
@@ -265,6 +282,7 @@ class AdaGradOptimizer(TensorFlowOptimizer):
 
     HYPERPARAMETERS = {"learning_rate": "learning_rate", "epsilon": "epsilon"}
 
+    @deep500_arguments(["learning_rate", "initial_accumulator_value"], defaults={"initial_accumulator_value": 0.1})
     def __init__(self, executor, learning_rate: float = 0.1, epsilon: float = 1e-8, loss: str = "loss",
                  gradient_modifier=None, initial_accumulator_value: float = 0.0):
         super().__init__(executor, learning_rate, loss, gradient_modifier, epsilon=epsilon)
@@ -285,6 +303,8 @@ class RMSPropOptimizer(TensorFlowOptimizer):
     HYPERPARAMETERS = {"learning_rate": "learning_rate", "beta": "rho", "momentum": "momentum",
                        "epsilon": "epsilon"}
 
+    @deep500_arguments(["learning_rate", "beta", "momentum", "epsilon"], defaults={"epsilon": 1e-10},
+                       aliases={"decay": "beta"})
     def __init__(self, executor, learning_rate: float = 0.01, beta: float = 0.9, epsilon: float = 1e-8,
                  loss: str = "loss", gradient_modifier=None, momentum: float = 0.0):
         super().__init__(executor, learning_rate, loss, gradient_modifier, beta=beta, epsilon=epsilon,

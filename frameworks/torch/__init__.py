@@ -69,8 +69,20 @@ __all__ = ["custom_op", "TorchExecutor", "TorchNativeExecutor", "NativeNetwork",
 # [data-metrics]
 # [/data-metrics]
 # [ops-custom]
+from deep500lite.frameworks.torch.custom import custom_op_from_native, desc_from_tensor  # noqa: E402
+from deep500lite.frameworks.torch.op_validation import test_nativeop_forward, test_nativeop_gradient  # noqa: E402
+
+__all__ += ["desc_from_tensor", "custom_op_from_native", "test_nativeop_forward", "test_nativeop_gradient"]
 # [/ops-custom]
 # [graph-executors]
+from deep500lite.frameworks.torch.executor import from_onnx  # noqa: E402
+from deep500lite.frameworks.torch.native import PyTorchNativeGraphExecutor  # noqa: E402
+
+PyTorchGraphExecutor = TorchExecutor  # Deep500's name of the ONNX-converting executor
+__all__ += ["from_onnx", "PyTorchNativeGraphExecutor", "PyTorchGraphExecutor"]
 # [/graph-executors]
 # [distributed]
+from deep500lite.frameworks.torch.distributed import HorovodDistributedOptimizer  # noqa: E402
+
+__all__ += ["HorovodDistributedOptimizer"]
 # [/distributed]

@@ -10,9 +10,16 @@ CUDA device the operator's ``forward_cuda``/``backward_cuda`` get the device poi
 current stream is synchronized; an operator without CUDA support runs on host copies. A Python
 operator gets numpy views of CPU tensors (``Tensor.numpy()``, no copy) and its results are wrapped
 with ``torch.from_numpy`` (no copy); on CUDA, inputs are copied to the host and results back.
+
+Deep500's form: ``custom_op`` returns a ``torch.nn.Module``; an operator with one output gives
+a :class:`OneOutput` tensor, which is the tensor (``y = fn(x); y.sum()``) and also unpacks as
+Deep500's 1-tuple (``y, = fn(x)``). ``desc_from_tensor`` and ``custom_op_from_native`` keep
+Deep500's names and arguments.
 """
 
 from __future__ import annotations
+
+from typing import Sequence
 
 import numpy as np
 import onnx
@@ -21,8 +28,11 @@ import torch
 from deep500lite.errors import UserError, UserTypeError
 from deep500lite.frameworks.torch.dtypes import ONNX_TO_TORCH_DTYPE
 from deep500lite.lv0.custom import as_tuple, check_outputs
+from deep500lite.lv0.operator import CustomOp
+from deep500lite.lv0.tensordesc import TensorDescriptor
 
-__all__ = ["custom_op", "CustomOpFunction"]
+__all__ = ["custom_op", "CustomOpFunction", "CustomOpModule", "OneOutput", "desc_from_tensor",
+           "custom_op_from_native"]
 
 def _torch_dtype(dtype) -> torch.dtype:
     try:
@@ -109,27 +119,125 @@ class CustomOpFunction(torch.autograd.Function):
         return (None, *[g if x.is_floating_point() else None for g, x in zip(gxs, xs)])
 
 
-def custom_op(op):
-    """The operator as a differentiable function of torch tensors.
+class OneOutput(torch.Tensor):
+    """The result of a one-output custom operator: a tensor that also unpacks as a 1-tuple.
+
+    Deep500's custom operators returned a tuple even for one output (``y, = fn(x)``);
+    deep500lite's return the tensor (``y = fn(x)``). This tensor serves both: every torch
+    operation on it gives plain tensors, and iterating it yields the tensor itself, once, as
+    unpacking Deep500's 1-tuple did (``len`` and indexing are the tensor's own).
+    """
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    def __iter__(self):
+        yield self.as_subclass(torch.Tensor)
+
+    def __repr__(self, **kwargs):
+        return self.as_subclass(torch.Tensor).__repr__(**kwargs)
+
+
+class CustomOpModule(torch.nn.Module):
+    """A deep500lite operator as a ``torch.nn.Module`` (what :func:`custom_op` returns).
+
+    Attributes:
+        op: the wrapped operator.
+        use_autodiff: whether ``op.forward`` runs on torch tensors with autograd.
+    """
+
+    def __init__(self, op, use_autodiff: bool = False):
+        super().__init__()
+        self.op = op
+        self.use_autodiff = use_autodiff
+        self.__name__ = f"custom_{type(op).__name__}"
+
+    def forward(self, *tensors):
+        if self.use_autodiff:
+            outs = as_tuple(self.op.forward(*tensors))
+        else:
+            out = CustomOpFunction.apply(self.op, *tensors)
+            outs = out if isinstance(out, tuple) else (out,)
+        if len(outs) == 1:
+            return outs[0].as_subclass(OneOutput)
+        return tuple(outs)
+
+
+def custom_op(op, use_autodiff: bool = False) -> CustomOpModule:
+    """The operator as a differentiable function (a ``torch.nn.Module``) of torch tensors.
 
     Args:
         op: a deep500lite operator with input and output descriptors (a ``d5.CustomPythonOp``
             subclass or a compiled C++/CUDA op).
+        use_autodiff: Deep500's option: call ``op.forward`` on the torch tensors themselves and
+            let autograd differentiate it (``op.backward`` is not used). The forward must then
+            use torch operations, not numpy.
 
     Returns:
-        ``fn(*tensors)`` returning a tensor (one output) or a tuple of tensors; gradients flow
-        through ``op.backward``.
+        A module; calling it returns a tensor (one output: a :class:`OneOutput`, which also
+        unpacks as Deep500's 1-tuple) or a tuple of tensors; gradients flow through
+        ``op.backward``.
 
     Example:
         >>> swish = custom_op(my_op)
         >>> y = swish(torch.randn(1024, requires_grad=True)); y.sum().backward()
+        >>> y, = swish(torch.randn(1024))  # Deep500's spelling
     """
     if not hasattr(op, "input_descriptors") or not hasattr(op, "output_descriptors"):
         raise UserTypeError(f"custom_op needs a d5.CustomOp with descriptors. Received: {type(op).__name__}")
+    if not isinstance(use_autodiff, (bool, np.bool_)):
+        raise UserTypeError(f"use_autodiff must be True or False. Received: {use_autodiff!r}")
+    return CustomOpModule(op, bool(use_autodiff))
 
-    def fn(*tensors):
-        return CustomOpFunction.apply(op, *tensors)
 
-    fn.op = op
-    fn.__name__ = f"custom_{type(op).__name__}"
-    return fn
+def desc_from_tensor(tensor: torch.Tensor) -> TensorDescriptor:
+    """The descriptor (numpy dtype and shape) of a torch tensor (Deep500's name)."""
+    if not isinstance(tensor, torch.Tensor):
+        raise UserTypeError(f"desc_from_tensor takes a torch.Tensor. Received: {type(tensor).__name__}")
+    dtype = torch.empty((), dtype=tensor.dtype).numpy().dtype
+    return TensorDescriptor(dtype, tuple(tensor.shape))
+
+
+def custom_op_from_native(op_class, inputs: Sequence[TensorDescriptor],
+                          outputs: Sequence[TensorDescriptor]) -> CustomOp:
+    """A torch function or module as a deep500lite operator on numpy arrays (Deep500's name).
+
+    ``forward`` calls ``op_class(*tensors)`` (a module, a function, or a class whose instance
+    is then called) on CPU tensors made from the arrays; ``backward`` differentiates that call
+    with ``torch.autograd.grad``.
+
+    Args:
+        op_class: a ``torch.nn.Module``, a function of tensors, or a module class taking the inputs.
+        inputs: one descriptor per input.
+        outputs: one descriptor per output.
+
+    Returns:
+        A :class:`~deep500lite.CustomOp`.
+    """
+
+    def call(tensors):
+        result = op_class(*tensors)
+        if not isinstance(result, (torch.Tensor, tuple, list)) and callable(result):
+            result = result(*tensors)
+        return as_tuple(result)
+
+    def tensors_of(arrays, descs, grad=False):
+        return tuple(torch.tensor(np.asarray(a), dtype=_torch_dtype(d.dtype), requires_grad=grad)
+                     for a, d in zip(arrays, descs))
+
+    class NativeTorchOp(CustomOp):
+        def forward(self, *arrays):
+            with torch.no_grad():
+                outs = call(tensors_of(arrays, self.input_descriptors))
+            results = tuple(o.detach().cpu().numpy() for o in outs)
+            return results[0] if len(results) == 1 else results
+
+        def backward(self, grads, fwd_inputs, fwd_outputs):
+            xs = tensors_of(fwd_inputs, self.input_descriptors, grad=True)
+            outs = call(xs)
+            gys = [torch.as_tensor(np.asarray(g)).to(o.dtype) for g, o in zip(grads, outs)]
+            gxs = torch.autograd.grad(outs, xs, gys, allow_unused=True)
+            results = tuple(np.zeros(x.shape, dtype=np.asarray(a).dtype) if g is None else g.detach().numpy()
+                            for g, x, a in zip(gxs, xs, fwd_inputs))
+            return results[0] if len(results) == 1 else results
+
+    return NativeTorchOp(inputs, outputs)

@@ -9,6 +9,8 @@ pickling) and, on a GPU, copied to the device and back. Ranks find each other th
 already initialized process group, torchrun's environment (``env://``), an ``mpiexec`` launch
 (rank 0's address shared through mpi4py), or an explicit ``init_method``; see
 :class:`TorchDistributedCommunicator`.
+
+Also :class:`HorovodDistributedOptimizer`, the Horovod adapter over ``horovod.torch``.
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ from deep500lite.errors import FrameworkNotAvailableError, UserError, format_cho
 from deep500lite.lv3 import _common
 from deep500lite.lv3 import allreduce as _ar
 from deep500lite.lv3.communication import CommunicationNetwork, Request
+from deep500lite.lv3.horovod import HorovodOptimizerBase
 
-__all__ = ["TorchDistributedCommunicator", "BACKENDS"]
+__all__ = ["TorchDistributedCommunicator", "BACKENDS", "HorovodDistributedOptimizer"]
 
 #: Values of ``backend=``.
 BACKENDS = ("gloo", "nccl")
@@ -716,3 +719,39 @@ class TorchDistributedCommunicator(_common.AlgorithmChoice, CommunicationNetwork
         self._wait([work], ["a message from any rank"], f"recv_any(tag={tag})")
         self._count("recv", received=out.nbytes, call=True)
         return out, int(work._source_rank())
+
+
+class HorovodDistributedOptimizer(HorovodOptimizerBase):
+    """Deep500's ``HorovodDistributedOptimizer(optimizer, comm=None)`` for torch executors.
+
+    Averages every gradient over the ranks with ``horovod.torch.allreduce(op=Average)`` before
+    ``optimizer`` applies it, and starts every rank from rank 0's parameters
+    (``horovod.torch.broadcast``); see :class:`~deep500lite.lv3.horovod.HorovodOptimizerBase`.
+    Deep500 had it for TensorFlow only; this is the same adapter for torch.
+
+    Not tested in deep500lite's test suite, where Horovod is not installed: only the error raised
+    without it is.
+
+    Args:
+        optimizer: the base optimizer, such as ``d5fw.MomentumOptimizer(executor, "loss", 0.1, 0.9)``.
+        comm: kept as ``communication``; Horovod does not use it.
+        root_rank: the rank whose parameters every rank starts from.
+
+    Raises:
+        FrameworkNotAvailableError: ``horovod.torch`` cannot be imported; the message names the package.
+    """
+
+    horovod_module = "horovod.torch"
+    framework = "PyTorch"
+
+    def _allreduce_mean(self, array: np.ndarray, name: str) -> np.ndarray:
+        return self.hvd.allreduce(self._torch_tensor(array), op=self.hvd.Average, name=name).numpy()
+
+    def _broadcast(self, array: np.ndarray, name: str) -> np.ndarray:
+        return self.hvd.broadcast(self._torch_tensor(array), self.root_rank, name=name).numpy()
+
+    @staticmethod
+    def _torch_tensor(array: np.ndarray):
+        import torch
+
+        return torch.from_numpy(np.array(array, copy=True))

@@ -16,7 +16,7 @@ from deep500lite.lv1.network import FLOAT_DTYPES
 from deep500lite.frameworks.torch.dtypes import to_numpy, to_torch
 from deep500lite.frameworks.torch.ops import SUPPORTED_OPS, NodeSpec, build_node
 
-__all__ = ["TorchExecutor", "from_model", "torch_device"]
+__all__ = ["TorchExecutor", "from_model", "from_onnx", "torch_device"]
 
 # Ops whose output may share memory with an input (a view or the input itself).
 _MAY_ALIAS = frozenset({
@@ -427,3 +427,10 @@ def _call_input_shapes(frame, line: str, node) -> list | None:
 def from_model(network, device=None, seed: int = 0) -> TorchExecutor:
     """Build a :class:`TorchExecutor` for a Network, ONNX file or ModelProto on ``device``."""
     return TorchExecutor(network, device, seed=seed)
+
+
+def from_onnx(onnx_file, device=None, **kwargs) -> TorchExecutor:
+    """Deep500's ``from_onnx``: read an ONNX file with ``d5.parser.load_and_parse_model``, then :func:`from_model`."""
+    from deep500lite.lv1.parser import load_and_parse_model
+
+    return from_model(load_and_parse_model(onnx_file), device, **kwargs)

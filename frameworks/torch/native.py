@@ -26,6 +26,14 @@ API:
   and gradients, ``gradient(y)``.
 - The executor never calls ``module.train()``/``module.eval()``: set the mode you want to time.
 - Feeds and outputs are numpy arrays; outputs are copies the module does not hold.
+- ``loss_name`` names the loss output (default ``"loss"``); ``executor.network.input_descriptors()``
+  gives ``None`` for every feed (a module declares no shapes), as the trainer reads them.
+
+:class:`PyTorchNativeGraphExecutor` is Deep500's form: ``(module, loss, input_node_name='0',
+output_node_name='output', label_node_name='label', loss_node_name='loss', events=[],
+device=None, with_outputs=False)`` with a loss *module*, ``.innode``/``.outnode``/``.labelnode``/
+``.lossnode``/``.model``, evaluation mode for ``inference`` and training mode for
+``inference_and_backprop``.
 """
 
 from __future__ import annotations
@@ -42,7 +50,7 @@ from deep500lite.lv1.network import Deep500NetworkNames, gradient_name
 from deep500lite.frameworks.torch.executor import TorchExecutor, torch_device
 from deep500lite.frameworks.torch.dtypes import to_numpy, to_torch
 
-__all__ = ["TorchNativeExecutor", "NativeNetwork"]
+__all__ = ["TorchNativeExecutor", "NativeNetwork", "PyTorchNativeGraphExecutor"]
 
 
 def _names(value, what: str) -> list[str]:
@@ -80,7 +88,15 @@ class NativeNetwork(Deep500NetworkNames):
     @property
     def outputs(self) -> list[str]:
         ex = self._executor
-        return ex.output_names + (["loss"] if ex.loss_fn is not None else [])
+        return ex.output_names + ([ex.loss_name] if ex.loss_fn is not None else [])
+
+    def input_descriptors(self) -> dict[str, None]:
+        """Every input with descriptor ``None``: a module declares no input dtypes or shapes."""
+        return {name: None for name in self.inputs}
+
+    def output_descriptors(self) -> dict[str, None]:
+        """Every output with descriptor ``None`` (known only once the module has run)."""
+        return {name: None for name in self.outputs}
 
     @property
     def parameters(self) -> list[str]:
@@ -88,6 +104,7 @@ class NativeNetwork(Deep500NetworkNames):
 
     def gradient(self, y: str = "loss") -> list[tuple[str, str]]:
         """``(parameter, gradient name)`` pairs of every parameter that requires a gradient."""
+        y = self._executor._loss_output(y)
         if y not in self.outputs:
             raise UserError(f"gradient: '{y}' is not an output. Outputs: {self.outputs}. Received: y={y!r}")
         return [(n, gradient_name(n)) for n, p in self._executor._params.items() if p.requires_grad]
@@ -126,6 +143,7 @@ class TorchNativeExecutor(GraphExecutor):
         output_names: names of its outputs (or the keys to take from a returned dict).
         loss_fn: ``loss_fn(first_output, label) -> scalar tensor``, or ``None``.
         label_name: the feed holding the label when there is a loss.
+        loss_name: the output holding the loss (default ``"loss"``).
         device: ``None``/``"cpu"``, ``"gpu:N"`` or a Device.
 
     Raises:
@@ -138,7 +156,7 @@ class TorchNativeExecutor(GraphExecutor):
     device_peak_memory = TorchExecutor.device_peak_memory  # the same GPU peak as the converting executor
 
     def __init__(self, module: torch.nn.Module, input_names=("input",), output_names=("output",),
-                 loss_fn: Callable | None = None, label_name: str = "label", device=None):
+                 loss_fn: Callable | None = None, label_name: str = "label", device=None, loss_name: str = "loss"):
         # No ONNX Network here, so GraphExecutor.__init__ (load_model) is not called.
         if not isinstance(module, torch.nn.Module):
             raise UserTypeError(f"TorchNativeExecutor wraps a torch.nn.Module. Received: {type(module).__name__}")
@@ -153,9 +171,10 @@ class TorchNativeExecutor(GraphExecutor):
         self.output_names = _names(output_names, "output_names")
         self.loss_fn = loss_fn
         self.label_name = label_name
-        if loss_fn is not None and (label_name in self.input_names or "loss" in self.output_names):
-            raise UserError(f"label_name and the output 'loss' must not clash with input_names or output_names; "
-                            f"choose other names. Received: label_name={label_name!r}, "
+        self.loss_name = loss_name
+        if loss_fn is not None and (label_name in self.input_names or loss_name in self.output_names):
+            raise UserError(f"label_name and the loss output must not clash with input_names or output_names; "
+                            f"choose other names. Received: label_name={label_name!r}, loss_name={loss_name!r}, "
                             f"input_names={self.input_names}, output_names={self.output_names}")
         self._params = dict(self.module.named_parameters())
         self._grads: dict[str, torch.Tensor] = {}
@@ -212,8 +231,12 @@ class TorchNativeExecutor(GraphExecutor):
                             f"one output per name. Received: {len(values)} output(s)")
         outs = dict(zip(self.output_names, values))
         if label is not None:
-            outs["loss"] = self.loss_fn(values[0], label)
+            outs[self.loss_name] = self.loss_fn(values[0], label)
         return outs
+
+    def _loss_output(self, y: str) -> str:
+        """``y``, where the default name ``"loss"`` means this executor's loss output."""
+        return self.loss_name if y == "loss" and self.loss_fn is not None else y
 
     def inference(self, feeds):
         """Call the module on the feeds (see :meth:`GraphExecutor.inference`)."""
@@ -227,7 +250,8 @@ class TorchNativeExecutor(GraphExecutor):
 
         Afterwards ``network.fetch_tensors(["<param>_grad"])`` returns the gradients.
         """
-        xs, label = self._tensors_from(feeds, need_label=(y == "loss"))
+        y = self._loss_output(y)
+        xs, label = self._tensors_from(feeds, need_label=(y == self.loss_name))
         for p in self._params.values():
             p.grad = None
         outs = self._forward(xs, label)
@@ -269,3 +293,92 @@ class TorchNativeExecutor(GraphExecutor):
 
     def __repr__(self) -> str:
         return f"TorchNativeExecutor(device={self.devname}, network={self.network!r})"
+
+
+def _deep500_loss(loss: torch.nn.Module) -> Callable:
+    """``loss(output, label)`` with the label as the loss expects it: class indices as int64, else the output's dtype."""
+    def loss_fn(output, label):
+        if label.dtype.is_floating_point or label.dtype.is_complex:
+            return loss(output, label.to(output.dtype))
+        return loss(output, label.long())
+    return loss_fn
+
+
+class PyTorchNativeGraphExecutor(TorchNativeExecutor):
+    """Deep500's executor of a ``torch.nn.Module`` with a loss module, in Deep500's signature.
+
+    A :class:`TorchNativeExecutor` with one input, one output and the loss: ``inference(feeds)``
+    returns ``{outnode: ..., lossnode: ...}`` (the loss when the label is fed),
+    ``inference_and_backprop(feeds)`` also computes every parameter's gradient (fetched as
+    ``network.fetch_tensors(["<param>_grad"])``, and returned too with ``with_outputs=True``).
+    As in Deep500, ``inference`` puts the module in evaluation mode and
+    ``inference_and_backprop`` in training mode, and events (objects with
+    ``before_executor(feeds)``, ``after_inference(outputs)``, ``after_backprop(outputs)``) are
+    called around each run.
+
+    Args:
+        module: the model.
+        loss: a loss module called as ``loss(output, label)``; integer labels are passed as int64
+            class indices, floating labels in the output's dtype. ``None``: no loss.
+        input_node_name: the feed holding the module's input (Deep500's default ``'0'``).
+        output_node_name: the output's name.
+        label_node_name: the feed holding the label.
+        loss_node_name: the output holding the loss.
+        events: executor events.
+        device: ``None``/``d5.CPUDevice()`` (the CPU), ``d5.GPUDevice()``, or ``"gpu:N"``.
+        with_outputs: also return the gradients from ``inference_and_backprop``.
+
+    Attributes:
+        innode, outnode, labelnode, lossnode: the names above.
+        model: the module (on the device). loss: the loss module. events: the events.
+    """
+
+    def __init__(self, module: torch.nn.Module, loss: torch.nn.Module | None, input_node_name: str = "0",
+                 output_node_name: str = "output", label_node_name: str = "label", loss_node_name: str = "loss",
+                 events: Sequence | None = None, device=None, with_outputs: bool = False):
+        super().__init__(module, input_names=[input_node_name], output_names=[output_node_name],
+                         loss_fn=None if loss is None else _deep500_loss(loss), label_name=label_node_name,
+                         device=device, loss_name=loss_node_name)
+        self.model = self.module
+        self.loss = loss.to(self._device) if isinstance(loss, torch.nn.Module) else loss
+        self.innode, self.outnode = input_node_name, output_node_name
+        self.labelnode, self.lossnode = label_node_name, loss_node_name
+        self.events = list(events or [])
+        self.with_outputs = with_outputs
+        self.is_training = self.module.training
+
+    def _mode(self, training: bool) -> None:
+        if self.is_training != training:
+            self.module.train(training)
+            self.is_training = training
+
+    def _feeds(self, feeds):
+        """Deep500 read its input and label from the feeds and ignored any other key."""
+        if not isinstance(feeds, dict):
+            raise FeedError(f"Feeds must be a dict of input name to array. Received: {type(feeds).__name__}")
+        return {k: v for k, v in feeds.items() if k in self.network.inputs}
+
+    def inference(self, feeds):
+        """Evaluation-mode forward pass (and the loss when the label is fed)."""
+        for event in self.events:
+            event.before_executor(feeds)
+        self._mode(False)
+        outputs = super().inference(self._feeds(feeds))
+        for event in self.events:
+            event.after_inference(outputs)
+        return outputs
+
+    def inference_and_backprop(self, feeds, y="loss"):
+        """Training-mode forward pass, loss and backward pass; the gradients stay for the optimizer."""
+        for event in self.events:
+            event.before_executor(feeds)
+        self._mode(True)
+        outputs = super().inference_and_backprop(self._feeds(feeds), y)
+        if self.with_outputs:
+            outputs.update({name: to_numpy(g, copy=True) for name, g in self._grads.items()})
+        for event in self.events:
+            event.after_backprop(outputs)
+        return outputs
+
+    def __repr__(self) -> str:
+        return f"PyTorchNativeGraphExecutor(device={self.devname}, network={self.network!r})"

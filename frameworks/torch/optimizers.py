@@ -35,14 +35,27 @@ every native optimizer here takes the reference's steps. The reference's
 ``1 + eps / (2 * A)`` for small ``A``: with ``eps = 1e-8`` and ``A`` near ``g^2``, 5e-5 relative
 for gradients of size 1e-2, 0.5% at 1e-3 and about 40% at 1e-4.
 
-``set_parameter(name, value)`` changes a hyperparameter between steps (``learning_rate``,
-``momentum``, ``nesterov``, ``beta``, ``beta1``, ``beta2``, ``epsilon``): it sets the attribute
-and the torch optimizer's ``param_groups``; torch keeps its state (buffers, step counts).
+``set_parameter(name, value, predicate=None)`` changes a hyperparameter between steps
+(``learning_rate`` or Deep500's ``lr``, ``momentum``, ``nesterov``, ``beta``, ``beta1``, ``beta2``,
+``epsilon``, ``weight_decay``...): it sets the attribute and the torch optimizer's
+``param_groups`` (only the groups for which ``predicate(group)`` is true, when given, as in
+Deep500); torch keeps its state (buffers, step counts).
 
-``gradient_modifier(name, grad, param) -> grad`` (numpy arrays, as for the reference optimizers)
-is supported but takes a host round trip: each gradient and parameter is copied to numpy, the
-modifier runs, and its result is copied back into ``.grad`` before the update. Without a
-modifier nothing leaves the device.
+``gradient_modifier(name, param, grad) -> grad`` (Deep500's order; numpy arrays, as for the
+reference optimizers) is supported but takes a host round trip: each gradient and parameter is
+copied to numpy, the modifier runs, and its result is copied back into ``.grad`` before the
+update. Without a modifier nothing leaves the device.
+
+Deep500's call form is accepted too: ``MomentumOptimizer(executor, 'loss', learning_rate,
+momentum, dampening, weight_decay, nesterov)``, ``GradientDescent(executor, 'loss',
+learning_rate, weight_decay)``, ``AdamOptimizer(executor, 'loss', learning_rate, beta1, beta2,
+epsilon, weight_decay)``, ``AdaGradOptimizer(executor, 'loss', learning_rate, lr_decay,
+weight_decay, initial_accumulator_value)`` (Deep500's default initial accumulator 0.1 in this
+form) and ``RMSPropOptimizer(executor, 'loss', learning_rate, alpha, momentum, epsilon,
+weight_decay, centered)`` (``alpha`` is ``beta``; Deep500's default 0.99 in this form), each
+also with ``lr=``. ``weight_decay`` (all), ``dampening`` (momentum), ``lr_decay``,
+``initial_accumulator_value`` (AdaGrad), ``momentum`` and ``centered`` (RMSProp) are passed to
+``torch.optim`` in both forms (weight decay is added by torch after any ``gradient_modifier``).
 """
 
 from __future__ import annotations
@@ -51,7 +64,7 @@ import numpy as np
 import torch
 
 from deep500lite.errors import UserAttributeError, UserError, UserTypeError
-from deep500lite.lv2.optimizer import Optimizer
+from deep500lite.lv2.optimizer import Optimizer, deep500_arguments
 from deep500lite.frameworks.torch.executor import TorchExecutor
 from deep500lite.frameworks.torch.native import TorchNativeExecutor
 from deep500lite.frameworks.torch.dtypes import to_numpy
@@ -142,7 +155,7 @@ class _TorchOptimizer(Optimizer):
             if p.grad is None:
                 continue
             grad = to_numpy(p.grad, copy=True)
-            new = self.gradient_modifier(name, grad, to_numpy(p, copy=True))
+            new = self.gradient_modifier(name, to_numpy(p, copy=True), grad)
             new = np.asarray(new, dtype=grad.dtype)
             if new.shape != grad.shape:
                 raise UserError(f"gradient_modifier must return an array of the gradient's shape "
@@ -150,14 +163,18 @@ class _TorchOptimizer(Optimizer):
             with torch.no_grad():
                 p.grad.copy_(torch.from_numpy(np.ascontiguousarray(new)))
 
-    def set_parameter(self, name, value):
+    def set_parameter(self, name, value, predicate=None):
         """Change a hyperparameter between steps (see the module docstring).
+
+        ``lr`` is ``learning_rate``; with ``predicate``, only the ``param_groups`` for which
+        ``predicate(group)`` is true are changed (Deep500's parameter-group filter).
 
         Raises:
             UserAttributeError: the optimizer has no such hyperparameter (an ``AttributeError``).
             UserError: the value is out of range (a ``ValueError``).
             UserTypeError: the value is not a number (a bool for ``nesterov``).
         """
+        name = "learning_rate" if name == "lr" else name
         if name not in self._hyper:
             raise UserAttributeError(f"{type(self).__name__} has no hyperparameter '{name}'. "
                                      f"Hyperparameters: {sorted(self._hyper)}. Received: {name!r}")
@@ -166,14 +183,15 @@ class _TorchOptimizer(Optimizer):
         if self.torch_optimizer is not None:
             key = self._hyper[name]
             for group in self.torch_optimizer.param_groups:
-                group[key] = self._group_value(name)
+                if predicate is None or predicate(group):
+                    group[key] = self._group_value(name)
 
     def _check(self, name, value):
         if name == "learning_rate":
             _number(name, value, allow_zero=False)
-        elif name == "nesterov":
+        elif name in ("nesterov", "centered"):
             if not isinstance(value, bool):
-                raise UserTypeError(f"nesterov must be a bool. Received: {value!r}")
+                raise UserTypeError(f"{name} must be a bool. Received: {value!r}")
         elif name in ("momentum", "beta", "beta1", "beta2"):
             _number(name, value, below_one=name != "momentum")
         else:
@@ -187,15 +205,20 @@ class GradientDescent(_TorchOptimizer):
         executor: a torch executor.
         learning_rate: ``lr``.
         loss: the name of the scalar loss tensor.
-        gradient_modifier: optional ``f(name, grad, param) -> grad`` (numpy; a host round trip).
+        gradient_modifier: optional ``f(name, param, grad) -> grad`` (numpy; a host round trip).
     """
 
-    def __init__(self, executor, learning_rate: float = 0.1, loss: str = "loss", gradient_modifier=None):
+    _hyper = {"learning_rate": "lr", "weight_decay": "weight_decay"}
+
+    @deep500_arguments(["learning_rate", "weight_decay"])
+    def __init__(self, executor, learning_rate: float = 0.1, loss: str = "loss", gradient_modifier=None,
+                 weight_decay: float = 0.0):
         super().__init__(executor, loss, gradient_modifier)
         self.learning_rate = _number("learning_rate", learning_rate, allow_zero=False)
+        self.weight_decay = _number("weight_decay", weight_decay)
 
     def _make(self, params):
-        return torch.optim.SGD(params, lr=self.learning_rate)
+        return torch.optim.SGD(params, lr=self.learning_rate, weight_decay=self.weight_decay)
 
 
 class MomentumOptimizer(_TorchOptimizer):
@@ -210,31 +233,38 @@ class MomentumOptimizer(_TorchOptimizer):
         momentum: ``mu``.
         nesterov: use Nesterov's look-ahead form.
         loss: the name of the scalar loss tensor.
-        gradient_modifier: optional ``f(name, grad, param) -> grad`` (numpy; a host round trip).
+        gradient_modifier: optional ``f(name, param, grad) -> grad`` (numpy; a host round trip).
     """
 
-    _hyper = {"learning_rate": "lr", "momentum": "momentum", "nesterov": "nesterov"}
+    _hyper = {"learning_rate": "lr", "momentum": "momentum", "nesterov": "nesterov",
+              "dampening": "dampening", "weight_decay": "weight_decay"}
 
+    @deep500_arguments(["learning_rate", "momentum", "dampening", "weight_decay", "nesterov"])
     def __init__(self, executor, learning_rate: float = 0.1, momentum: float = 0.9, nesterov: bool = False,
-                 loss: str = "loss", gradient_modifier=None):
+                 loss: str = "loss", gradient_modifier=None, dampening: float = 0.0, weight_decay: float = 0.0):
         super().__init__(executor, loss, gradient_modifier)
         self.learning_rate = _number("learning_rate", learning_rate, allow_zero=False)
         self.momentum = _number("momentum", momentum)
+        self.dampening = _number("dampening", dampening)
+        self.weight_decay = _number("weight_decay", weight_decay)
         self._check("nesterov", nesterov)
         if nesterov and self.momentum == 0:
             raise UserError("nesterov=True needs momentum > 0. Received: momentum=0")
         self.nesterov = nesterov
 
     def _make(self, params):
-        return torch.optim.SGD(params, lr=self.learning_rate, momentum=self.momentum, nesterov=self.nesterov)
+        return torch.optim.SGD(params, lr=self.learning_rate, momentum=self.momentum, nesterov=self.nesterov,
+                               dampening=self.dampening, weight_decay=self.weight_decay)
 
 
 class NesterovOptimizer(MomentumOptimizer):
     """:class:`MomentumOptimizer` with ``nesterov=True`` (the reference's class name)."""
 
+    @deep500_arguments(["learning_rate", "momentum", "dampening", "weight_decay"])
     def __init__(self, executor, learning_rate: float = 0.1, momentum: float = 0.9, loss: str = "loss",
-                 gradient_modifier=None):
-        super().__init__(executor, learning_rate, momentum, True, loss, gradient_modifier)
+                 gradient_modifier=None, dampening: float = 0.0, weight_decay: float = 0.0):
+        super().__init__(executor, learning_rate, momentum, True, loss, gradient_modifier, dampening=dampening,
+                         weight_decay=weight_decay)
 
 
 class AdaGradOptimizer(_TorchOptimizer):
@@ -245,19 +275,27 @@ class AdaGradOptimizer(_TorchOptimizer):
         learning_rate: ``lr``.
         epsilon: ``eps`` (outside the root; the reference puts it inside).
         loss: the name of the scalar loss tensor.
-        gradient_modifier: optional ``f(name, grad, param) -> grad`` (numpy; a host round trip).
+        gradient_modifier: optional ``f(name, param, grad) -> grad`` (numpy; a host round trip).
     """
 
-    _hyper = {"learning_rate": "lr", "epsilon": "eps"}
+    _hyper = {"learning_rate": "lr", "epsilon": "eps", "weight_decay": "weight_decay", "lr_decay": "lr_decay"}
 
+    @deep500_arguments(["learning_rate", "lr_decay", "weight_decay", "initial_accumulator_value"],
+                       defaults={"initial_accumulator_value": 0.1}, aliases={"eps": "epsilon"})
     def __init__(self, executor, learning_rate: float = 0.1, epsilon: float = 1e-8, loss: str = "loss",
-                 gradient_modifier=None):
+                 gradient_modifier=None, lr_decay: float = 0.0, weight_decay: float = 0.0,
+                 initial_accumulator_value: float = 0.0):
         super().__init__(executor, loss, gradient_modifier)
         self.learning_rate = _number("learning_rate", learning_rate, allow_zero=False)
         self.epsilon = _number("epsilon", epsilon)
+        self.lr_decay = _number("lr_decay", lr_decay)
+        self.weight_decay = _number("weight_decay", weight_decay)
+        self.initial_accumulator_value = _number("initial_accumulator_value", initial_accumulator_value)
 
     def _make(self, params):
-        return torch.optim.Adagrad(params, lr=self.learning_rate, eps=self.epsilon)
+        return torch.optim.Adagrad(params, lr=self.learning_rate, eps=self.epsilon, lr_decay=self.lr_decay,
+                                   weight_decay=self.weight_decay,
+                                   initial_accumulator_value=self.initial_accumulator_value)
 
 
 class RMSPropOptimizer(_TorchOptimizer):
@@ -269,20 +307,29 @@ class RMSPropOptimizer(_TorchOptimizer):
         beta: the decay of the squared-gradient average (torch's ``alpha``).
         epsilon: ``eps`` (outside the root; the reference puts it inside).
         loss: the name of the scalar loss tensor.
-        gradient_modifier: optional ``f(name, grad, param) -> grad`` (numpy; a host round trip).
+        gradient_modifier: optional ``f(name, param, grad) -> grad`` (numpy; a host round trip).
     """
 
-    _hyper = {"learning_rate": "lr", "beta": "alpha", "epsilon": "eps"}
+    _hyper = {"learning_rate": "lr", "beta": "alpha", "epsilon": "eps", "momentum": "momentum",
+              "weight_decay": "weight_decay", "centered": "centered"}
 
+    @deep500_arguments(["learning_rate", "beta", "momentum", "epsilon", "weight_decay", "centered"],
+                       defaults={"beta": 0.99}, aliases={"alpha": "beta", "eps": "epsilon"})
     def __init__(self, executor, learning_rate: float = 0.01, beta: float = 0.9, epsilon: float = 1e-8,
-                 loss: str = "loss", gradient_modifier=None):
+                 loss: str = "loss", gradient_modifier=None, momentum: float = 0.0, weight_decay: float = 0.0,
+                 centered: bool = False):
         super().__init__(executor, loss, gradient_modifier)
         self.learning_rate = _number("learning_rate", learning_rate, allow_zero=False)
         self.beta = _number("beta", beta, below_one=True)
         self.epsilon = _number("epsilon", epsilon)
+        self.momentum = _number("momentum", momentum)
+        self.weight_decay = _number("weight_decay", weight_decay)
+        self._check("centered", centered)
+        self.centered = centered
 
     def _make(self, params):
-        return torch.optim.RMSprop(params, lr=self.learning_rate, alpha=self.beta, eps=self.epsilon)
+        return torch.optim.RMSprop(params, lr=self.learning_rate, alpha=self.beta, eps=self.epsilon,
+                                   momentum=self.momentum, weight_decay=self.weight_decay, centered=self.centered)
 
 
 class AdamOptimizer(_TorchOptimizer):
@@ -295,14 +342,17 @@ class AdamOptimizer(_TorchOptimizer):
         beta2: decay of the second moment.
         epsilon: ``eps`` (outside the root; the reference puts it inside).
         loss: the name of the scalar loss tensor.
-        gradient_modifier: optional ``f(name, grad, param) -> grad`` (numpy; a host round trip).
+        gradient_modifier: optional ``f(name, param, grad) -> grad`` (numpy; a host round trip).
     """
 
-    _hyper = {"learning_rate": "lr", "beta1": "betas", "beta2": "betas", "epsilon": "eps"}
+    _hyper = {"learning_rate": "lr", "beta1": "betas", "beta2": "betas", "epsilon": "eps",
+              "weight_decay": "weight_decay"}
 
+    @deep500_arguments(["learning_rate", "beta1", "beta2", "epsilon", "weight_decay"], aliases={"eps": "epsilon"})
     def __init__(self, executor, learning_rate: float = 0.001, beta1: float = 0.9, beta2: float = 0.999,
-                 epsilon: float = 1e-8, loss: str = "loss", gradient_modifier=None):
+                 epsilon: float = 1e-8, loss: str = "loss", gradient_modifier=None, weight_decay: float = 0.0):
         super().__init__(executor, loss, gradient_modifier)
+        self.weight_decay = _number("weight_decay", weight_decay)
         self.learning_rate = _number("learning_rate", learning_rate, allow_zero=False)
         self.beta1 = _number("beta1", beta1, below_one=True)
         self.beta2 = _number("beta2", beta2, below_one=True)
@@ -314,4 +364,5 @@ class AdamOptimizer(_TorchOptimizer):
         return getattr(self, name)
 
     def _make(self, params):
-        return torch.optim.Adam(params, lr=self.learning_rate, betas=(self.beta1, self.beta2), eps=self.epsilon)
+        return torch.optim.Adam(params, lr=self.learning_rate, betas=(self.beta1, self.beta2), eps=self.epsilon,
+                                weight_decay=self.weight_decay)

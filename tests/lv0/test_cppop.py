@@ -137,13 +137,16 @@ def test_raw_pointer_interface_writes_in_place(swish, x):
         swish.forward_ptrs([x], [y.ctypes.data])
 
 
-def test_deep500_operator_ports_with_two_edits(build_dir):
+@pytest.mark.parametrize("edited", [False, True], ids=["unchanged", "deep500lite-names"])
+def test_deep500_operator_compiles_unchanged_or_with_our_names(build_dir, edited):
     with open(os.path.join(OPS, "deep500_square.cpp"), encoding="utf-8") as f:
-        original = f.read()
-    ported = original.replace('"deep500/deep500.h"', '"deep500lite/deep500lite.h"')
-    ported = ported.replace("deep500::", "deep500lite::")
+        source = f.read()
+    assert '"deep500/deep500.h"' in source and "deep500::" in source
+    if edited:
+        source = source.replace('"deep500/deep500.h"', '"deep500lite/deep500lite.h"')
+        source = source.replace("deep500::", "deep500lite::")
     desc = [d5.tensordesc(np.float32, [4, 6])]
-    op = compile_custom_cppop_inline("deep500_square", ported, desc, desc, {"DTYPE": "float", "SCALE": 3},
+    op = compile_custom_cppop_inline("deep500_square", source, desc, desc, {"DTYPE": "float", "SCALE": 3},
                                      build_dir=build_dir)
     xx = np.arange(24, dtype=np.float32).reshape(4, 6) / 7
     np.testing.assert_allclose(op.forward(xx), 3 * xx * xx, rtol=1e-6)

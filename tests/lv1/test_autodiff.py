@@ -366,7 +366,7 @@ def test_saved_backward_graph_passes_checker(tmp_path):
     from deep500lite import networks
     from deep500lite.datasets import dataset_loss
 
-    net, _, out = networks.create_model("simple_cnn", 2, shape=(1, 8, 8))
+    net, _, out = networks.create_model("bn_cnn", 2, shape=(1, 8, 8))
     net.add_operation(dataset_loss("digits")([out, "label"], "loss"))
     path = tmp_path / "train.onnx"
     save_backward_graph(net, "loss", path)
@@ -658,7 +658,7 @@ def test_torch_exported_cross_entropy_model_matches_torch(framework):
 
 
 @pytest.mark.parametrize("framework", AUTODIFF_FRAMEWORKS)
-@pytest.mark.parametrize("model", ["simple_cnn", "lenet"])
+@pytest.mark.parametrize("model", ["bn_cnn", "lenet"])
 def test_open_batch_dimension_gives_same_gradients(framework, model):
     # With batch_size=None shape inference leaves the batch open: Shape-based ops take over.
     rng = np.random.default_rng(10)

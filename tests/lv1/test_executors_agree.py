@@ -10,7 +10,7 @@ from deep500lite import networks
 
 
 @pytest.mark.parametrize("model,shape", [("mlp", (20,)), ("lenet", (1, 8, 8)), ("lenet", (1, 28, 28)),
-                                         ("simple_cnn", (3, 16, 16))])
+                                         ("bn_cnn", (3, 16, 16))])
 def test_zoo_models_match_reference(framework, model, shape):
     net, i, o = networks.create_model(model, 8, classes=10, shape=shape, seed=3)
     feeds = net.random_feeds(seed=5)

@@ -215,7 +215,7 @@ def test_add_output_and_gradient_list():
 
 
 def test_batchnorm_statistics_are_not_trainable():
-    net, _, _ = networks.create_model("simple_cnn", 2, shape=(1, 8, 8))
+    net, _, _ = networks.create_model("bn_cnn", 2, shape=(1, 8, 8))
     names = [p for p, _ in net.gradient("output")]
     assert "bn1.weight" in names and "bn1.running_mean" not in names and "bn1.running_var" not in names
 

@@ -23,19 +23,19 @@ def _rel_l2(a, b):
 
 
 @pytest.mark.parametrize("model,shape,kwargs", [("mlp", (12,), {}), ("lenet", (1, 8, 8), {}),
-                                                ("simple_cnn", (3, 8, 8), {})])
+                                                ("bn_cnn", (3, 8, 8), {})])
 def test_gradients_match_the_reference_executor(framework, model, shape, kwargs):
     net, feeds = _trainable(model, shape, **kwargs)
     ex, ref = d5.executor(net, framework), d5.executor(net, "reference")
     out, ref_out = ex.inference_and_backprop(feeds, "loss"), ref.inference_and_backprop(feeds, "loss")
     assert abs(float(out["loss"]) - float(ref_out["loss"])) < 1e-5
     pairs = ex.network.gradient("loss")
-    assert len(pairs) == len(net.parameters) - (4 if model == "simple_cnn" else 0)  # BN running stats excluded
+    assert len(pairs) == len(net.parameters) - (4 if model == "bn_cnn" else 0)  # BN running stats excluded
     for param, grad in pairs:
         g, g_ref = ex.network.fetch_tensor(grad), ref.network.fetch_tensor(grad)
         assert g.shape == ex.network.fetch_tensor(param).shape
         assert _rel_l2(g, g_ref) <= 1e-4, param
-    if model == "simple_cnn":  # running statistics updated by ONNX's rule on both
+    if model == "bn_cnn":  # running statistics updated by ONNX's rule on both
         for stat in ("bn1.running_mean", "bn2.running_var"):
             np.testing.assert_allclose(ex.network.fetch_tensor(stat), ref.network.fetch_tensor(stat),
                                        rtol=1e-4, atol=1e-6)

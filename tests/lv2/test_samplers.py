@@ -230,3 +230,100 @@ def test_bucket_sampler_without_shuffle_is_sorted_and_stable():
 def test_bad_bucket_arguments(kwargs, match):
     with pytest.raises(UserError, match=match):
         BucketSampler(_dataset(10), 2, **kwargs)
+
+
+# ------------------------------------------------------------------ Deep500's forms (issue 15)
+def test_ordered_sampler_takes_deep500s_argument_order():
+    # Deep500: OrderedSampler(dataset, batch_size, drop_last_batch, events, transformations)
+    assert _epoch(OrderedSampler(_dataset(7), 3, False)) == [[0, 1, 2], [3, 4, 5], [6]]
+    assert _epoch(OrderedSampler(_dataset(7), 3, True)) == [[0, 1, 2], [3, 4, 5]]
+    seen = []
+
+    class Event:
+        def after_sampling(self, sampler, samples):
+            seen.append(samples)
+
+    s = OrderedSampler(_dataset(4), 2, True, [Event()], [lambda b: {**b, "x": b["x"] * 10}])
+    assert [b["x"][:, 0].tolist() for b in s] == [[0, 10], [20, 30]] and seen == [2, 2]
+    assert OrderedSampler(_dataset(4), 2, seed=5).seed == 5  # accepted as a keyword, changes nothing
+
+
+def test_calling_a_sampler_draws_the_next_batch_and_ends_with_stop_iteration():
+    s = ShuffleSampler(_dataset(6), 2, seed=1)
+    order = np.random.default_rng(1).permutation(6)
+    assert [s()["y"].tolist() for _ in range(3)] == [order[:2].tolist(), order[2:4].tolist(), order[4:].tolist()]
+    with pytest.raises(StopIteration):
+        s()
+    s.reset()
+    assert len(s()["y"]) == 2
+
+
+def test_dataset_subclass_may_call_init_without_arguments():
+    class Squares(d5.Dataset):
+        def __init__(self, input_node, label_node):
+            super().__init__()
+            assert (self.input_node, self.label_node) == (None, None)
+            self.input_node, self.label_node = input_node, label_node
+
+        def __getitem__(self, index):
+            x = np.asarray(index, np.float32).reshape(-1, 1)
+            return {self.input_node: x, self.label_node: x ** 2}
+
+        def __len__(self):
+            return 8
+
+    batches = list(ShuffleSampler(Squares("in", "gt"), batch_size=4, seed=0))
+    assert len(batches) == 2
+    assert all(np.array_equal(b["gt"], b["in"] ** 2) for b in batches)
+    assert sorted(np.concatenate([b["in"][:, 0] for b in batches]).tolist()) == list(range(8))
+
+
+def test_file_list_dataset_loads_each_item():
+    loaded = []
+
+    def loader(name):
+        loaded.append(name)
+        return np.full((2,), len(name), np.float32)
+
+    ds = d5.FileListDataset(["a", "bb", "ccc"], "x", loader, np.array([0, 1, 2]), "y")
+    batch = ds[np.array([2, 0])]
+    np.testing.assert_array_equal(batch["x"], [[3, 3], [1, 1]])
+    np.testing.assert_array_equal(batch["y"], [2, 0])
+    assert loaded == ["ccc", "a"] and len(ds) == 3
+    np.testing.assert_array_equal(ds[1]["x"], [2, 2])
+    with pytest.raises(TypeError, match="needs a callable loader"):
+        d5.FileListDataset(["a"], "x", 5)
+
+
+# ------------------------------------------------------------------------------------ test_sampler
+def test_test_sampler_gives_each_rerun_metric_its_own_batches(capsys):
+    ds = d5.NumpyDataset(np.zeros((10, 1)), "x", np.array([0, 1, 1, 2, 2, 2, 3, 3, 3, 3]), "y")
+    sampler = OrderedSampler(ds, 2)
+    # 7 batches of 2 from a 5-batch epoch: the whole epoch, then the next epoch's first two batches
+    [hist] = d5.test_sampler(sampler, metrics=[d5.DatasetBias(4, "y", reruns=7)])
+    labels = np.concatenate([ds.labels, ds.labels[:4]])
+    assert hist == np.bincount(labels, minlength=4).tolist() and sum(hist) == 14
+    assert sampler.events == []
+    [hist] = d5.test_sampler(sampler, metrics=[d5.DatasetBias(4, "y", reruns=3)])  # the epoch goes on
+    assert hist == np.bincount(ds.labels[4:10], minlength=4).tolist()
+    assert "DatasetBias: [" in capsys.readouterr().out
+
+
+def test_test_sampler_shares_one_batch_among_metrics_without_reruns():
+    ds = _dataset(6)
+    timer = d5.WallclockTime(reruns=0, avg_over=1)
+    timed = d5.SamplerEventMetric(timer)
+    bias = d5.DatasetBias(6, "y", reruns=0)
+    extra = []
+
+    class Reset:
+        def on_sampler_reset(self, sampler):
+            extra.append("reset")
+
+    s = OrderedSampler(ds, 3, events=[])
+    results = d5.test_sampler(s, metrics=[timed, bias], events=[Reset()], verbose=False)
+    assert results[1] == [1, 1, 1, 0, 0, 0]  # the first batch, seen once
+    assert len(results[0]) == 1 and results[0][0] > 0 and results[0] == timer.samples
+    assert s.events == []
+    with pytest.raises(TypeError, match="test_sampler needs a sampler"):
+        d5.test_sampler(ds, metrics=[bias])

@@ -58,7 +58,7 @@ SMALL = [
     ("mlp", dict(hidden=(8,)), (1, 8, 8)),
     ("lenet", dict(), (1, 8, 8)),
     ("lenet", dict(), (1, 28, 28)),
-    ("simple_cnn", dict(width=4), (1, 8, 8)),
+    ("bn_cnn", dict(width=4), (1, 8, 8)),
     ("resnet", dict(depth=20), (1, 8, 8)),
     ("resnet", dict(depth=20, shortcut="A"), (3, 8, 8)),
     ("resnet", dict(depth=18), (3, 16, 16)),
@@ -72,8 +72,8 @@ SMALL_IDS = [f"{n}-{'-'.join(f'{k}={v}' for k, v in kw.items())}-{'x'.join(map(s
 
 
 def test_list_models():
-    assert networks.list_models() == ["alexnet", "bert", "lenet", "mlp", "mobilenet_v2", "resnet", "simple_cnn", "vgg",
-                                      "wide_resnet"]
+    assert networks.list_models() == ["alexnet", "bert", "bn_cnn", "deep_mnist", "lenet", "mlp", "mnist_cnn",
+                                      "mobilenet_v2", "resnet", "simple_cnn", "vgg", "wide_resnet"]
 
 
 @pytest.mark.parametrize("name,kwargs,shape", SMALL, ids=SMALL_IDS)
@@ -353,7 +353,7 @@ def test_dropout_is_trained_with_masks_on_the_reference_executor():
 # ------------------------------------------------------------------------------------- errors
 @pytest.mark.parametrize("call,match", [
     (lambda: networks.create_model("resnet9000", 1), r"Unknown network 'resnet9000'. Known networks: 'alexnet', "
-                                                     r"'bert', 'lenet', 'mlp', 'mobilenet_v2', 'resnet', 'simple_cnn', "
+                                                     r"'bert', 'bn_cnn', 'deep_mnist', 'lenet', 'mlp', 'mnist_cnn', 'mobilenet_v2', 'resnet', 'simple_cnn', "
                                                      r"'vgg', 'wide_resnet'"),
     (lambda: networks.create_model("resnet", 1, shape=(3, 32, 32), depth=21),
      r"resnet depth must be one of \[20, 32, 44, 56, 110, 18, 34, 50\]. Received: depth=21"),
@@ -380,7 +380,7 @@ def test_dropout_is_trained_with_masks_on_the_reference_executor():
     (lambda: networks.create_model("lenet", 1, shape=(64,)), r"lenet takes samples shaped \(C, H, W\)"),
     (lambda: networks.create_model("lenet", 1, shape=(1, 3, 3)), r"at least 4x4 pixels"),
     (lambda: networks.create_model("lenet", 1, shape=(1, 0, 8)), r"shape must be a sequence of positive integers"),
-    (lambda: networks.create_model("lenet", 1, shape=None), r"shape must be a sequence of positive integers"),
+    (lambda: networks.create_model("lenet", 1, shape=3), r"shape must be a sequence of positive integers"),
     (lambda: networks.create_model("lenet", 0, shape=(1, 8, 8)), r"batch_size must be a positive integer or None"),
     (lambda: networks.create_model("lenet", 1, classes=1, shape=(1, 8, 8)), r"classes must be an integer >= 2"),
     (lambda: networks.create_model("lenet", 1, shape=(1, 8, 8), seed=-1), r"seed must be an integer >= 0"),

@@ -331,7 +331,7 @@ def test_nonfinite_loss_fails_and_keeps_results(tmp_path):
     assert saved["samples"]["steps"][1]["loss"] is None  # NaN written as null
 
 
-def _nan_gradient(name, grad, param):
+def _nan_gradient(name, param, grad):
     return grad * np.nan
 
 

@@ -14,9 +14,9 @@
 //                                     deep500lite::tensor_t *output_descriptors, int num_outputs);
 //
 // and ends with D500_REGISTER_OP(MyOp<DTYPE>), which generates the C entry points that
-// deep500lite.lv0.cppop loads with ctypes. An operator written for Deep500's deep500/deep500.h
-// compiles after changing that include to deep500lite/deep500lite.h and the namespace deep500 to
-// deep500lite.
+// deep500lite.lv0.cppop loads with ctypes. An operator written for Deep500 compiles unchanged:
+// <deep500/deep500.h> (beside this folder) includes this header and makes the namespace deep500
+// another name of deep500lite.
 //
 // Every entry point returns an error code (D5_OK on success) and never lets a C++ exception
 // cross into the calling process: the message is kept for d5_last_error().

@@ -72,6 +72,11 @@ def _header_path() -> str:
     return os.path.join(include_dir(), "deep500lite", "deep500lite.h")
 
 
+def _alias_header_path() -> str:
+    # Deep500's include path, <deep500/deep500.h>, which includes the header above.
+    return os.path.join(include_dir(), "deep500", "deep500.h")
+
+
 # --------------------------------------------------------------------------------------------
 # Argument checks
 
@@ -338,49 +343,117 @@ def _source_line(file: str, lineno: int) -> str | None:
     return None
 
 
+def _file_digest(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def _run_compiler(cmd: list[str], live_output: bool) -> tuple[int, str]:
+    """Run the compiler; with ``live_output`` its output is printed line by line as it comes."""
+    if not live_output:
+        proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace")
+        return proc.returncode, proc.stdout + proc.stderr
+    print(shlex.join(cmd), flush=True)
+    lines = []
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          errors="replace") as proc:
+        for line in proc.stdout:
+            print(line, end="", flush=True)
+            lines.append(line)
+    return proc.returncode, "".join(lines)
+
+
 def _build(name: str, source_path: str, flags: list[str], comp: _Compiler, build_dir: str,
-           is_cuda: bool, force: bool = False) -> tuple[str, str, bool, str]:
+           is_cuda: bool, force: bool = False, other_sources: Sequence[str] = (),
+           live_output: bool = False) -> tuple[str, str, bool, str]:
     """Compile (or find in the cache) and return (library path, key, from_cache, compiler output)."""
-    with open(source_path, "rb") as f:
-        source = f.read()
-    with open(_header_path(), "rb") as f:
-        header = f.read()
     key = hashlib.sha256(json.dumps({
         "abi": ABI_VERSION,
-        "source": hashlib.sha256(source).hexdigest(),
-        "header": hashlib.sha256(header).hexdigest(),
+        "source": _file_digest(source_path),
+        "others": [[os.path.basename(p), _file_digest(p)] for p in other_sources],
+        "header": _file_digest(_header_path()),
+        "alias_header": _file_digest(_alias_header_path()),
         "compiler": list(comp.argv),
         "version": comp.version,
         "flags": flags,
     }, sort_keys=True).encode()).hexdigest()
     library = os.path.join(build_dir, f"{name}-{key[:24]}.so")
     if os.path.exists(library) and not force:
+        if live_output:
+            print(f"C++ operator '{name}': up to date, loaded from the build cache: {library}", flush=True)
         return library, key, True, ""
     with tempfile.TemporaryDirectory(prefix=f".build-{name}-", dir=build_dir) as tmp:
         out = os.path.join(tmp, os.path.basename(library))
-        cmd = [*comp.argv, *flags, source_path, "-o", out, *_link_flags(comp)]
+        cmd = [*comp.argv, *flags, source_path, *other_sources, "-o", out, *_link_flags(comp)]
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace")
+            returncode, output = _run_compiler(cmd, live_output)
         except OSError as exc:
             raise UserError(f"Could not run the compiler ({exc}); give an executable C++ compiler (compiler= or "
                             f"$CXX). Received: {comp.argv[0]}") from exc
-        output = proc.stdout + proc.stderr
-        if proc.returncode != 0 or not os.path.exists(out):
+        if returncode != 0 or not os.path.exists(out):
             raise _compilation_error(name, source_path, cmd, output, is_cuda)
         os.replace(out, library)
     return library, key, False, output
 
 
+def _deep500_options(live_output, additional_cmake_options, rendered_wrapper=None) -> bool:
+    """Check the options of Deep500's signature that have no CMake behind them here; return live_output."""
+    if not isinstance(live_output, (bool, np.bool_)):
+        raise UserTypeError(f"live_output must be True or False. Received: {live_output!r}")
+    if additional_cmake_options:
+        raise UserError(
+            "additional_cmake_options has no effect in deep500lite, which calls the compiler directly instead of "
+            "CMake: pass compiler flags as extra_flags=[...] and macros as additional_definitions={...}. "
+            f"Received: additional_cmake_options={list(additional_cmake_options)!r}")
+    if rendered_wrapper is not None:
+        raise UserError(
+            "rendered_wrapper is not supported: deep500lite needs no per-framework wrapper file, the same library "
+            "runs on every framework (d5fw.custom_op(op)). Leave it None. "
+            f"Received: rendered_wrapper={rendered_wrapper!r:.60}")
+    return bool(live_output)
+
+
+def _check_other_files(other_files) -> list[str]:
+    if other_files is None:
+        return []
+    if isinstance(other_files, (str, os.PathLike)) or not isinstance(other_files, Sequence):
+        raise UserTypeError("other_files must be a list of paths of .cpp/.cu files compiled into the same library. "
+                            f"Received: {other_files!r}")
+    paths = []
+    for f in other_files:
+        if not isinstance(f, (str, os.PathLike)):
+            raise UserTypeError(f"other_files must contain paths. Received: {f!r}")
+        path = os.path.abspath(os.fspath(f))
+        if not os.path.isfile(path):
+            raise UserError(f"A file in other_files was not found: {path}; give existing .cpp or .cu files "
+                            f"(relative paths start at {os.getcwd()}). Received: {os.fspath(f)!r}")
+        paths.append(path)
+    return paths
+
+
+def _is_positional_list(value) -> bool:
+    return isinstance(value, (list, tuple)) and not isinstance(value, Mapping)
+
+
 def compile_custom_cppop(name: str, path, input_descs: Sequence[TensorDescriptor],
                          output_descs: Sequence[TensorDescriptor], additional_definitions: Mapping = {},
-                         is_cuda: bool = False, compiler=None, extra_flags: Sequence[str] = (),
-                         build_dir=None) -> "CppOp":
+                         is_cuda: bool | None = None, compiler=None, extra_flags: Sequence[str] = (),
+                         build_dir=None, *, other_files: Sequence = (), live_output: bool = False,
+                         additional_cmake_options: Sequence[str] = (), output_folder=None) -> "CppOp":
     """Compile a C++ (or CUDA) operator source file and load it as an operator.
 
     The build runs ``<compiler> -O3 -fPIC -shared -std=c++17 -I<deep500lite include> [-fopenmp]
-    -D<definitions> <extra_flags> <path>``; OpenMP is added when a one-time probe shows the
-    compiler supports it. ``DTYPE`` is defined as the C++ type of the first input descriptor
-    (``float`` for float32, ``double`` for float64, ...) unless ``additional_definitions`` defines it.
+    -D<definitions> <extra_flags> <path> <other_files>``; OpenMP is added when a one-time probe
+    shows the compiler supports it. ``DTYPE`` is defined as the C++ type of the first input
+    descriptor (``float`` for float32, ``double`` for float64, ...) unless
+    ``additional_definitions`` defines it. Both ``#include <deep500lite/deep500lite.h>`` and
+    Deep500's ``#include <deep500/deep500.h>`` (namespace ``deep500``) work.
+
+    Deep500's signature, ``compile_custom_cppop(operator_name, main_file, input_tensors,
+    output_tensors, other_files=[], live_output=False, additional_cmake_options=[],
+    additional_definitions={}, output_folder='')``, is accepted too: by keyword, or positionally
+    when the fifth argument is a list (``other_files``). Unlike Deep500, the operator is compiled
+    here, not when a framework wraps it; ``d5fw.custom_op`` accepts the result either way.
 
     Args:
         name: the operator's name (letters, digits, ``_.-``); it names the library file.
@@ -390,10 +463,15 @@ def compile_custom_cppop(name: str, path, input_descs: Sequence[TensorDescriptor
         additional_definitions: macros to define, e.g. ``{"DTYPE": "float", "BETA": 2}`` (the dict
             is not modified).
         is_cuda: compile with ``nvcc`` (the source may contain kernels, compiled as CUDA whatever its
-            extension).
+            extension). Default: True when ``path`` ends in ``.cu`` (as Deep500 decided).
         compiler: the compiler command (overrides ``$CXX`` and the search).
         extra_flags: more compiler flags, e.g. ``["-march=native"]`` or ``["-arch=sm_90"]``.
         build_dir: the cache folder (default: ``$DEEP500LITE_CACHE`` or ``~/.cache/deep500lite/ops``).
+        other_files: more ``.cpp``/``.cu`` files compiled into the same library (Deep500).
+        live_output: print the compiler command and its output as it compiles (Deep500).
+        additional_cmake_options: Deep500's CMake options; deep500lite has no CMake step, so only
+            an empty list is accepted (use ``extra_flags``).
+        output_folder: Deep500's name for ``build_dir`` (``''`` means the default).
 
     Returns:
         A :class:`CppOp`.
@@ -409,6 +487,26 @@ def compile_custom_cppop(name: str, path, input_descs: Sequence[TensorDescriptor
         ...                              [d5.tensordesc(np.float32, [1024])])
         >>> y = op.forward(np.ones(1024, np.float32))
     """
+    if _is_positional_list(additional_definitions):
+        # Deep500's positional order: other_files, live_output, additional_cmake_options,
+        # additional_definitions, output_folder.
+        if not all(isinstance(f, (str, os.PathLike)) and os.path.isfile(f) for f in additional_definitions):
+            raise UserTypeError(
+                "additional_definitions must be a dict of macro names to values, e.g. {'DTYPE': 'float'}; a list "
+                "in that position is read as Deep500's other_files, which must be existing .cpp/.cu files. "
+                f"Received: {additional_definitions!r}")
+        other_files = list(other_files or ()) + list(additional_definitions)
+        live_output = bool(live_output) or bool(is_cuda)
+        additional_cmake_options = list(additional_cmake_options or ()) + list(compiler or ())
+        additional_definitions = {} if extra_flags in ((), [], None) else extra_flags
+        output_folder = build_dir if output_folder is None else output_folder
+        is_cuda, compiler, extra_flags, build_dir = None, None, (), None
+    live = _deep500_options(live_output, additional_cmake_options)
+    if output_folder not in (None, ""):
+        if build_dir is not None:
+            raise UserError("Give the build folder once: build_dir or Deep500's output_folder, not both. "
+                            f"Received: build_dir={build_dir!r}, output_folder={output_folder!r}")
+        build_dir = output_folder
     name = _check_name(name)
     if not isinstance(path, (str, os.PathLike)):
         raise UserTypeError(f"path must be the path of a .cpp or .cu file. Received: {path!r}")
@@ -418,6 +516,9 @@ def compile_custom_cppop(name: str, path, input_descs: Sequence[TensorDescriptor
             f"The source file of C++ operator '{name}' was not found: {source_path}; give the path of an "
             f"existing .cpp or .cu file (relative paths start at {os.getcwd()}). Received: {os.fspath(path)!r}"
         )
+    others = _check_other_files(other_files)
+    if is_cuda is None:
+        is_cuda = any(p.endswith(".cu") for p in [source_path, *others])
     inputs, outputs = check_descriptors(name, input_descs, output_descs)
     if additional_definitions is not None and not isinstance(additional_definitions, Mapping):
         _format_definitions(additional_definitions)  # raises the UserTypeError
@@ -436,29 +537,38 @@ def compile_custom_cppop(name: str, path, input_descs: Sequence[TensorDescriptor
     if _supports_openmp(comp, folder):
         flags += _openmp_flags(comp)
     flags += define_flags + extra
-    library, key, cached, log = _build(name, source_path, flags, comp, folder, bool(is_cuda))
+    library, key, cached, log = _build(name, source_path, flags, comp, folder, bool(is_cuda),
+                                       other_sources=others, live_output=live)
     try:
         op = CppOp(name, library, inputs, outputs, source_hash=key, from_cache=cached)
     except OSError:
         if not cached:
             raise
         # A cached library that no longer loads (e.g. truncated by a full disk): build it again.
-        library, key, cached, log = _build(name, source_path, flags, comp, folder, bool(is_cuda), force=True)
+        library, key, cached, log = _build(name, source_path, flags, comp, folder, bool(is_cuda), force=True,
+                                           other_sources=others, live_output=live)
         op = CppOp(name, library, inputs, outputs, source_hash=key, from_cache=False)
     op.source_path = source_path
     op.build_log = log
-    op.compile_command = [*comp.argv, *flags, source_path]
+    op.compile_command = [*comp.argv, *flags, source_path, *others]
     return op
 
 
 def compile_custom_cppop_inline(name: str, source: str, input_descs: Sequence[TensorDescriptor],
                                 output_descs: Sequence[TensorDescriptor], additional_definitions: Mapping = {},
                                 is_cuda: bool = False, compiler=None, extra_flags: Sequence[str] = (),
-                                build_dir=None) -> "CppOp":
+                                build_dir=None, output_folder=None, *, live_output: bool = False,
+                                additional_cmake_options: Sequence[str] = (),
+                                rendered_wrapper: str | None = None) -> "CppOp":
     """Compile C++ (or CUDA) source code given as a string; see :func:`compile_custom_cppop`.
 
     The code is written to ``<build_dir>/src/<name>-<hash>.cpp`` (``.cu`` when ``is_cuda``), the
     file that compiler messages refer to.
+
+    Deep500's signature, ``compile_custom_cppop_inline(operator_name, code, input_tensors,
+    output_tensors, live_output=False, is_cuda=False, additional_cmake_options=[],
+    additional_definitions={}, rendered_wrapper=None, output_folder='')``, is accepted too: by
+    keyword, or positionally when the fifth argument is a bool (``live_output``).
 
     Args:
         name: the operator's name.
@@ -470,17 +580,37 @@ def compile_custom_cppop_inline(name: str, source: str, input_descs: Sequence[Te
         compiler: the compiler command.
         extra_flags: more compiler flags.
         build_dir: the cache folder.
+        output_folder: Deep500's name for ``build_dir`` (``''`` means the default).
+        live_output: print the compiler command and its output as it compiles (Deep500).
+        additional_cmake_options: Deep500's CMake options; only an empty list is accepted.
+        rendered_wrapper: Deep500's per-framework wrapper; only ``None`` is accepted.
 
     Returns:
         A :class:`CppOp`.
     """
+    if isinstance(additional_definitions, (bool, np.bool_)):
+        # Deep500's positional order: live_output, is_cuda, additional_cmake_options,
+        # additional_definitions, rendered_wrapper, output_folder.
+        live_output = bool(live_output) or bool(additional_definitions)
+        additional_cmake_options = list(additional_cmake_options or ()) + list(compiler or ())
+        additional_definitions = {} if extra_flags in ((), [], None) else extra_flags
+        rendered_wrapper = build_dir if rendered_wrapper is None else rendered_wrapper
+        compiler, extra_flags, build_dir = None, (), None
+    live = _deep500_options(live_output, additional_cmake_options, rendered_wrapper)
+    if output_folder not in (None, ""):
+        if build_dir is not None:
+            raise UserError("Give the build folder once: build_dir or Deep500's output_folder, not both. "
+                            f"Received: build_dir={build_dir!r}, output_folder={output_folder!r}")
+        build_dir = output_folder
     name = _check_name(name)
     if not isinstance(source, str) or not source.strip():
         raise UserTypeError(f"source must be a non-empty string of C++ code. Received: {source!r:.80}")
+    if not isinstance(is_cuda, (bool, np.bool_)):
+        raise UserTypeError(f"is_cuda must be True or False. Received: {is_cuda!r}")
     folder = os.path.abspath(os.fspath(build_dir)) if build_dir is not None else default_build_dir()
     digest = hashlib.sha256(source.encode("utf-8")).hexdigest()[:16]
     path = os.path.join(folder, "src", f"{name}-{digest}.{'cu' if is_cuda else 'cpp'}")
     if not os.path.exists(path):
         atomic_write_text(path, source)
-    return compile_custom_cppop(name, path, input_descs, output_descs, additional_definitions, is_cuda=is_cuda,
-                                compiler=compiler, extra_flags=extra_flags, build_dir=folder)
+    return compile_custom_cppop(name, path, input_descs, output_descs, additional_definitions, is_cuda=bool(is_cuda),
+                                compiler=compiler, extra_flags=extra_flags, build_dir=folder, live_output=live)

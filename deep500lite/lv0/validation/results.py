@@ -33,6 +33,9 @@ class OpTestResult:
             computed element by element (``None`` for directional-only checks).
         analytic: input name -> the gradient ``op.backward`` returned.
         elapsed_s: wall time of the whole check.
+        values: Deep500's result list (forward): for each output, the value of each given metric,
+            in the order given. The result iterates over it, so ``l2, maxerr = d5.test_op_forward(
+            op, inputs, refs, metrics=[d5.L2Error(), d5.MaxError()])`` works as in Deep500.
     """
 
     passed: bool
@@ -47,6 +50,16 @@ class OpTestResult:
     numerical: dict = dataclasses.field(default_factory=dict, repr=False)
     analytic: dict = dataclasses.field(default_factory=dict, repr=False)
     elapsed_s: float = 0.0
+    values: list = dataclasses.field(default_factory=list, repr=False)
+
+    def __iter__(self):
+        return iter(self.values)
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def __getitem__(self, index):
+        return self.values[index]
 
     def summary(self) -> str:
         """A few lines: the verdict, the method, one line per tensor with its metrics, the reason."""

@@ -82,7 +82,7 @@ def _reference_run(name, **extra):
     net = _network()
     given = {}
 
-    def given_gradient(param_name, grad, param):
+    def given_gradient(param_name, param, grad):
         assert grad.shape == given[param_name].shape and param.dtype == np.float64
         return given[param_name]
 

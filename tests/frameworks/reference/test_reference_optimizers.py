@@ -158,7 +158,7 @@ def test_accelegrad():
 
 
 def test_gradient_modifier_weight_decay():
-    decay = lambda name, g, w: g + 0.1 * w  # noqa: E731
+    decay = lambda name, w, g: g + 0.1 * w  # noqa: E731
     _run(d5ref.GradientDescent(_executor(), learning_rate=0.3, gradient_modifier=decay), 2,
          lambda t, n, w, g: w - 0.3 * (g + 0.1 * w))
 
@@ -173,8 +173,8 @@ def test_set_parameter_changes_learning_rate():
         return w - lrs[t] * g
 
     _run(opt, 3, formula)
-    with pytest.raises(AttributeError, match="GradientDescent has no hyperparameter 'lr'"):
-        opt.set_parameter("lr", 0.1)
+    with pytest.raises(AttributeError, match="GradientDescent has no hyperparameter 'rate'"):
+        opt.set_parameter("rate", 0.1)
 
 
 def test_training_lowers_the_loss():

@@ -75,7 +75,7 @@ def test_keras_exported_cnn_matches_keras(tmp_path):
 
 
 # ---------------------------------------------------------------------- zoo models
-@pytest.mark.parametrize("name,shape", [("mlp", (6,)), ("lenet", (1, 8, 8)), ("simple_cnn", (3, 8, 8))])
+@pytest.mark.parametrize("name,shape", [("mlp", (6,)), ("lenet", (1, 8, 8)), ("bn_cnn", (3, 8, 8))])
 def test_zoo_models_match_reference(name, shape, rng):
     net, i, o = networks.create_model(name, None, classes=5, shape=shape)
     x = rng.standard_normal((4,) + shape).astype(np.float32)

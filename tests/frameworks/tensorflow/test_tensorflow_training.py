@@ -552,7 +552,7 @@ def test_gradient_modifier_is_applied():
     ex = d5.executor(net, "tensorflow")
     calls = []
 
-    def weight_decay(name, grad, param):
+    def weight_decay(name, param, grad):
         calls.append(name)
         return grad + 0.01 * param
 

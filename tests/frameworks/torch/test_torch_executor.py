@@ -52,7 +52,7 @@ def test_keras_exported_cnn_matches_keras(tmp_path):
 
 
 # ------------------------------------------------------------------ zoo models
-@pytest.mark.parametrize("name,shape", [("lenet", (1, 8, 8)), ("mlp", (6,)), ("simple_cnn", (3, 8, 8))])
+@pytest.mark.parametrize("name,shape", [("lenet", (1, 8, 8)), ("mlp", (6,)), ("bn_cnn", (3, 8, 8))])
 def test_zoo_models_match_reference(name, shape):
     net, i, o = networks.create_model(name, None, shape=shape)
     feeds = net.random_feeds(batch_size=3, seed=5)
@@ -263,7 +263,7 @@ def test_gpu_request_is_a_clear_device_error():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_gpu_matches_cpu(rng):
-    net, i, o = networks.create_model("simple_cnn", None, shape=(3, 8, 8))
+    net, i, o = networks.create_model("bn_cnn", None, shape=(3, 8, 8))
     feeds = net.random_feeds(batch_size=4)
     expected = d5.executor(net, "torch").inference(feeds)[o]
     ex = d5.executor(net.copy(), "torch", device="gpu:0")

@@ -357,7 +357,7 @@ def test_parameter_reached_only_through_argmax_has_a_zero_gradient():
 
 
 def test_inference_after_training_runs_in_inference_mode():
-    net, _, o = networks.create_model("simple_cnn", None, shape=(3, 8, 8), width=4)
+    net, _, o = networks.create_model("bn_cnn", None, shape=(3, 8, 8), width=4)
     _with_loss(net, o)
     ex = TorchExecutor(net)
     feeds = _feeds((3, 8, 8), 4)
@@ -501,8 +501,8 @@ def test_set_parameter_changes_the_learning_rate_between_steps():
     opt.step(_feeds((6,), 8, seed=2))
     g = net.fetch_tensor("fc1.weight_grad")
     np.testing.assert_allclose(net.fetch_tensor("fc1.weight"), w - 0.01 * g, rtol=1e-5, atol=1e-7)
-    with pytest.raises(AttributeError, match="no hyperparameter 'lr'"):
-        opt.set_parameter("lr", 0.1)
+    with pytest.raises(AttributeError, match="no hyperparameter 'rate'"):
+        opt.set_parameter("rate", 0.1)
     with pytest.raises(ValueError, match="learning_rate"):
         opt.set_parameter("learning_rate", -1.0)
 
@@ -529,7 +529,7 @@ def test_gradient_modifier_is_applied_before_the_update():
     ex = TorchExecutor(net)
     seen = []
 
-    def weight_decay(name, grad, param):
+    def weight_decay(name, param, grad):
         seen.append(name)
         return grad + 0.1 * param
 
