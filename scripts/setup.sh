@@ -29,5 +29,8 @@ echo "setup: creating $VENV and installing deep500lite with torch, tensorflow-cp
 "$VENV/bin/python" -m pip install --quiet -c scripts/constraints.txt "torch==2.13.0"
 # The constraints pin every package to the versions the tests were written against (see there).
 "$VENV/bin/python" -m pip install --quiet -c scripts/constraints.txt -e ".[all,test]"
+# Keras 2 for Deep500's TF1-style samples (tf.layers.conv2d; used with TF_USE_LEGACY_KERAS=1). Without
+# --no-deps it would pull the full 'tensorflow' wheel on top of tensorflow-cpu, which holds the same files.
+"$VENV/bin/python" -m pip install --quiet --no-deps -c scripts/constraints.txt "tf_keras==2.21.0"
 echo "$want" > "$STAMP"
 echo "setup: done ($("$VENV/bin/python" --version))"

@@ -23,8 +23,10 @@ class HorovodDistributedOptimizer(HorovodOptimizerBase):
     (``horovod.tensorflow.broadcast``); see :class:`~deep500lite.lv3.horovod.HorovodOptimizerBase`.
     Run the script with ``horovodrun -np N python script.py`` (or ``mpiexec``).
 
-    Not tested in deep500lite's test suite, where Horovod is not installed: only the error raised
-    without it is.
+    Untested: Horovod 0.28.1 does not build against tensorflow-cpu 2.21 (its headers include
+    ``highwayhash/arch_specific.h``, which the wheel does not ship). The torch adapter, which shares
+    :class:`~deep500lite.lv3.horovod.HorovodOptimizerBase`, is checked on real Horovod ranks
+    (``tests/lv3/test_horovod_adapter.py``), and so is the error raised without Horovod.
 
     Args:
         optimizer: the base optimizer, such as ``d5tf.MomentumOptimizer(executor, "loss", 0.1, 0.9)``.

@@ -729,8 +729,9 @@ class HorovodDistributedOptimizer(HorovodOptimizerBase):
     (``horovod.torch.broadcast``); see :class:`~deep500lite.lv3.horovod.HorovodOptimizerBase`.
     Deep500 had it for TensorFlow only; this is the same adapter for torch.
 
-    Not tested in deep500lite's test suite, where Horovod is not installed: only the error raised
-    without it is.
+    Checked on two Horovod ranks (gloo) by ``tests/lv3/test_horovod_adapter.py``, which runs where
+    Horovod is installed (Horovod 0.28.1 built from source with C++17 for torch 2.x; see
+    docs/porting-from-deep500.md); ``scripts/setup.sh`` does not install Horovod.
 
     Args:
         optimizer: the base optimizer, such as ``d5fw.MomentumOptimizer(executor, "loss", 0.1, 0.9)``.
