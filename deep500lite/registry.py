@@ -16,7 +16,10 @@ from deep500lite.utils import is_package_available, package_version
 __all__ = [
     "FRAMEWORKS",
     "FRAMEWORK_ALIASES",
+    "EXECUTOR_VARIANTS",
     "canonical_framework",
+    "split_executor_spelling",
+    "canonical_executor_spelling",
     "is_framework_available",
     "framework_version",
     "import_framework",
@@ -31,19 +34,40 @@ FRAMEWORKS: dict[str, tuple[str, str | None, str | None, str | None]] = {
     "torch": ("deep500lite.frameworks.torch", "torch", "torch", "torch"),
     "tensorflow": ("deep500lite.frameworks.tensorflow", "tensorflow", "tensorflow", "tensorflow"),
     "onnxruntime": ("deep500lite.frameworks.onnxruntime", "onnxruntime", "onnxruntime", "onnxruntime"),
+    "jax": ("deep500lite.frameworks.jax", "jax", "jax", "jax"),
 }
 
 FRAMEWORK_ALIASES = {"pytorch": "torch", "tf": "tensorflow", "ort": "onnxruntime", "numpy": "reference"}
+
+#: Executor variants, spelled ``FRAMEWORK:VARIANT`` (the CLI's ``--frameworks``, a recipe's
+#: ``executor``, ``d5.executor``): spelling -> (framework key, keyword arguments of its executor).
+#: The framework part may be an alias (``tf:xla``); the variant part is matched without regard to case.
+EXECUTOR_VARIANTS: dict[str, tuple[str, dict]] = {
+    "torch:compile": ("torch", {"compile": True}),
+    "torch:max-autotune": ("torch", {"compile": True, "compile_mode": "max-autotune"}),
+    "tensorflow:xla": ("tensorflow", {"jit_compile": True}),
+    "onnxruntime:O0": ("onnxruntime", {"graph_optimization_level": "disabled"}),
+    "onnxruntime:O1": ("onnxruntime", {"graph_optimization_level": "basic"}),
+    "onnxruntime:O2": ("onnxruntime", {"graph_optimization_level": "extended"}),
+    "onnxruntime:O3": ("onnxruntime", {"graph_optimization_level": "all"}),
+}
 
 
 def canonical_framework(name: str) -> str:
     """The framework key for ``name`` (aliases such as ``pytorch`` resolved).
 
+    Variant spellings (``torch:compile``) are refused rather than silently run as their plain
+    framework: :func:`split_executor_spelling` takes them.
+
     Raises:
-        UserError: the name is not a known framework.
+        UserError: the name is not a known framework (or is a variant spelling).
     """
     if not isinstance(name, str):
         raise UserTypeError(f"A framework is named by a string, such as 'torch'. Received: {type(name).__name__}")
+    if ":" in name:
+        raise UserError(f"{name!r} is an executor variant spelling (FRAMEWORK:VARIANT); here a plain framework "
+                        f"name is needed: {format_choices(FRAMEWORKS)}. Variants are taken by d5.executor, recipes' "
+                        f"'executor', compare and infer. Received: {name!r}")
     key = name.strip().lower()
     key = FRAMEWORK_ALIASES.get(key, key)
     if key not in FRAMEWORKS:
@@ -52,6 +76,58 @@ def canonical_framework(name: str) -> str:
             f"(aliases: {format_choices(FRAMEWORK_ALIASES)}). Received: {name!r}"
         )
     return key
+
+
+def _variant_entry(name: str) -> tuple[str, tuple[str, dict]]:
+    """``(canonical spelling, (key, kwargs))`` of a ``FRAMEWORK:VARIANT`` spelling."""
+    framework, _, variant = name.strip().partition(":")
+    key = canonical_framework(framework)
+    wanted = f"{key}:{variant.strip()}".lower()
+    for spelling, entry in EXECUTOR_VARIANTS.items():
+        if spelling.lower() == wanted:
+            return spelling, entry
+    known = [s for s in EXECUTOR_VARIANTS if s.startswith(key + ":")]
+    raise UserError(f"Unknown executor variant {name!r}. Variants of {key}: "
+                    f"{format_choices(known) if known else 'none'}; all variants: {format_choices(EXECUTOR_VARIANTS)} "
+                    f"(or a plain framework name). Received: {name!r}")
+
+
+def split_executor_spelling(name: str) -> tuple[str, dict]:
+    """Split a framework or variant spelling into the framework key and its executor's keyword arguments.
+
+    Args:
+        name: a framework name or alias (``torch``, ``tf``), or ``FRAMEWORK:VARIANT`` from
+            :data:`EXECUTOR_VARIANTS` (``torch:compile``, ``tf:xla``, ``onnxruntime:O0``).
+
+    Returns:
+        ``(key, kwargs)``: ``("torch", {"compile": True})``; ``(key, {})`` for a plain name. The
+        dict is a fresh copy.
+
+    Raises:
+        UserError: an unknown framework or variant (the message lists the known variants).
+
+    >>> split_executor_spelling("tf:xla")
+    ('tensorflow', {'jit_compile': True})
+    """
+    if not isinstance(name, str):
+        raise UserTypeError(f"A framework is named by a string, such as 'torch'. Received: {type(name).__name__}")
+    if ":" not in name:
+        return canonical_framework(name), {}
+    _, (key, kwargs) = _variant_entry(name)
+    return key, dict(kwargs)
+
+
+def canonical_executor_spelling(name: str) -> str:
+    """The canonical spelling of a framework or variant (``tf:XLA`` -> ``tensorflow:xla``, ``pytorch`` -> ``torch``).
+
+    Raises:
+        UserError: an unknown framework or variant.
+    """
+    if not isinstance(name, str):
+        raise UserTypeError(f"A framework is named by a string, such as 'torch'. Received: {type(name).__name__}")
+    if ":" not in name:
+        return canonical_framework(name)
+    return _variant_entry(name)[0]
 
 
 def is_framework_available(name: str) -> bool:
@@ -132,9 +208,11 @@ def executor(network, framework: str, device=None, **kwargs):
 
     Args:
         network: a :class:`~deep500lite.Network`, an ONNX file path or an ``onnx.ModelProto``.
-        framework: ``reference``, ``torch`` (alias ``pytorch``), ``tensorflow`` or ``onnxruntime``.
+        framework: ``reference``, ``torch`` (alias ``pytorch``), ``tensorflow``, ``onnxruntime``,
+            ``jax``, or a variant spelling from :data:`EXECUTOR_VARIANTS` (``torch:compile``,
+            ``tensorflow:xla``, ``onnxruntime:O0``), whose keyword arguments come first.
         device: ``None``/``"cpu"``, ``"gpu:N"`` or a :class:`~deep500lite.Device`.
-        **kwargs: passed to the framework's ``from_model``.
+        **kwargs: passed to the framework's ``from_model`` (they win over a variant's).
 
     Returns:
         A :class:`~deep500lite.GraphExecutor`.
@@ -142,7 +220,8 @@ def executor(network, framework: str, device=None, **kwargs):
     >>> import deep500lite as d5
     >>> ex = d5.executor(d5.load_model("model.onnx"), "reference")  # doctest: +SKIP
     """
-    return import_framework(framework).from_model(network, device=device, **kwargs)
+    key, variant_kwargs = split_executor_spelling(framework)
+    return import_framework(key).from_model(network, device=device, **{**variant_kwargs, **kwargs})
 
 
 def executors_supporting(op_type: str) -> str:

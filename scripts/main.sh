@@ -11,4 +11,4 @@ export PATH="$PWD/.venv/bin:$PATH"
 
 deep500lite env
 out=${DEEP500LITE_OUT:-d5-results/digits_lenet/compare}
-deep500lite compare recipes/digits_lenet.py --frameworks torch,tensorflow,onnxruntime,reference --out "$out"
+deep500lite compare recipes/digits_lenet.py --frameworks torch,tensorflow,onnxruntime,jax,reference --out "$out"

@@ -18,7 +18,7 @@ REPO = next(str(p) for p in pathlib.Path(__file__).resolve().parents
             if (p / 'pyproject.toml').exists())
 
 SOURCE_ROOTS = {"deep500lite": "deep500lite", "frameworks": "deep500lite.frameworks", "metrics": "deep500lite.metrics"}
-FRAMEWORK_PACKAGES = ["reference", "torch", "tensorflow", "onnxruntime"]
+FRAMEWORK_PACKAGES = ["reference", "torch", "tensorflow", "onnxruntime", "jax"]
 # role -> frameworks that have it (docs/architecture.md explains the roles)
 ROLES = {
     "executor.py": FRAMEWORK_PACKAGES,
@@ -26,9 +26,9 @@ ROLES = {
     "custom.py": FRAMEWORK_PACKAGES,
     "optimizers.py": FRAMEWORK_PACKAGES,
     "bench.py": FRAMEWORK_PACKAGES,
-    "dtypes.py": ["torch", "tensorflow"],
+    "dtypes.py": ["torch", "tensorflow", "jax"],
     "native.py": ["torch", "tensorflow"],
-    "models.py": ["torch", "tensorflow"],
+    "models.py": ["torch", "tensorflow", "jax"],
     "distributed.py": ["torch"],
 }
 MAX_LINES = 1000

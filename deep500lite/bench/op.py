@@ -21,6 +21,9 @@ the framework's tensors and device before timing; nothing is copied inside the t
 - **reference**: ``numpy.matmul`` (numpy's BLAS, limited to T threads with threadpoolctl) for GEMM; the deep500lite
   reference executor (``onnx.reference``) on the same one-node ONNX ``Conv`` for convolution.
   CPU only.
+- **jax**: ``jax.jit(jnp.matmul)`` / ``jax.jit(jax.lax.conv_general_dilated)`` (NCHW, OIHW) on
+  device arrays, compiled before timing, each run waiting with ``block_until_ready``. XLA sizes
+  its CPU thread pool when JAX starts: T is not applied (the setup records this).
 - **op** (suite ``custom``): the operator's own ``forward`` on numpy arrays (a Python operator
   runs its numpy code; a compiled C++ operator its C++ code).
 
@@ -73,7 +76,7 @@ __all__ = [
 SUITES = ("gemm", "conv", "custom")
 DEFAULT_SUITES = ("gemm", "conv")
 SIZES = ("small", "default", "large")
-OP_FRAMEWORKS = ("torch", "tensorflow", "onnxruntime", "reference")
+OP_FRAMEWORKS = ("torch", "tensorflow", "onnxruntime", "reference", "jax")
 CUSTOM_FRAMEWORK = "op"
 _F32 = 4
 _OPSET = 17
@@ -793,7 +796,7 @@ def run_op_benchmark(suites=DEFAULT_SUITES, frameworks=OP_FRAMEWORKS, size: str 
 # --------------------------------------------------------------------------------------------- plots
 
 _COLORS = {"torch": "#ee4c2c", "tensorflow": "#ff8f00", "onnxruntime": "#005ba4", "reference": "#4d4d4d",
-           CUSTOM_FRAMEWORK: "#2a9d8f"}
+           "jax": "#7b3fa0", CUSTOM_FRAMEWORK: "#2a9d8f"}
 
 
 def plot_results(bench: OpBenchmark, folder) -> list[str]:

@@ -6,10 +6,11 @@ forward and backward together (``y = op(x)``, then the gradient of ``sum(y * g)`
 
 - **custom**: deep500lite's C++ Swish (compiled with :func:`d5.compile_custom_cppop_inline`),
   or the same operator in numpy (a ``d5.CustomPythonOp``), through
-  ``deep500lite.frameworks.<fw>.custom_op`` (torch, TensorFlow) or as a custom node of an ONNX
+  ``deep500lite.frameworks.<fw>.custom_op`` (torch, TensorFlow, JAX) or as a custom node of an ONNX
   graph (ONNX Runtime through onnxruntime-extensions, the reference executor);
 - **native**: the framework's own operator: ``torch.nn.functional.silu`` with autograd,
-  ``tf.nn.silu`` under ``tf.GradientTape`` in a ``tf.function``, and for ONNX Runtime and the
+  ``tf.nn.silu`` under ``tf.GradientTape`` in a ``tf.function``, ``jax.nn.silu`` under ``jax.vjp`` in
+  ``jax.jit``, and for ONNX Runtime and the
   reference executor the graph ``x * Sigmoid(x)`` of standard operators, differentiated by
   deep500lite's ONNX autodiff like the custom node.
 
@@ -30,7 +31,7 @@ from deep500lite.errors import UserError, format_choices
 __all__ = ["OpOverheadResult", "run_op_overhead", "swish_op", "graph_pair", "SWISH_CPP", "KINDS"]
 
 KINDS = ("cpp", "python")
-_FRAMEWORKS = ("torch", "tensorflow", "onnxruntime", "reference")
+_FRAMEWORKS = ("torch", "tensorflow", "onnxruntime", "reference", "jax")
 
 SWISH_CPP = r"""
 #include <deep500lite/deep500lite.h>
@@ -173,7 +174,7 @@ def run_op_overhead(frameworks, kinds=("cpp",), elements: int = 1 << 16, max_tim
     """Time Swish as a custom operator against each framework's own (see module docstring).
 
     Args:
-        frameworks: framework keys (torch, tensorflow, onnxruntime, reference).
+        frameworks: framework keys (torch, tensorflow, onnxruntime, reference, jax).
         kinds: ``"cpp"`` (the compiled C++ operator) and/or ``"python"`` (numpy).
         elements: vector length.
         max_time: seconds of timed work per framework and kind.

@@ -5,7 +5,8 @@ Inference (default):
 For each model the same network runs two ways on the same inputs (numpy in, numpy out on both):
 
 - **native**: the framework's own call — a ``torch.nn.Module`` under ``torch.inference_mode``,
-  a Keras model inside ``tf.function``, or ``onnxruntime.InferenceSession.run``;
+  a Keras model inside ``tf.function``, ``onnxruntime.InferenceSession.run``, or the model
+  written in plain JAX under ``jax.jit`` (``frameworks/jax/models.py``);
 - **deep500lite**: the model as ONNX (exported by ``torch.onnx.export``, converted by tf2onnx, or
   the zoo's graph for ONNX Runtime) run by ``d5.executor(network, framework).inference``.
 
@@ -19,6 +20,10 @@ Training (``training=True``): one step of forward, backward and a momentum updat
   ``tf.function`` with ``GradientTape`` and ``keras.optimizers.SGD(momentum=0.9)``; deep500lite
   runs the zoo's ONNX graph of that architecture on the TensorFlow executor with its native
   ``MomentumOptimizer``;
+- jax: native is ``jax.jit`` of ``jax.value_and_grad`` and an ``optax.sgd(momentum=0.9)`` update
+  of the plain-JAX model; deep500lite runs the same model's ONNX graph (the same weights,
+  batch normalization with batch statistics on both sides) on the JAX executor with its
+  native ``MomentumOptimizer``;
 - onnxruntime and reference have no native training loop to compare with: their deep500lite
   step (ONNX autodiff graph, reference numpy ``MomentumOptimizer``) is timed alone.
 
@@ -59,6 +64,8 @@ class OverheadResult:
     max_abs_error: float | None
     paired: object  # PairedMeasurement, or a Measurement when there is no native side
     training: bool = False
+    # seconds spent compiling, kept out of the timed calls: {"deep500lite": ..., "native": ...}
+    compile_seconds: dict | None = None
 
     @property
     def has_native(self) -> bool:
@@ -80,15 +87,15 @@ class OverheadResult:
         """JSON-ready form with every raw sample."""
         common = {"framework": self.framework, "model": self.model, "batch_size": self.batch_size,
                   "training": self.training, "max_abs_error": self.max_abs_error, "target_ratio": TARGET_RATIO,
-                  "verdict": self.verdict}
+                  "verdict": self.verdict, "compile_seconds": self.compile_seconds}
         if not self.has_native:
             return {**common, "deep500lite": self.paired.to_dict()}
         return {**common, "native": self.paired.b.to_dict(), "deep500lite": self.paired.a.to_dict(),
                 "ratios": list(self.paired.ratios), "ratio": self.paired.ratio.to_dict()}
 
 
-INFERENCE_FRAMEWORKS = ("torch", "tensorflow", "onnxruntime")
-TRAINING_FRAMEWORKS = ("torch", "tensorflow", "onnxruntime", "reference")
+INFERENCE_FRAMEWORKS = ("torch", "tensorflow", "onnxruntime", "jax")
+TRAINING_FRAMEWORKS = ("torch", "tensorflow", "onnxruntime", "reference", "jax")
 
 LEARNING_RATE, MOMENTUM = 0.01, 0.9
 
@@ -137,7 +144,7 @@ def run_overhead(framework: str, models=MODELS, batch_size: int = 64, max_time: 
     """Measure deep500lite/native time ratios for ``framework`` on ``models`` (see the module doc).
 
     Args:
-        framework: ``torch``, ``tensorflow`` or ``onnxruntime`` (and ``reference`` for training).
+        framework: ``torch``, ``tensorflow``, ``onnxruntime`` or ``jax`` (and ``reference`` for training).
         models: names from :data:`MODELS`.
         batch_size: samples per call.
         max_time: seconds of timed work per model (both sides together).
@@ -168,10 +175,13 @@ def run_overhead(framework: str, models=MODELS, batch_size: int = 64, max_time: 
             progress(f"{key} {model} batch {batch_size} {what}: preparing")
         rng = np.random.default_rng(seed)
         d5_call, native_call, ex = pair(model, batch_size, rng)
-        # Both training sides start from the same weights only for torch (the module is exported).
+        # Both training sides start from the same weights only for torch and jax (the model is exported).
         first = d5_call()
         err = (MaxError().measure(None, first, native_call())
-               if native_call is not None and (not training or key == "torch") else None)
+               if native_call is not None and (not training or key in ("torch", "jax")) else None)
+        compiled = {"deep500lite": float(getattr(ex, "compile_seconds", 0.0))}
+        if hasattr(native_call, "compile_seconds"):
+            compiled["native"] = float(native_call.compile_seconds)
         if progress:
             progress(f"{key} {model} batch {batch_size} {what}: timing (up to {max_time:g} s)")
         if native_call is None:
@@ -180,5 +190,8 @@ def run_overhead(framework: str, models=MODELS, batch_size: int = 64, max_time: 
         else:
             timed = time_paired(d5_call, native_call, label_a="deep500lite", label_b="native",
                                 sync=ex.synchronize, max_time=max_time)
-        results.append(OverheadResult(key, model, batch_size, err, timed, training))
+        during = float(getattr(ex, "compile_seconds", 0.0)) - compiled["deep500lite"]
+        if during > 0:  # a recompilation inside the timed calls: reported, so it cannot hide
+            compiled["deep500lite_during_timing"] = during
+        results.append(OverheadResult(key, model, batch_size, err, timed, training, compiled))
     return results

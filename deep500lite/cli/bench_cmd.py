@@ -19,7 +19,7 @@ def add_parser(subparsers):
                                     "framework's native call, in alternation, and print the ratio "
                                     "deep500lite/native with its 95% CI (target <= 1.05)."))
     o.add_argument("--framework", "-f", default=None,
-                   help="torch, tensorflow or onnxruntime (with --training also reference); with --op a "
+                   help="torch, tensorflow, onnxruntime or jax (with --training also reference); with --op a "
                         "comma-separated list (default: every installed framework)")
     o.add_argument("--op", action="store_true",
                    help="time a custom operator (Swish, C++) through each framework against the framework's own")
@@ -57,7 +57,7 @@ def run_overhead(args) -> int:
     if args.op:
         return _run_op_overhead(args)
     if not args.framework:
-        raise UserError("bench overhead needs --framework (torch, tensorflow, onnxruntime; with --training also "
+        raise UserError("bench overhead needs --framework (torch, tensorflow, onnxruntime, jax; with --training also "
                         "reference), or --op. Received: neither")
     if args.batch_size < 1:
         raise UserError(f"--batch-size must be a positive integer. Received: {args.batch_size}")
@@ -81,6 +81,10 @@ def run_overhead(args) -> int:
     print(f"{what} time, deep500lite vs native")
     print(format_table(["framework", "model", "batch", "native [95% CI]", "deep500lite [95% CI]",
                         "ratio [95% CI]", "runs", "max |err|", f"target <= {TARGET_RATIO}"], rows))
+    compiled = [f"{r.model}: " + ", ".join(f"{k} {v:.3g} s" for k, v in r.compile_seconds.items())
+                for r in results if r.compile_seconds and any(r.compile_seconds.values())]
+    if compiled:
+        print("compile time (not in the times above): " + "; ".join(compiled))
     if args.json:
         payload = {"benchmark": "overhead", "environment": collect_environment(),
                    "results": [r.to_dict() for r in results]}

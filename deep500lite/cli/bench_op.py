@@ -24,8 +24,8 @@ def add_subparser(sub):
     p.add_argument("--suite", default="gemm,conv",
                    help="comma-separated: gemm, conv, custom (default gemm,conv)")
     p.add_argument("--frameworks", default="torch,tensorflow,onnxruntime,reference",
-                   help="comma-separated: torch, tensorflow, onnxruntime, reference (default all; missing ones are "
-                        "skipped with a note)")
+                   help="comma-separated: torch, tensorflow, onnxruntime, reference, jax (default the first four; "
+                        "missing ones are skipped with a note)")
     p.add_argument("--size", default="default", help="size preset: small, default or large (default: default)")
     p.add_argument("--max-time", type=float, default=2.0, metavar="SECONDS",
                    help="seconds of timed work per case and framework at most (default 2); stops earlier when the "

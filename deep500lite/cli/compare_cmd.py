@@ -24,12 +24,15 @@ def add_parser(subparsers):
     p = subparsers.add_parser(
         "compare", help="run a recipe on several frameworks (fresh process each) and compare them",
         description="Run a recipe once per framework, each in a new process, then print one table: final "
-                    "accuracy, time to accuracy, throughput, step latency (median, 95% CI), peak memory, the "
+                    "accuracy, time to accuracy, throughput, step latency (median, 95% CI; compilation left "
+                    "out), compile time, peak memory, the "
                     "first step's output and gradient differences from the reference executor, and which "
                     "step-time differences are significant (Mann-Whitney U). Writes plots.")
     p.add_argument("recipe", metavar="RECIPE", help="a recipe file (.py) or a bundled recipe name (digits_lenet)")
     p.add_argument("--frameworks", type=_frameworks, default=["torch", "tensorflow", "onnxruntime", "reference"],
-                   metavar="FW,FW,...", help="frameworks to compare (default torch,tensorflow,onnxruntime,reference)")
+                   metavar="FW,FW,...", help="frameworks to compare (default torch,tensorflow,onnxruntime,reference); "
+                                             "variants such as torch:compile, tensorflow:xla, onnxruntime:O0 are "
+                                             "rows of their own")
     p.add_argument("--repeats", type=positive_int, default=1, metavar="N",
                    help="runs per framework, interleaved, each in a new process (default 1)")
     p.add_argument("--out", metavar="DIR", default=None,
@@ -68,6 +71,9 @@ def run(args) -> int:
         atomic_write_text(os.path.join(out, "comparison.json"),
                           json.dumps(jsonable(summary), indent=1, allow_nan=False) + "\n")
     for f in outcome["failures"]:
+        if f.get("log") is None:  # never started (not installed)
+            print(f"{f['framework']}: {f['error']}", file=sys.stderr)
+            continue
         print(f"{f['framework']} run {f['run']} failed (exit status {f['status']}): {f['error']} "
               f"(log: {f['log']})", file=sys.stderr)
     print(f"wall time {outcome['wall_time']:.1f} s for {len(outcome['frameworks'])} framework(s) x {args.repeats} "

@@ -19,7 +19,8 @@ def add_parser(subparsers):
                      "against the reference executor."))
     p.add_argument("model", metavar="MODEL.onnx", help="the ONNX model file")
     p.add_argument("--framework", "-f", default=None,
-                   help="one framework: reference, torch, tensorflow or onnxruntime (default: reference)")
+                   help="one framework: reference, torch, tensorflow, onnxruntime or jax, or a variant such as "
+                        "torch:compile, tensorflow:xla, onnxruntime:O0 (default: reference)")
     p.add_argument("--frameworks", default=None, metavar="A,B,...",
                    help="several frameworks, comma-separated, compared in one table")
     p.add_argument("--inputs", default=None, metavar="FILE.npz",
@@ -55,13 +56,13 @@ def load_feeds(path: str) -> dict[str, np.ndarray]:
 
 
 def _frameworks(args) -> list[str]:
-    from deep500lite.registry import canonical_framework
+    from deep500lite.registry import canonical_executor_spelling
 
     if args.framework and args.frameworks:
         raise UserError("Give either --framework or --frameworks, not both. "
                         f"Received: --framework {args.framework} --frameworks {args.frameworks}")
     names = args.frameworks.split(",") if args.frameworks else [args.framework or "reference"]
-    keys = [canonical_framework(n) for n in names if n.strip()]
+    keys = [canonical_executor_spelling(n) for n in names if n.strip()]
     if not keys:
         raise UserError(f"--frameworks names no framework. Received: {args.frameworks!r}")
     return list(dict.fromkeys(keys))
@@ -94,8 +95,9 @@ def run(args) -> int:
             print(f"output {name}: {value.dtype.name}{list(value.shape)}")
         m = _time(ex, feeds, args.max_time)
         s = m.summary
-        print(f"{ex.framework} on {ex.devname}: median latency {format_ci(s.median, s.ci_low, s.ci_high)} "
-              f"(95% CI, {s.n} runs)")
+        compiled = f", compile time {ex.compile_seconds:.2f} s apart" if ex.compile_seconds else ""
+        print(f"{frameworks[0]} on {ex.devname}: median latency {format_ci(s.median, s.ci_low, s.ci_high)} "
+              f"(95% CI, {s.n} runs{compiled})")
         if m.warning():
             print(f"warning: {m.warning()}")
         return 0

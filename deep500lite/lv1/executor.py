@@ -30,10 +30,31 @@ class GraphExecutor(abc.ABC):
     Attributes:
         network: the network this executor runs and whose tensors it holds.
         devname: the device.
+        compile_seconds: cumulative wall-clock seconds this executor has spent compiling so far
+            (tracing, XLA or inductor compilation, building an ONNX Runtime session), measured
+            where it happens; 0.0 when nothing was compiled. Timers subtract its increase during
+            a step from the step's time.
+        options: the options this executor was built with that change how it runs (a
+            JSON-serializable dict, such as ``{"compile": True, "compile_mode": "default"}``);
+            empty by default. Results files record it.
     """
 
     framework: ClassVar[str] = ""
     SUPPORTED_OPS: ClassVar[frozenset] = frozenset()
+    #: Cumulative seconds spent compiling (see the class docs); executors that compile add to it.
+    compile_seconds: float = 0.0
+
+    @property
+    def options(self) -> dict:
+        """The options that change how this executor runs (a fresh empty dict per instance by default)."""
+        found = self.__dict__.get("_executor_options")
+        if found is None:
+            found = self.__dict__["_executor_options"] = {}
+        return found
+
+    @options.setter
+    def options(self, value: dict) -> None:
+        self.__dict__["_executor_options"] = dict(value)
 
     def __init__(self, network, device=None):
         device = as_device(device)

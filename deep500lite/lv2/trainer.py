@@ -18,6 +18,11 @@ executor object for the duration of :meth:`Trainer.run_loop` (the wrapper is rem
 Optimizers that run forward, backward and update as one fused call (the native TensorFlow
 optimizers) never call it, so their split is not available: ``forward_backward_time`` and
 ``optimizer_time`` are NaN and only ``step_time`` is recorded.
+
+Compilation is not step time: the increase of ``executor.compile_seconds`` during a step (a
+compiled executor tracing or compiling for a new input shape) is recorded as the step's
+``compile_time`` and subtracted from its ``step_time`` (and, when it happened inside
+``inference_and_backprop``, from its ``forward_backward_time``).
 """
 
 from __future__ import annotations
@@ -141,13 +146,14 @@ class _ForwardBackwardTimer:
         original = ex.inference_and_backprop
 
         def timed(*args, **kwargs):
+            c0 = _compile_seconds(ex)
             t0 = self.clock()
             try:
                 return original(*args, **kwargs)
             finally:
                 if self.sync:
                     ex.synchronize()
-                self.elapsed += self.clock() - t0
+                self.elapsed += self.clock() - t0 - (_compile_seconds(ex) - c0)
                 self.calls += 1
 
         try:
@@ -170,6 +176,11 @@ class _ForwardBackwardTimer:
             ex.inference_and_backprop = self._saved
         else:
             ex.__dict__.pop("inference_and_backprop", None)
+
+
+def _compile_seconds(executor) -> float:
+    """The executor's cumulative compile time so far (0.0 for one that does not report it)."""
+    return float(getattr(executor, "compile_seconds", 0.0) or 0.0)
 
 
 def _label_node(sampler) -> str | None:
@@ -458,12 +469,14 @@ class Trainer:
             reason = _call(events, "before_training_batch", self, stats, batch) or reason
             reason = _call(events, "before_optimizer_step", self, stats, batch) or reason
             timer.take()
+            c1 = _compile_seconds(self.executor)
             t1b = clock()
             outputs = self.optimizer.step(batch)
             if self.synchronize:
                 self.executor.synchronize()
             t2 = clock()
             fwd_bwd = timer.take()
+            compile_time = _compile_seconds(self.executor) - c1
             reason = _call(events, "after_optimizer_step", self, stats, batch, outputs) or reason
             loss = float(np.asarray(outputs[self.loss])) if self.loss in outputs else math.nan
             n = len(batch[label]) if label in batch else len(next(iter(batch.values())))
@@ -471,9 +484,10 @@ class Trainer:
             if self.network_output is not None and label in batch and self.network_output in outputs:
                 c, m = _count_correct(outputs[self.network_output], batch[label])
                 acc = 100.0 * c / m
-            step_time = t2 - t1b
+            step_time = t2 - t1b - compile_time
             rec = {"epoch": epoch, "step": step, "global_step": stats.global_step, "samples": int(n),
                    "loss": loss, "accuracy": acc, "data_time": t1 - t0, "step_time": step_time,
+                   "compile_time": compile_time,
                    "forward_backward_time": fwd_bwd,
                    "optimizer_time": step_time - fwd_bwd if not math.isnan(fwd_bwd) else math.nan,
                    "elapsed": self.elapsed(), **self._hyper_now()}

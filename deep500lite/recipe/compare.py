@@ -11,7 +11,12 @@ computes, per framework:
   device synchronized; the first step of each run left out as warm-up), with its exact
   distribution-free 95% confidence interval (order statistics of the binomial, see
   :mod:`deep500lite.metrics.statistics`), pooled over repeats;
-- the largest difference of the first step's outputs and gradients from the reference executor.
+- the largest difference of the first step's outputs and gradients from the reference executor;
+- the compile time (``compile_seconds`` of the results file: the executor's tracing and
+  compilation over the run, median over repeats), which step times leave out.
+
+Frameworks may be variant spellings (``torch:compile``, ``tensorflow:xla``, ``onnxruntime:O0``;
+:data:`deep500lite.registry.EXECUTOR_VARIANTS`): each is its own row, labelled by its spelling.
 
 Step times are compared with the two-sided Mann–Whitney U test (``scipy.stats.mannwhitneyu``),
 each framework against the fastest one (lowest median). The p-values are adjusted for the
@@ -70,8 +75,9 @@ def mann_whitney(a: Sequence[float], b: Sequence[float]) -> dict:
 
 
 def group_label(results: dict, several_recipes: bool) -> str:
-    """The label a results file is grouped under: its framework (with the recipe when several differ)."""
-    fw = results.get("framework") or "?"
+    """The label a results file is grouped under: its executor variant or framework (with the recipe
+    when several differ)."""
+    fw = results.get("executor_variant") or results.get("framework") or "?"
     name = (results.get("recipe") or {}).get("name", "recipe")
     return f"{name}/{fw}" if several_recipes else fw
 
@@ -98,7 +104,8 @@ def compare_results(results: Sequence[dict], alpha: float = ALPHA) -> dict:
         ``time_to_accuracy`` (seconds; None if not reached or no target), ``throughput``,
         ``step_time`` (a summary dict of the pooled step times), ``step_times`` (the pooled raw
         samples), ``peak_memory_bytes``, ``divergence_outputs``, ``divergence_gradients``,
-        ``reference`` (what the divergence is against), ``errors``. Each test: ``label``,
+        ``reference`` (what the divergence is against), ``errors``, ``compile_seconds`` (median
+        over the runs; None when no file records it), ``executor_options``. Each test: ``label``,
         ``against``, ``u``, ``p``, ``p_adjusted``, ``effect``, ``ratio`` (median over the
         fastest's median), ``significant``.
     """
@@ -139,6 +146,8 @@ def compare_results(results: Sequence[dict], alpha: float = ALPHA) -> dict:
             "divergence_gradients": None if div is None else div.get("gradients"),
             "reference": None if div is None else div.get("reference"),
             "errors": [r.get("error") for r in runs if r.get("error")],
+            "compile_seconds": _median([r.get("compile_seconds") for r in runs]),
+            "executor_options": runs[0].get("executor_options") or {},
             "verdicts": runs[0].get("verdicts") or [],
         })
     timed = [r for r in rows if r["step_time"] is not None]
@@ -199,7 +208,10 @@ def run_comparison(recipe, frameworks: Sequence[str], repeats: int = 1, out: str
 
     Args:
         recipe: a recipe file or bundled recipe name; its ``executor`` must be a MUTABLE key.
-        frameworks: framework keys (``torch``, ``tensorflow``, ``onnxruntime``, ``reference``).
+        frameworks: framework keys (``torch``, ``tensorflow``, ``onnxruntime``, ``reference``, ``jax``)
+            or variant spellings (``torch:compile``, ``tensorflow:xla``, ``onnxruntime:O0``). A
+            framework that is not installed, or whose run fails, is reported in ``failures`` while
+            the others run (a UserError only when none of them is installed).
         repeats: runs per framework (interleaved).
         out: the folder for the runs (``out/FW/results.json``, or ``out/FW/run-K/`` with
             repeats) and the plots; default ``d5-results/RECIPE/compare``.
@@ -212,11 +224,13 @@ def run_comparison(recipe, frameworks: Sequence[str], repeats: int = 1, out: str
         [{"framework", "run", "status", "error"}], "out": folder, "wall_time": seconds}``.
 
     Raises:
-        UserError: an unknown or missing framework, a fixed ``executor``, a bad ``--set``.
+        UserError: an unknown framework or variant, no installed framework, a fixed ``executor``,
+            a bad ``--set``.
     """
     from deep500lite.recipe.loading import load_recipe, parse_set
     from deep500lite.recipe.results import find_results, read_results
-    from deep500lite.registry import FRAMEWORKS, canonical_framework, is_framework_available
+    from deep500lite.registry import FRAMEWORKS, canonical_executor_spelling, is_framework_available, \
+        split_executor_spelling
 
     stream = stream if stream is not None else sys.stdout
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
@@ -230,19 +244,27 @@ def run_comparison(recipe, frameworks: Sequence[str], repeats: int = 1, out: str
     if not frameworks:
         raise UserError(f"--frameworks needs at least one framework: {format_choices(FRAMEWORKS)}. "
                         f"Received: {list(frameworks or [])!r}")
-    keys = list(dict.fromkeys(canonical_framework(f) for f in frameworks))
-    missing = [k for k in keys if not is_framework_available(k)]
-    if missing:
+    keys = list(dict.fromkeys(canonical_executor_spelling(f) for f in frameworks))
+    missing = [k for k in keys if not is_framework_available(split_executor_spelling(k)[0])]
+    if len(missing) == len(keys):
         raise UserError(f"Framework(s) {format_choices(missing)} are not installed: pip install "
-                        + " ".join(f"'deep500lite[{FRAMEWORKS[k][3]}]'" for k in missing)
+                        + " ".join(f"'deep500lite[{FRAMEWORKS[split_executor_spelling(k)[0]][3]}]'"
+                                   for k in missing)
                         + f", or compare installed frameworks only. Received: --frameworks {','.join(keys)}")
     out = out or os.path.join("d5-results", loaded.name, "compare")
     t0 = time.perf_counter()
     failures, paths = [], []
     width = max(len(k) for k in keys)
+    for fw in missing:  # its column only: the installed ones still run
+        extra = FRAMEWORKS[split_executor_spelling(fw)[0]][3]
+        failures.append({"framework": fw, "run": 1, "status": None, "log": None,
+                         "error": f"not installed: pip install 'deep500lite[{extra}]'"})
+        stream.write(f"[{fw.ljust(width)}] skipped: not installed (pip install 'deep500lite[{extra}]')\n")
     for r in range(repeats):
-        for fw in keys:
-            folder = os.path.join(out, fw) if repeats == 1 else os.path.join(out, fw, f"run-{r + 1}")
+        for fw in (k for k in keys if k not in missing):
+            # A variant's folder: torch:compile -> torch-compile (no colon in file names).
+            name = fw.replace(":", "-")
+            folder = os.path.join(out, name) if repeats == 1 else os.path.join(out, name, f"run-{r + 1}")
             prefix = f"[{fw.ljust(width)}] "
             tag = f" (run {r + 1}/{repeats})" if repeats > 1 else ""
             stream.write(f"{prefix}starting{tag} in a new process\n")

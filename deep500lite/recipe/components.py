@@ -212,6 +212,15 @@ def _build_executor(cfg: dict, network, seed: int, seeds: dict):
     return ex
 
 
+def _variant_of(spec, executor, framework: str) -> str:
+    """The executor's spelling in results and comparisons: ``torch:compile`` for that variant, else the framework."""
+    if isinstance(spec, str):
+        from deep500lite.registry import canonical_executor_spelling
+
+        return canonical_executor_spelling(spec)
+    return getattr(executor, "framework", None) or framework
+
+
 def _transform_seeds(sampler) -> list:
     return [getattr(t, "seed", None) for t in getattr(sampler, "transformations", [])]
 
@@ -316,6 +325,7 @@ def _build(resolved: ResolvedRecipe, seed: int, with_optimizer: bool = True) -> 
                                         if k in set(net.parameters))),
                   "executor": _qualified(type(parts.executor)),
                   "framework": getattr(parts.executor, "framework", resolved.framework),
+                  "executor_variant": _variant_of(cfg["executor"], parts.executor, resolved.framework),
                   "device": str(getattr(parts.executor, "devname", "cpu")),
                   "train_sampler": _qualified(type(parts.train_sampler)),
                   "validation_sampler": _qualified(type(parts.validation_sampler)) if parts.validation_sampler else None,

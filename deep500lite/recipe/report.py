@@ -22,7 +22,7 @@ from deep500lite.errors import FrameworkNotAvailableError, UserError
 __all__ = ["load_results", "comparison_table", "significance_lines", "write_plots", "TABLE_HEADERS"]
 
 TABLE_HEADERS = ("framework", "runs", "test acc", "time to acc", "throughput", "step latency median [95% CI]",
-                 "peak memory", "max |d out|", "max |d grad|", "step time vs fastest", "metrics")
+                 "compile time", "peak memory", "max |d out|", "max |d grad|", "step time vs fastest", "metrics")
 
 
 def load_results(paths: Sequence) -> list[dict]:
@@ -92,6 +92,7 @@ def comparison_table(comparison: dict, fmt: str = "table") -> str:
             tta,
             _num(r["throughput"], ".0f") + (" samples/s" if r["throughput"] is not None else ""),
             format_ci(st["median"], st["ci_low"], st["ci_high"]) + f" (n={st['n']})" if st else "-",
+            _num(r.get("compile_seconds"), ".2f") + (" s" if r.get("compile_seconds") is not None else ""),
             _num(None if r["peak_memory_bytes"] is None else r["peak_memory_bytes"] / 2**20, ".0f")
             + (" MiB" if r["peak_memory_bytes"] is not None else ""),
             "ref" if r.get("divergence_outputs") == 0 and r.get("framework") == r.get("reference")

@@ -70,9 +70,9 @@ class ResolvedRecipe:
         """The executor's framework key (``custom`` for a callable executor without a known framework)."""
         ex = self.config["executor"]
         if isinstance(ex, str):
-            from deep500lite.registry import canonical_framework
+            from deep500lite.registry import split_executor_spelling
 
-            return canonical_framework(ex)
+            return split_executor_spelling(ex)[0]
         module = getattr(ex, "__module__", "") or ""
         parts = module.split(".")
         if len(parts) > 2 and parts[0] == "deep500lite" and parts[1] == "frameworks":

@@ -6,6 +6,11 @@ Layout (``"format": "deep500lite-results"``, ``"version": 1``)::
                   (callables as qualified names), which keys were fixed / mutable / overridden,
                   and the acceptable metrics (threshold, required value, direction, unit)
     framework     the executor's framework key; device: its device
+    executor_variant  the executor's spelling (``torch:compile``, ``onnxruntime:O0``; the
+                  framework key for a plain one); comparisons group runs by it
+    executor_options  ``executor.options``: the options it was built with that change how it runs
+    compile_seconds   ``executor.compile_seconds`` at the end of the run: all its tracing and
+                  compilation (left out of every step_time; see each step's compile_time)
     seeds         every seed used: run, model, executor, samplers, transformations
     components    what was built: sample counts, classes, sample shape, parameter count, classes
                   of executor, samplers and optimizer, steps per epoch
@@ -174,6 +179,9 @@ def build_results(recipe, parts, stats, judged, values, verdicts, internal, pass
         "format": RESULTS_FORMAT, "version": RESULTS_VERSION,
         "recipe": recipe.describe(),
         "framework": framework, "device": parts.info.get("device"),
+        "executor_variant": parts.info.get("executor_variant") or framework,
+        "executor_options": dict(getattr(parts.executor, "options", None) or {}),
+        "compile_seconds": float(getattr(parts.executor, "compile_seconds", 0.0) or 0.0),
         "seeds": dict(parts.seeds),
         "components": dict(parts.info),
         "samples": {"steps": steps, "epochs": epochs},

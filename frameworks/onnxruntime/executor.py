@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import re
+import time
 
 import onnx
 import onnx.numpy_helper
 import onnxruntime as ort
 
-from deep500lite.errors import UnsupportedOperatorError
+from deep500lite.errors import DeviceError, UnsupportedOperatorError, UserError, UserTypeError, format_choices
 from deep500lite.frameworks.onnxruntime.custom import extensions_available, session_options_for
 from deep500lite.frameworks.onnxruntime.ops import SUPPORTED_OPS, unsupported_reason
 from deep500lite.lv0.custom import CUSTOM_DOMAIN
@@ -17,27 +18,83 @@ from deep500lite.lv1.execution_errors import execution_error, framework_cause, s
 from deep500lite.lv1.host import HostGraphExecutor
 from deep500lite.lv1.network import iter_nodes
 
-__all__ = ["OnnxRuntimeExecutor", "from_model", "from_onnx"]
+__all__ = ["OnnxRuntimeExecutor", "from_model", "from_onnx", "OPTIMIZATION_LEVELS"]
+
+#: ``graph_optimization_level`` names and the ``onnxruntime.GraphOptimizationLevel`` members they stand for.
+OPTIMIZATION_LEVELS = {name: getattr(ort.GraphOptimizationLevel, member) for name, member in (
+    ("disabled", "ORT_DISABLE_ALL"), ("basic", "ORT_ENABLE_BASIC"), ("extended", "ORT_ENABLE_EXTENDED"),
+    ("layout", "ORT_ENABLE_LAYOUT"), ("all", "ORT_ENABLE_ALL")) if hasattr(ort.GraphOptimizationLevel, member)}
+
+# Execution providers that the plain onnxruntime package lacks, and the package that has each.
+_PROVIDER_PACKAGES = {
+    "OpenVINOExecutionProvider": "onnxruntime-openvino",
+    "CUDAExecutionProvider": "onnxruntime-gpu",
+    "TensorrtExecutionProvider": "onnxruntime-gpu",
+    "DmlExecutionProvider": "onnxruntime-directml",
+    "QNNExecutionProvider": "onnxruntime-qnn",
+}
 
 
 class OnnxRuntimeExecutor(HostGraphExecutor):
     """Runs a network in an ``onnxruntime.InferenceSession``.
 
+    ONNX Runtime optimizes the graph (constant folding, fusions, layout changes, as the level
+    allows) while it builds a session, so building sessions is this executor's compilation: the
+    wall time of every ``InferenceSession`` construction (the inference session, rebuilt after
+    parameters change, and each training graph's) is added to :attr:`compile_seconds`.
+    :attr:`options` records the level, thread counts and providers.
+
     Args:
         network: a Network, ONNX file path or ModelProto.
         device: ``"cpu"`` or ``"gpu:N"`` (needs onnxruntime with the CUDA execution provider).
-        session_options: an ``onnxruntime.SessionOptions`` (default: all graph optimizations).
+        session_options: an ``onnxruntime.SessionOptions`` (default: all graph optimizations); the
+            options below are set on it.
         seed: seed of the dropout masks drawn in training.
+        graph_optimization_level: ``"disabled"``, ``"basic"``, ``"extended"``, ``"layout"`` or
+            ``"all"`` (:data:`OPTIMIZATION_LEVELS`); None keeps the session options' level.
+        intra_op_num_threads: threads inside one operator (0: ONNX Runtime's default).
+        inter_op_num_threads: threads across operators (0: ONNX Runtime's default).
+        providers: execution provider names (or ``(name, provider options)`` pairs) in priority
+            order, such as ``["OpenVINOExecutionProvider", "CPUExecutionProvider"]``; each must be
+            in ``onnxruntime.get_available_providers()``. None: the device's provider.
+
+    Raises:
+        UserError: an unknown optimization level, or a thread count that is not an integer >= 0.
+        DeviceError: a provider this onnxruntime lacks (the message names the package that has it).
     """
 
     framework = "onnxruntime"
     SUPPORTED_OPS = SUPPORTED_OPS
 
-    def __init__(self, network, device=None, session_options: ort.SessionOptions | None = None, seed: int = 0):
+    def __init__(self, network, device=None, session_options: ort.SessionOptions | None = None, seed: int = 0,
+                 graph_optimization_level: str | None = None, intra_op_num_threads: int | None = None,
+                 inter_op_num_threads: int | None = None, providers=None):
         self._options = session_options or ort.SessionOptions()
+        if graph_optimization_level is not None:
+            if graph_optimization_level not in OPTIMIZATION_LEVELS:
+                raise UserError(f"Unknown graph_optimization_level for ONNX Runtime: allowed "
+                                f"{format_choices(OPTIMIZATION_LEVELS)}. "
+                                f"Received: graph_optimization_level={graph_optimization_level!r}")
+            self._options.graph_optimization_level = OPTIMIZATION_LEVELS[graph_optimization_level]
+        for name, value in (("intra_op_num_threads", intra_op_num_threads),
+                            ("inter_op_num_threads", inter_op_num_threads)):
+            if value is not None:
+                if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                    raise UserError(f"{name} must be an integer >= 0 (0: ONNX Runtime's default). "
+                                    f"Received: {name}={value!r}")
+                setattr(self._options, name, value)
+        self._user_providers = _checked_providers(providers)
         self._custom_options: dict = {}  # options with onnxruntime-extensions loaded (custom operators)
         self._session = None
+        self.compile_seconds = 0.0
         super().__init__(network, device, seed)
+        level = self._options.graph_optimization_level
+        self.options = {
+            "graph_optimization_level": next((k for k, v in OPTIMIZATION_LEVELS.items() if v == level), str(level)),
+            "intra_op_num_threads": int(self._options.intra_op_num_threads),
+            "inter_op_num_threads": int(self._options.inter_op_num_threads),
+            "providers": [p if isinstance(p, str) else p[0] for p in self._providers()],
+        }
 
     @classmethod
     def supports_device(cls, device: Device) -> bool:
@@ -83,6 +140,8 @@ class OnnxRuntimeExecutor(HostGraphExecutor):
         return "custom operators need onnxruntime-extensions: pip install onnxruntime-extensions."
 
     def _providers(self):
+        if self._user_providers is not None:
+            return list(self._user_providers)
         if self.devname.is_gpu:
             return [("CUDAExecutionProvider", {"device_id": self.devname.index}), "CPUExecutionProvider"]
         return ["CPUExecutionProvider"]
@@ -99,6 +158,7 @@ class OnnxRuntimeExecutor(HostGraphExecutor):
         """A session for ``model``, restamped first if this onnxruntime reads only older IR/opsets."""
         options = session_options_for(model, self._options, self._custom_options)
         while True:  # each adaptation lowers a version, so this ends
+            started = time.perf_counter()
             try:
                 return ort.InferenceSession(model.SerializeToString(), sess_options=options,
                                             providers=self._providers(),
@@ -106,6 +166,8 @@ class OnnxRuntimeExecutor(HostGraphExecutor):
             except Exception as exc:  # noqa: BLE001 - adapted and retried, or re-raised
                 if not _adapt_to_runtime(model, str(exc)):
                     raise
+            finally:
+                self.compile_seconds += time.perf_counter() - started
 
     def inference(self, feeds):
         """Run the network forward (see :meth:`GraphExecutor.inference`).
@@ -157,6 +219,30 @@ class OnnxRuntimeExecutor(HostGraphExecutor):
     def _network_changed(self):
         super()._network_changed()
         self._session = None
+
+
+def _checked_providers(providers) -> list | None:
+    """The ``providers`` list, each one checked against ``onnxruntime.get_available_providers()``."""
+    if providers is None:
+        return None
+    if isinstance(providers, str) or not isinstance(providers, (list, tuple)) or not providers:
+        raise UserTypeError("providers must be a non-empty list of execution provider names, such as "
+                            f"['CPUExecutionProvider']. Received: {providers!r}")
+    available = ort.get_available_providers()
+    checked = []
+    for entry in providers:
+        name = entry[0] if isinstance(entry, (list, tuple)) and len(entry) == 2 else entry
+        if not isinstance(name, str):
+            raise UserTypeError("Each provider is a name or a (name, options dict) pair. "
+                                f"Received: {entry!r}")
+        if name not in available:
+            package = _PROVIDER_PACKAGES.get(name)
+            hint = (f" {name} comes with the package {package} (pip install {package}, in place of onnxruntime)."
+                    if package else "")
+            raise DeviceError(f"This onnxruntime ({ort.__version__}) has no {name}; available providers: "
+                              f"{format_choices(available)}.{hint} Received: providers={list(providers)!r}")
+        checked.append(tuple(entry) if isinstance(entry, (list, tuple)) else entry)
+    return checked
 
 
 def _disabled_optimizers(model) -> list[str]:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import tensorflow as tf
 
-from deep500lite.errors import Deep500Error, FeedError, UserKeyError
+from deep500lite.errors import Deep500Error, FeedError, UserKeyError, UserTypeError
 from deep500lite.lv1.execution_errors import execution_error, shape_of
 from deep500lite.lv1.executor import GraphExecutor
 from deep500lite.lv1.network import FLOAT_DTYPES
@@ -72,17 +74,36 @@ class TensorFlowExecutor(GraphExecutor):
     forward pass runs under ``tf.GradientTape`` inside one ``tf.function`` (traced once per family
     of input shapes and per ``y``); gradients stay on the device as tensors until fetched.
 
+    With ``jit_compile=True`` both functions are ``tf.function(jit_compile=True)``: XLA compiles
+    the whole inference function, and the whole training function (forward, ``GradientTape``
+    backward and the running-statistics updates), once per concrete input shape.
+
+    :attr:`compile_seconds`: the first call of a function with a new concrete input shape is
+    where TensorFlow traces it and XLA compiles it. That call is timed in two parts: tracing, by
+    ``get_concrete_function`` (timed alone, before running); and, with ``jit_compile=True``, the
+    XLA compilation, as the time of the first run minus the time of an immediate second run with
+    the same feeds (the training function's state, the BatchNormalization running statistics
+    and the Dropout generator, is saved before the first run and restored after it, so the
+    second run is the one that counts). Without ``jit_compile`` only tracing is counted.
+
     Args:
         network: a Network, ONNX file path or ``onnx.ModelProto``.
         device: ``"cpu"`` or ``"gpu:N"``.
         seed: seed of the generator that training-mode Dropout draws its masks from.
+        jit_compile: compile inference and training with XLA (``tf.function(jit_compile=True)``).
     """
 
     framework = "tensorflow"
     SUPPORTED_OPS = SUPPORTED_OPS
 
-    def __init__(self, network, device=None, seed: int = 0):
+    def __init__(self, network, device=None, seed: int = 0, jit_compile: bool = False):
+        if not isinstance(jit_compile, bool):
+            raise UserTypeError(f"jit_compile must be True or False. Received: {jit_compile!r}")
         super().__init__(network, device)
+        self._jit = jit_compile
+        self.compile_seconds = 0.0
+        self.options = {"jit_compile": jit_compile}
+        self._compiled_shapes: set = set()  # (function id, feed shapes and dtypes) already compiled
         self._tfdev = tf_device_name(self.devname)
         self._variables: dict[str, tf.Variable] = {}
         self._constants: dict[str, np.ndarray] = {}
@@ -119,6 +140,7 @@ class TensorFlowExecutor(GraphExecutor):
         self._train_fns: dict = {}
         self._grads = {}
         self._build_id += 1
+        self._compiled_shapes = set()
         self._ranks = ranks = _inferred_shapes(network)
         inputs = network.inputs
         outputs = network.outputs
@@ -148,11 +170,43 @@ class TensorFlowExecutor(GraphExecutor):
     def _function(self, fn):
         """``tf.function(fn)`` traced once per family of input shapes (fn takes the feeds in input order)."""
         descs = self.network.input_descriptors()
+        jit = {"jit_compile": True} if self._jit else {}
         if all(d is not None for d in descs.values()):
             signature = [tf.TensorSpec(None if d.shape is None else list(d.shape), tf.as_dtype(d.dtype), name=None)
                          for d in descs.values()]
-            return tf.function(fn, input_signature=signature, autograph=False)
-        return tf.function(fn, reduce_retracing=True, autograph=False)
+            return tf.function(fn, input_signature=signature, autograph=False, **jit)
+        return tf.function(fn, reduce_retracing=True, autograph=False, **jit)
+
+    def _call(self, fn, args, training: bool):
+        """``fn(*args)``; the first call per concrete input shape adds its compile time (see the class docs)."""
+        key = (id(fn), tuple((np.shape(a), np.asarray(a).dtype.str) for a in args))
+        if key in self._compiled_shapes:
+            return fn(*args)
+        t0 = time.perf_counter()
+        fn.get_concrete_function(*args)  # traces, or finds the trace of this shape family
+        spent = time.perf_counter() - t0
+        if self._jit:
+            state = self._training_state() if training else None
+            t0 = time.perf_counter()
+            _materialized(fn(*args))
+            first = time.perf_counter() - t0
+            if state is not None:
+                for var, value in state:
+                    var.assign(value)
+            t0 = time.perf_counter()
+            results = _materialized(fn(*args))
+            spent += max(0.0, first - (time.perf_counter() - t0))
+        else:
+            results = fn(*args)
+        self.compile_seconds += spent
+        self._compiled_shapes.add(key)
+        return results
+
+    def _training_state(self) -> list:
+        """``(variable, value)`` of the state a training run changes: running statistics, the Dropout generator."""
+        names = {var_name for _, _, _, state in self._train_plan for var_name, _ in state}
+        saved = [(self._variables[n], tf.identity(self._variables[n])) for n in names]
+        return saved + [(self._rng.state, tf.identity(self._rng.state))]
 
     def _training_forward(self, feeds, extra=()):
         """The training-mode forward pass, for use while tracing (under a tape).
@@ -240,7 +294,7 @@ class TensorFlowExecutor(GraphExecutor):
         """
         feeds = self.network.check_feeds(feeds)
         try:
-            results = self._fn(*[feeds[name] for name in self._inputs])
+            results = self._call(self._fn, [feeds[name] for name in self._inputs], training=False)
         except Exception as exc:  # noqa: BLE001 - reported as an ExecutionError naming the node
             error = self._run_error(exc, feeds, training=False)
         else:
@@ -295,7 +349,7 @@ class TensorFlowExecutor(GraphExecutor):
         feeds = self.network.check_feeds(feeds)
         fn, grad_names = self._backprop_function(y)
         try:
-            outs, loss, grads = fn(*[feeds[name] for name in self._inputs])
+            outs, loss, grads = self._call(fn, [feeds[name] for name in self._inputs], training=True)
         except Exception as exc:  # noqa: BLE001 - reported as an ExecutionError naming the node
             error = self._run_error(exc, feeds, training=True)
         else:
@@ -371,6 +425,14 @@ class TensorFlowExecutor(GraphExecutor):
         return int(tf.config.experimental.get_memory_info(name)["peak"])
 
 
+def _materialized(results):
+    """``results`` after every tensor in it has been computed (so that timing it is honest)."""
+    for t in tf.nest.flatten(results):
+        if hasattr(t, "numpy"):
+            t.numpy()
+    return results
+
+
 def _check_scalar(y, loss):
     """Refuse a ``y`` that is not a floating-point scalar (while tracing, where the shape is static)."""
     n = loss.shape.num_elements()
@@ -395,9 +457,12 @@ def _var_name(name: str) -> str:
     return "".join(c if c.isalnum() or c in "._-" else "_" for c in name) or "param"
 
 
-def from_model(network, device=None, seed: int = 0) -> TensorFlowExecutor:
-    """Build a :class:`TensorFlowExecutor` for a Network, ONNX file or ModelProto on ``device``."""
-    return TensorFlowExecutor(network, device, seed=seed)
+def from_model(network, device=None, seed: int = 0, jit_compile: bool = False) -> TensorFlowExecutor:
+    """Build a :class:`TensorFlowExecutor` for a Network, ONNX file or ModelProto on ``device``.
+
+    ``jit_compile=True`` compiles it with XLA (see :class:`TensorFlowExecutor`).
+    """
+    return TensorFlowExecutor(network, device, seed=seed, jit_compile=jit_compile)
 
 
 def from_onnx(onnx_file, device=None, **kwargs) -> TensorFlowExecutor:

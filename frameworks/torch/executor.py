@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import itertools
 import linecache
+import shutil
 
 import numpy as np
 import torch
 
-from deep500lite.errors import Deep500Error, FeedError, UserKeyError
+from deep500lite.errors import (Deep500Error, FeedError, FrameworkNotAvailableError, UserError, UserKeyError,
+                                 UserTypeError, format_choices)
 from deep500lite.lv1.device import Device
 from deep500lite.lv1.execution_errors import execution_error, shape_of
 from deep500lite.lv1.executor import GraphExecutor
@@ -16,7 +18,15 @@ from deep500lite.lv1.network import FLOAT_DTYPES
 from deep500lite.frameworks.torch.dtypes import to_numpy, to_torch
 from deep500lite.frameworks.torch.ops import SUPPORTED_OPS, NodeSpec, build_node
 
-__all__ = ["TorchExecutor", "from_model", "from_onnx", "torch_device"]
+__all__ = ["TorchExecutor", "from_model", "from_onnx", "torch_device", "COMPILE_MODES"]
+
+#: The ``mode`` values of ``torch.compile`` that ``compile_mode`` accepts.
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+# torch._dynamo's own timers (seconds per compilation): a whole frame's compilation (tracing,
+# AOTAutograd, inductor's forward and, when not deferred, backward code generation and C++ build),
+# and the deferred compilation of a backward graph on its first backward pass.
+_COMPILE_TIMERS = ("_compile.compile_inner", "backward._backward_impl")
 
 # Ops whose output may share memory with an input (a view or the input itself).
 _MAY_ALIAS = frozenset({
@@ -61,17 +71,45 @@ class TorchExecutor(GraphExecutor):
     use, in which ``BatchNormalization`` uses batch statistics and updates the running statistics
     in place and ``Dropout`` is active; gradients stay on the device as the parameters' ``.grad``.
 
+    With ``compile=True`` both generated functions run through ``torch.compile`` (TorchDynamo
+    captures the torch calls, inductor generates fused C++/OpenMP code on the CPU and Triton
+    kernels on a GPU); autograd through the compiled forward runs a backward graph that
+    AOTAutograd compiled too. A new input shape (or a parameter's ``requires_grad`` changing)
+    recompiles. :attr:`compile_seconds` adds up torch._dynamo's own compile-time counters
+    (``torch._dynamo.utils.compilation_time_metrics``: ``_compile.compile_inner``, the whole
+    compilation of a captured frame, and ``backward._backward_impl``, a backward graph compiled
+    on its first backward pass) read before and after each call, so it holds compilation only,
+    never the run; compilations elsewhere in the process during a call would count too.
+    The failing ONNX node of an error inside compiled code cannot be named.
+
     Args:
         network: a Network, an ONNX file or an ``onnx.ModelProto``.
         device: ``None``/``"cpu"`` or ``"gpu:N"``.
         seed: seed of the generator training-mode ``Dropout`` draws its masks from.
+        compile: run inference and training through ``torch.compile`` (inductor).
+        compile_mode: ``torch.compile``'s ``mode``: one of :data:`COMPILE_MODES`.
+
+    Raises:
+        UserError: ``compile_mode`` is not one of :data:`COMPILE_MODES`.
+        FrameworkNotAvailableError: ``compile=True`` on the CPU and no C++ compiler is found.
     """
 
     framework = "torch"
     SUPPORTED_OPS = SUPPORTED_OPS
 
-    def __init__(self, network, device=None, seed: int = 0):
+    def __init__(self, network, device=None, seed: int = 0, compile: bool = False, compile_mode: str = "default"):
+        if not isinstance(compile, bool):
+            raise UserTypeError(f"compile must be True or False. Received: {compile!r}")
+        if compile_mode not in COMPILE_MODES:
+            raise UserError(f"Unknown compile_mode for torch.compile: allowed {format_choices(COMPILE_MODES)}. "
+                            f"Received: compile_mode={compile_mode!r}")
         super().__init__(network, device)
+        self._compile = compile
+        self._compile_mode = compile_mode
+        self.compile_seconds = 0.0
+        self.options = {"compile": True, "compile_mode": compile_mode} if compile else {"compile": False}
+        if compile and not self.devname.is_gpu:
+            _check_cpp_compiler()
         self._device = torch_device(self.devname)
         self._tensors: dict[str, torch.Tensor] = {}
         self._line_nodes: dict[str, dict] = {}  # generated code name -> {line: node}
@@ -122,6 +160,8 @@ class TorchExecutor(GraphExecutor):
         self._params = params
         self._line_nodes.clear()
         self._run, self._copy_out = self._generate(training=False)
+        if self._compile:
+            self._run = self._compiled(self._run)
         self._train_fns: dict[str, tuple] = {}  # y -> (function, copy flags), built on first use
         self._built_version = net.version
 
@@ -205,6 +245,10 @@ class TorchExecutor(GraphExecutor):
         self._line_nodes[code_name] = {i + 2: node for i, (_, node) in enumerate(lines)}
         return namespace["_run"], [o in internal for o in net.outputs]
 
+    def _compiled(self, fn):
+        """``fn`` through ``torch.compile`` with inductor (compiled lazily, on the first call)."""
+        return torch.compile(fn, backend="inductor", mode=self._compile_mode)
+
     @staticmethod
     def _source(lines, inputs, outputs) -> str:
         # Free each intermediate after its last use, as an eager program would.
@@ -241,12 +285,17 @@ class TorchExecutor(GraphExecutor):
             args = [to_torch(feeds[name], device) for name in self.network.inputs]
         except TypeError as exc:
             raise _feed_error(feeds, self.network.inputs) from exc
+        before = _compile_clock() if self._compile else 0.0
         try:
             with torch.inference_mode():
                 results = self._run(*args)
         except Exception as exc:  # noqa: BLE001 - reported as an ExecutionError naming the node
             error = self._node_error(exc, None)
         else:
+            error = None
+        if self._compile:
+            self.compile_seconds += _compile_clock() - before
+        if error is None:
             return {name: to_numpy(r, copy) for name, r, copy in
                     zip(self.network.outputs, results, self._copy_out)}
         raise error  # outside the except block: the error keeps no frame of the failed run alive
@@ -311,11 +360,25 @@ class TorchExecutor(GraphExecutor):
             self._prepare_gradients(y)
         entry = self._train_fns.get(y)
         if entry is None:
-            entry = self._train_fns[y] = self._generate(training=True, y=y)
+            run, copy_out = self._generate(training=True, y=y)
+            entry = self._train_fns[y] = (self._compiled(run) if self._compile else run), copy_out
         run, copy_out = entry
         for t in self._grad_params:
             t.grad = None
         self._have_grads = False
+        before = _compile_clock() if self._compile else 0.0
+        try:
+            results, error = self._train_run(run, args, y)
+        finally:
+            if self._compile:
+                self.compile_seconds += _compile_clock() - before
+        if error is not None:
+            raise error
+        self._have_grads = True
+        return {name: to_numpy(r, copy) for name, r, copy in zip(net.outputs, results, copy_out)}
+
+    def _train_run(self, run, args, y):
+        """The training function's forward then backward: ``(results, None)`` or ``(None, error)``."""
         try:
             with torch.enable_grad():
                 results = run(*args)
@@ -324,7 +387,7 @@ class TorchExecutor(GraphExecutor):
         else:
             error = None
         if error is not None:
-            raise error
+            return None, error
         target = results[-1]
         if not isinstance(target, torch.Tensor) or target.numel() != 1:
             shape = list(target.shape) if isinstance(target, torch.Tensor) else type(target).__name__
@@ -337,9 +400,8 @@ class TorchExecutor(GraphExecutor):
             except Exception as exc:  # noqa: BLE001 - autograd does not say which ONNX node failed
                 error = execution_error("torch", exc, where="backward pass")
             if error is not None:
-                raise error
-        self._have_grads = True
-        return {name: to_numpy(r, copy) for name, r, copy in zip(net.outputs, results, copy_out)}
+                return None, error
+        return results, None
 
     def _prepare_gradients(self, y: str) -> None:
         """Make exactly the parameters ``y`` depends on require grad."""
@@ -424,9 +486,35 @@ def _call_input_shapes(frame, line: str, node) -> list | None:
     return shapes + ["absent"] * (len(node.input) - len(shapes))
 
 
-def from_model(network, device=None, seed: int = 0) -> TorchExecutor:
-    """Build a :class:`TorchExecutor` for a Network, ONNX file or ModelProto on ``device``."""
-    return TorchExecutor(network, device, seed=seed)
+def _compile_clock() -> float:
+    """Seconds torch._dynamo has spent compiling in this process so far (its own timers)."""
+    from torch._dynamo.utils import compilation_time_metrics
+
+    return float(sum(sum(compilation_time_metrics.get(key, ())) for key in _COMPILE_TIMERS))
+
+
+def _check_cpp_compiler() -> None:
+    """Raise a clear error when inductor will find no C++ compiler (it needs one on the CPU)."""
+    try:
+        from torch._inductor.cpp_builder import get_cpp_compiler
+
+        found = shutil.which(get_cpp_compiler())
+    except Exception:  # noqa: BLE001 - an internal helper moved or refused: look for the usual names
+        found = next((shutil.which(c) for c in ("g++", "c++", "clang++") if shutil.which(c)), None)
+    if not found:
+        raise FrameworkNotAvailableError(
+            "torch.compile on the CPU needs a C++ compiler (inductor builds its kernels with it), and none was "
+            "found: install g++ (apt-get install g++) or set CXX to a compiler's path; or use compile=False. "
+            "Received: compile=True on the CPU")
+
+
+def from_model(network, device=None, seed: int = 0, compile: bool = False,
+               compile_mode: str = "default") -> TorchExecutor:
+    """Build a :class:`TorchExecutor` for a Network, ONNX file or ModelProto on ``device``.
+
+    ``compile=True`` runs it through ``torch.compile`` with ``compile_mode`` (see :class:`TorchExecutor`).
+    """
+    return TorchExecutor(network, device, seed=seed, compile=compile, compile_mode=compile_mode)
 
 
 def from_onnx(onnx_file, device=None, **kwargs) -> TorchExecutor:

@@ -124,7 +124,8 @@ def test_roofline_on_both_sides_of_the_ridge():
     (lambda: op.parse_suites("gemm,fft"), "--suite takes a comma-separated list of 'gemm', 'conv', 'custom'. "
                                           "Received: 'gemm,fft' (unknown: 'fft')"),
     (lambda: op.parse_frameworks("torch,caffe"), "--frameworks takes a comma-separated list of 'torch', "
-                                                 "'tensorflow', 'onnxruntime', 'reference'. Received: 'torch,caffe'"),
+                                                 "'tensorflow', 'onnxruntime', 'reference', 'jax'. "
+                                                 "Received: 'torch,caffe'"),
     (lambda: op.check_size("huge"), "--size must be one of 'small', 'default', 'large'. Received: 'huge'"),
     (lambda: op.run_op_benchmark(max_time=0), "--max-time must be a positive number of seconds. Received: 0"),
     (lambda: op.run_op_benchmark(device="tpu"), "Device must be 'cpu', 'gpu' or 'gpu:N'"),

@@ -30,6 +30,7 @@ def _accuracy(executor, test_set, output_node):
 
 def test_one_epoch_by_hand_raises_accuracy(tmp_path, monkeypatch):
     write_digits_as_mnist(tmp_path / "mnist")
+    monkeypatch.chdir(tmp_path)  # the sample writes its ONNX file to the working folder
     monkeypatch.setenv("DEEP500LITE_DATA", str(tmp_path))
     import deep500lite.frameworks.tensorflow as d5tf
 

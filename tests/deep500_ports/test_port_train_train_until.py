@@ -22,6 +22,7 @@ MAX_EPOCHS = 10
 
 def test_train_until_stops_at_the_desired_accuracy(tmp_path, monkeypatch):
     write_digits_as_mnist(tmp_path / "mnist")
+    monkeypatch.chdir(tmp_path)  # the sample writes its ONNX file to the working folder
     monkeypatch.setenv("DEEP500LITE_DATA", str(tmp_path))
     from deep500lite.frameworks import reference as d5ref
     from deep500lite.frameworks import tensorflow as d5tf

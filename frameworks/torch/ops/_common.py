@@ -6,54 +6,17 @@ unsigned types torch barely computes with, and ONNX pads as ``F.pad`` lists.
 
 from __future__ import annotations
 
-from typing import Callable
-
 import numpy as np
 import onnx
 import torch
-from onnx import numpy_helper
 
 from deep500lite.errors import UnsupportedOperatorError
+from deep500lite.lv1.converters import parse_attributes, registrar
 
 __all__ = ["NodeSpec", "parse_attributes", "registrar"]
 
 # Unsigned types torch stores but barely computes with: arithmetic runs in int64.
 _WIDE_UNSIGNED = (torch.uint16, torch.uint32, torch.uint64)
-
-
-def registrar(table: dict[str, Callable]) -> Callable:
-    """The ``@_op(*names)`` decorator that registers a converter in ``table`` under each op type.
-
-    Args:
-        table: a family's converter table (op type -> converter).
-    """
-    def _op(*names):
-        def register(fn):
-            for name in names:
-                table[name] = fn
-            return fn
-        return register
-    return _op
-
-
-def parse_attributes(node: onnx.NodeProto) -> dict:
-    """The node's attributes as Python values (strings decoded, tensors as numpy arrays)."""
-    out = {}
-    for a in node.attribute:
-        if a.type == onnx.AttributeProto.STRING:
-            out[a.name] = a.s.decode()
-        elif a.type == onnx.AttributeProto.STRINGS:
-            out[a.name] = [s.decode() for s in a.strings]
-        elif a.type == onnx.AttributeProto.TENSOR:
-            out[a.name] = numpy_helper.to_array(a.t)
-        elif a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS,
-                        onnx.AttributeProto.SPARSE_TENSOR):
-            out[a.name] = a
-        else:
-            v = onnx.helper.get_attribute_value(a)
-            out[a.name] = list(v) if isinstance(v, (list, tuple)) or a.type in (
-                onnx.AttributeProto.INTS, onnx.AttributeProto.FLOATS) else v
-    return out
 
 
 class NodeSpec:

@@ -1,0 +1,62 @@
+"""The JAX executor: ONNX graphs traced into one JAX function and compiled with XLA (``jax.jit``).
+
+Importing this package turns on ``jax_enable_x64`` (see :mod:`deep500lite.frameworks.jax.dtypes`):
+float64 and int64 graphs compute exactly as on the other executors; float32 models stay float32.
+
+Device placement: ``device="cpu"`` or ``"gpu:N"`` (the N-th device of ``jax.devices("gpu")``).
+Asking for a GPU when JAX has no GPU backend (or N is out of range) raises ``DeviceError``. The
+floating-point initializers (the parameters) are put on that device once with
+``jax.device_put`` and stay there between calls as arguments of the compiled function;
+``network.feed_tensor`` replaces them without recompiling.
+
+Compilation: the graph is traced and compiled (``jax.jit(...).lower(...).compile()``) once per
+feed signature (shapes and dtypes) and per kind of call (inference, training, optimizer step);
+``executor.compile_seconds`` adds up the seconds this took and ``executor.options`` records
+``{"jit": True, "platform": "cpu"|"gpu", "matmul_precision": "highest"}``. Shape arithmetic
+(``Shape -> Gather -> Concat -> Reshape``) folds while tracing, so XLA sees static shapes.
+
+Synchronization: JAX dispatches asynchronously. ``inference`` returns numpy arrays, so it waits
+for its own results; ``executor.synchronize()`` waits for the parameters' pending updates.
+
+Copies at the boundary: feeds are handed to the compiled executable as numpy arrays, which it
+copies to its device; outputs are numpy arrays copied from JAX's buffers, never sharing memory
+with the executor's state.
+
+Training: ``inference_and_backprop`` is one compiled function computing the outputs, the loss
+and the gradients of every parameter ``network.gradient(y)`` lists (``jax.value_and_grad``) in
+training mode (BatchNormalization with batch statistics, running statistics written back after
+the step; Dropout with keys derived from ``seed`` and the step count); the gradients stay on the
+device until fetched as ``"<param>_grad"``. The native optimizers (``GradientDescent``,
+``MomentumOptimizer``, ``NesterovOptimizer``, ``AdaGradOptimizer``, ``RMSPropOptimizer``,
+``AdamOptimizer``; see :mod:`deep500lite.frameworks.jax.optimizers`) fuse forward, backward and
+the optax update into one compiled training step.
+
+Custom-domain operators are not supported (the whole graph is compiled by XLA).
+
+Role modules (the same names in every framework package; see ``docs/architecture.md``):
+
+- ``executor.py``: :class:`JaxExecutor`, ``from_model``, ``from_onnx`` and ``jax_device``.
+- ``ops/``: the ONNX-to-JAX operator converters, one module per operator family, and
+  ``SUPPORTED_OPS``; ``dtypes.py``: ONNX and numpy dtypes to JAX's and back (and the x64 switch).
+- ``optimizers.py``: the native optimizers (optax, or ``jax.numpy`` where optax's formula differs).
+"""
+
+try:
+    import jax  # noqa: F401
+    import optax  # noqa: F401
+except ImportError as exc:
+    from deep500lite.errors import FrameworkNotAvailableError
+    raise FrameworkNotAvailableError("Framework 'jax' needs JAX and optax: pip install 'deep500lite[jax]' "
+                                     f"(missing: {exc.name})") from exc
+
+from deep500lite.frameworks.jax import dtypes  # noqa: F401 - turns on jax_enable_x64 first
+from deep500lite.frameworks.jax.executor import JaxExecutor, from_model, from_onnx, jax_device
+from deep500lite.frameworks.jax.ops import SUPPORTED_OPS
+from deep500lite.frameworks.jax.optimizers import (
+    AdaGradOptimizer, AdamOptimizer, GradientDescent, MomentumOptimizer, NesterovOptimizer, RMSPropOptimizer)
+
+executor_class = JaxExecutor
+
+__all__ = ["JaxExecutor", "from_model", "from_onnx", "jax_device", "SUPPORTED_OPS", "executor_class",
+           "GradientDescent", "MomentumOptimizer", "NesterovOptimizer", "AdamOptimizer", "AdaGradOptimizer",
+           "RMSPropOptimizer"]
