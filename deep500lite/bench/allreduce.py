@@ -1,9 +1,12 @@
-"""``deep500lite bench allreduce``: every allreduce algorithm over message sizes, against the alpha-beta model.
+"""``deep500lite bench allreduce``: every allreduce algorithm over message sizes, against two cost models.
 
 :func:`run_allreduce_benchmark` launches ``mpiexec -n N python -m mpi4py -m
 deep500lite.bench.allreduce CONFIG`` (this module's :func:`worker_main`), which on every rank
-calibrates the alpha-beta model, then for each message size and algorithm runs one checked
-warm-up call, sizes the repetitions from a short pilot, and times each call between barriers.
+measures the ping-pong alpha-beta model, then calibrates (or loads) the model fitted to the real
+algorithms (:mod:`deep500lite.lv3.costmodel`), which ``auto`` then uses; then for each message
+size and algorithm it runs one checked warm-up call, sizes the repetitions from a short pilot,
+and times each call between barriers. Each row carries both predictions and the fitted model's
+relative error against the measured median.
 A call's time is the slowest rank's. Rank 0 writes the raw samples to a JSON file that the
 launching process reads back into an :class:`AllreduceBenchmark`.
 
@@ -25,10 +28,10 @@ import time
 import numpy as np
 
 from deep500lite.errors import UserError, format_choices
-from deep500lite.lv3.allreduce import ALGORITHMS, P2P_ALGORITHMS
+from deep500lite.lv3.allreduce import ALGORITHMS, P2P_ALGORITHMS, allreduce_cost
 from deep500lite.lv3.launch import find_mpiexec, run_job
 
-__all__ = ["AllreduceBenchmark", "DEFAULT_ALGORITHMS", "message_sizes", "parse_bytes",
+__all__ = ["AllreduceBenchmark", "DEFAULT_ALGORITHMS", "calibration_sizes", "message_sizes", "parse_bytes",
            "parse_algorithms", "run_allreduce_benchmark", "worker_main"]
 
 DEFAULT_ALGORITHMS = ALGORITHMS
@@ -73,6 +76,21 @@ def parse_algorithms(text: str) -> list[str]:
     return names
 
 
+def calibration_sizes(sizes) -> list[int]:
+    """Sizes for the calibration run of a benchmark over ``sizes``.
+
+    :data:`~deep500lite.lv3.costmodel.CALIBRATION_SIZES` up to twice the largest benchmark size;
+    when that leaves fewer than three, the largest size and its 1/8 and 1/64 (multiples of 4).
+    """
+    from deep500lite.lv3.costmodel import CALIBRATION_SIZES
+
+    top = max(int(s) for s in sizes)
+    chosen = [s for s in CALIBRATION_SIZES if s <= 2 * top]
+    if len(chosen) >= 3:
+        return chosen
+    return sorted({max(4, (top // d) // _ITEMSIZE * _ITEMSIZE) for d in (64, 8, 1)})
+
+
 def bus_factor(p: int) -> float:
     """nccl-tests' allreduce bus-bandwidth factor ``2 (p-1) / p``."""
     return 2 * (p - 1) / p
@@ -84,18 +102,22 @@ class AllreduceBenchmark:
 
     Attributes:
         ranks: the number of ranks.
-        model: the calibrated ``{"alpha", "beta", "gamma"}`` (seconds, seconds per byte).
+        model: the ping-pong ``{"alpha", "beta", "gamma"}`` (seconds, seconds per byte).
         rows: one dict per (size, algorithm): ``bytes``, ``algorithm``, ``chosen`` (what auto
-            ran), ``samples`` (seconds, the slowest rank's per call), ``predicted`` (seconds or
+            ran), ``samples`` (seconds, the slowest rank's per call), ``predicted`` (the ping-pong
+            alpha-beta model's seconds, or None), ``calibrated`` (the fitted model's seconds, or
             None), ``wrong`` (elements that differ from the exact sum, over all ranks and the
             checked calls), ``bytes_sent`` (rank 0's per call).
         mpi_library: the MPI library's version line.
+        calibration: the fitted model's :meth:`~deep500lite.lv3.costmodel.CalibratedModel.to_dict`
+            (None when the run had none).
     """
 
     ranks: int
     model: dict
     rows: list
     mpi_library: str = ""
+    calibration: dict | None = None
 
     def summaries(self):
         """``(row, Summary, algbw, busbw)`` for every row (bandwidths in bytes per second)."""
@@ -113,13 +135,16 @@ class AllreduceBenchmark:
         from deep500lite.metrics.tables import format_ci, format_seconds, format_table
 
         headers = ["size", "algorithm", "time median [95% CI]", "algbw GB/s", "busbw GB/s", "alpha-beta model",
-                   "#wrong"]
+                   "calibrated model", "error", "#wrong"]
         rows = []
         for row, s, algbw, busbw in self.summaries():
             name = row["algorithm"] if row["algorithm"] != "auto" else f"auto->{row['chosen']}"
             pred = "-" if row["predicted"] is None else format_seconds(row["predicted"])
+            cal = row.get("calibrated")
+            err = "-" if cal is None or not s.median > 0 else f"{(cal / s.median - 1) * 100:+.1f}%"
             rows.append([_format_bytes(row["bytes"]), name, format_ci(s.median, s.ci_low, s.ci_high),
-                         f"{algbw / 1e9:.3f}", f"{busbw / 1e9:.3f}", pred, row["wrong"]])
+                         f"{algbw / 1e9:.3f}", f"{busbw / 1e9:.3f}", pred,
+                         "-" if cal is None else format_seconds(cal), err, row["wrong"]])
         return format_table(headers, rows, fmt)
 
     def describe_model(self) -> str:
@@ -131,6 +156,31 @@ class AllreduceBenchmark:
                 f"beta = {m['beta'] * 1e9:.4f} ns/B ({bw:.2f} GB/s), gamma = {m['gamma'] * 1e9:.4f} ns/B "
                 f"({red:.2f} GB/s reduction)")
 
+    def describe_calibration(self) -> str:
+        """One line with the fitted model's parameters for this rank count ('' without one)."""
+        if not self.calibration:
+            return ""
+        c = self.calibration["parameters"].get(str(self.ranks))
+        if c is None:
+            return ""
+        mem = ""
+        if c.get("cache_bytes"):
+            mem = (f"; beyond the caches (half of the traffic at {_format_bytes(int(c['cache_bytes']))}): beta = "
+                   f"{c['beta_mem'] * 1e9:.4f}, gamma = {c['gamma_mem'] * 1e9:.4f}, delta = {c['delta_mem'] * 1e9:.4f} ns/B")
+        return (f"calibrated model on {self.ranks} ranks (fitted to the real algorithms): overhead = "
+                f"{c['overhead'] * 1e6:.2f} us, alpha = {c['alpha'] * 1e6:.2f} us/message, beta = "
+                f"{c['beta'] * 1e9:.4f} ns/B, gamma = {c['gamma'] * 1e9:.4f} ns/B, delta (copy) = "
+                f"{c['delta'] * 1e9:.4f} ns/B" + mem)
+
+    def errors(self, low: int = 0, high: int | None = None) -> list:
+        """``(bytes, algorithm, relative error)`` of the calibrated model per row within ``[low, high]`` bytes."""
+        out = []
+        for row, s, _, _ in self.summaries():
+            if row.get("calibrated") is None or row["bytes"] < low or (high is not None and row["bytes"] > high):
+                continue
+            out.append((row["bytes"], row["algorithm"], row["calibrated"] / s.median - 1.0))
+        return out
+
     def total_wrong(self) -> int:
         """Elements that differed from the exact sum, over every row."""
         return sum(r["wrong"] for r in self.rows)
@@ -141,6 +191,7 @@ class AllreduceBenchmark:
         for row, s, algbw, busbw in self.summaries():
             rows.append(dict(row, summary=s.to_dict(), algbw=algbw, busbw=busbw))
         return {"benchmark": "allreduce", "ranks": self.ranks, "model": self.model,
+                "calibration": self.calibration,
                 "mpi_library": self.mpi_library, "bandwidth": "nccl-tests: algbw = S/t, busbw = algbw*2(p-1)/p",
                 "rows": rows}
 
@@ -150,9 +201,9 @@ class AllreduceBenchmark:
         """Rebuild the results from :meth:`to_dict`'s JSON (``bench allreduce --json``)."""
         keys = ("bytes", "algorithm", "chosen", "samples", "predicted", "wrong", "bytes_sent")
         try:
-            rows = [{k: row[k] for k in keys} for row in data["rows"]]
+            rows = [dict({k: row[k] for k in keys}, calibrated=row.get("calibrated")) for row in data["rows"]]
             return cls(ranks=int(data["ranks"]), model=dict(data["model"]), rows=rows,
-                       mpi_library=data.get("mpi_library", ""))
+                       mpi_library=data.get("mpi_library", ""), calibration=data.get("calibration"))
         except (KeyError, TypeError) as exc:
             got = format_choices(sorted(map(str, data))) if isinstance(data, dict) else type(data).__name__
             raise UserError(f"Not the JSON of 'deep500lite bench allreduce --json': missing {exc}; give the output "
@@ -184,7 +235,8 @@ class AllreduceBenchmark:
             label = name if name != "auto" else "auto (chosen by the model)"
             ax_t.errorbar(x, med, yerr=err, color=colors[name], marker="o", markersize=3, linewidth=1.2,
                           capsize=2, label=label)
-            predicted = [(row["bytes"], row["predicted"]) for row, _, _ in part if row["predicted"] is not None]
+            predicted = [(row["bytes"], row.get("calibrated") if row.get("calibrated") is not None
+                          else row["predicted"]) for row, _, _ in part if row["predicted"] is not None]
             if predicted and name != "auto":
                 ax_t.plot(*zip(*predicted), color=colors[name], linestyle="--", linewidth=0.9)
             ax_bw.plot(x, [b / 1e9 for _, _, b in part], color=colors[name], marker="o", markersize=3, label=label)
@@ -194,7 +246,7 @@ class AllreduceBenchmark:
             ax.grid(True, which="major", linewidth=0.3)
         ax_t.set_yscale("log")
         ax_t.set_ylabel("time per allreduce (s)")
-        ax_t.set_title(f"{self.ranks} ranks: median [95% CI]; dashed: alpha-beta model", fontsize=9)
+        ax_t.set_title(f"{self.ranks} ranks: median [95% CI]; dashed: calibrated model", fontsize=9)
         ax_bw.set_ylabel("busbw (GB/s) = S/t * 2(p-1)/p")
         m = self.model
         ax_bw.set_title(f"bus bandwidth; model: alpha = {m['alpha'] * 1e6:.3g} us, 1/beta = "
@@ -216,7 +268,8 @@ def _format_bytes(n: int) -> str:
 
 def run_allreduce_benchmark(ranks: int, sizes, algorithms=DEFAULT_ALGORITHMS, max_time: float = 0.5,
                             comm_timeout: float = 120.0, mpiexec: str | None = None,
-                            progress: bool = True, job_timeout: float | None = None) -> AllreduceBenchmark:
+                            progress: bool = True, job_timeout: float | None = None, model_file=None,
+                            save_model=None, calibrate: bool = True) -> AllreduceBenchmark:
     """Launch the MPI job on ``ranks`` ranks and return its results.
 
     Args:
@@ -229,6 +282,10 @@ def run_allreduce_benchmark(ranks: int, sizes, algorithms=DEFAULT_ALGORITHMS, ma
         mpiexec: the launcher (default :func:`find_mpiexec`).
         progress: let rank 0 print one line per size to stderr.
         job_timeout: seconds after which the whole job is killed (None: no limit).
+        model_file: a calibration file to use instead of calibrating (must hold ``ranks``).
+        save_model: write the fitted model here (merged with the file's other rank counts).
+        calibrate: run the short calibration of the real algorithms (False and no ``model_file``:
+            no calibrated predictions; ``auto`` then uses the ping-pong model).
     """
     if not isinstance(ranks, int) or ranks < 2:
         raise UserError(f"bench allreduce needs at least 2 ranks (-n). Received: {ranks!r}")
@@ -238,10 +295,17 @@ def run_allreduce_benchmark(ranks: int, sizes, algorithms=DEFAULT_ALGORITHMS, ma
     if any(s < _ITEMSIZE or s % _ITEMSIZE for s in sizes):
         raise UserError(f"Message sizes must be positive multiples of {_ITEMSIZE} bytes. Received: {sizes}")
     algorithms = parse_algorithms(",".join(algorithms))
+    if model_file is not None:
+        from deep500lite.lv3.costmodel import CalibratedModel
+
+        CalibratedModel.load(model_file).params(ranks)
+        model_file = os.path.abspath(model_file)
     launcher = find_mpiexec(mpiexec, "bench allreduce")
     with tempfile.TemporaryDirectory(prefix="d5-allreduce-") as tmp:
         config = {"sizes": sizes, "algorithms": algorithms, "max_time": max_time, "timeout": comm_timeout,
-                  "progress": progress, "output": os.path.join(tmp, "result.json")}
+                  "progress": progress, "output": os.path.join(tmp, "result.json"), "model_file": model_file,
+                  "calibrate": bool(calibrate), "calibration_sizes": calibration_sizes(sizes),
+                  "save_model": None if save_model is None else os.path.abspath(save_model)}
         config_path = os.path.join(tmp, "config.json")
         with open(config_path, "w") as f:
             json.dump(config, f)
@@ -255,7 +319,7 @@ def run_allreduce_benchmark(ranks: int, sizes, algorithms=DEFAULT_ALGORITHMS, ma
         with open(config["output"]) as f:
             data = json.load(f)
     return AllreduceBenchmark(ranks=data["ranks"], model=data["model"], rows=data["rows"],
-                              mpi_library=data["mpi_library"])
+                              mpi_library=data["mpi_library"], calibration=data.get("calibration"))
 
 
 # ---------------------------------------------------------------- the MPI job
@@ -269,7 +333,7 @@ def _count_wrong(result: np.ndarray, p: int) -> int:
     return int(np.count_nonzero(result != expected))
 
 
-def _measure(comm, nbytes: int, algorithm: str, max_time: float, mpi) -> dict:
+def _measure(comm, nbytes: int, algorithm: str, max_time: float, mpi, pingpong, calibrated) -> dict:
     world = comm.comm
     x = _pattern(nbytes // _ITEMSIZE, comm.rank)
     comm.reset_counters()
@@ -295,9 +359,12 @@ def _measure(comm, nbytes: int, algorithm: str, max_time: float, mpi) -> dict:
     world.Allreduce(samples, slowest, op=mpi.MAX)
     total_wrong = world.allreduce(wrong)
     chosen = comm.choose_algorithm(nbytes) if algorithm == "auto" else algorithm
-    predicted = comm.predict(chosen, nbytes) if chosen in P2P_ALGORITHMS else None
+    predicted = cal = None
+    if chosen in P2P_ALGORITHMS:
+        predicted = allreduce_cost(chosen, nbytes, comm.size, pingpong)
+        cal = None if calibrated is None else calibrated.cost(chosen, nbytes, comm.size)
     return {"bytes": nbytes, "algorithm": algorithm, "chosen": chosen, "samples": slowest.tolist(),
-            "predicted": predicted, "wrong": total_wrong, "bytes_sent": bytes_sent}
+            "predicted": predicted, "calibrated": cal, "wrong": total_wrong, "bytes_sent": bytes_sent}
 
 
 def worker_main(config_path: str) -> int:
@@ -308,16 +375,31 @@ def worker_main(config_path: str) -> int:
 
     with open(config_path) as f:
         config = json.load(f)
+    from deep500lite.lv3.costmodel import CalibratedModel, calibrate_allreduce
+
     comm = MPICommunicator(timeout=config["timeout"])
-    model = comm.calibrate()
+    model = comm.calibrate(use_file=False)
+    calibrated = None
+    if config.get("model_file"):
+        calibrated = CalibratedModel.load(config["model_file"])
+    elif config.get("calibrate", True):
+        if comm.rank == 0 and config["progress"]:
+            print(f"... calibrating the cost model at {', '.join(map(_format_bytes, config['calibration_sizes']))}",
+                  file=sys.stderr, flush=True)
+        calibrated = calibrate_allreduce(comm, sizes=config["calibration_sizes"])
+        if comm.rank == 0 and config.get("save_model"):
+            calibrated.save(config["save_model"])
+    if calibrated is not None:
+        comm.cost_model = calibrated
     rows = []
     for nbytes in config["sizes"]:
         if comm.rank == 0 and config["progress"]:
             print(f"... {_format_bytes(nbytes)}", file=sys.stderr, flush=True)
         for algorithm in config["algorithms"]:
-            rows.append(_measure(comm, nbytes, algorithm, config["max_time"], MPI))
+            rows.append(_measure(comm, nbytes, algorithm, config["max_time"], MPI, model, calibrated))
     if comm.rank == 0:
         result = {"ranks": comm.size, "model": dataclasses.asdict(model), "rows": rows,
+                  "calibration": None if calibrated is None else calibrated.to_dict(),
                   "mpi_library": MPI.Get_library_version().splitlines()[0].strip()}
         with open(config["output"] + ".tmp", "w") as f:
             json.dump(result, f)

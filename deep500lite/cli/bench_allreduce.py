@@ -18,7 +18,10 @@ def add_subparser(sub):
         description=("Launch an MPI job on N ranks (mpiexec underneath) and time each allreduce algorithm (native, "
                      "ring, recursive_doubling, rabenseifner, tree, auto) for each message size; print the median "
                      "with its 95% CI, algbw and busbw (nccl-tests definitions), the alpha-beta model's prediction "
-                     "and the number of wrong elements. See docs/distributed.md."))
+                     "and the number of wrong elements. A short calibration run of the real algorithms first fits "
+                     "alpha, beta, gamma and a memory-copy cost (least squares); each row shows that model's "
+                     "prediction and its relative error, and auto chooses by it. See docs/distributed.md and "
+                     "docs/scaling.md."))
     p.add_argument("-n", "--ranks", type=int, default=2, help="number of MPI ranks (default 2)")
     p.add_argument("--algorithms", default=",".join(_default_algorithms()),
                    help="comma-separated: native, ring, recursive_doubling, rabenseifner, tree, auto (default all)")
@@ -31,6 +34,13 @@ def add_subparser(sub):
                    help="a rank waiting longer than this in one communication ends the job with an error naming "
                         "it (default 120)")
     p.add_argument("--mpiexec", default=None, help="the MPI launcher (default: the one beside this Python, else PATH)")
+    p.add_argument("--model", default=None, metavar="FILE",
+                   help="use this calibration file (from --save-model) instead of calibrating first")
+    p.add_argument("--save-model", default=None, metavar="FILE",
+                   help="write the model fitted to the real algorithms here, with the environment (rank counts "
+                        "already in the file are kept); 'auto' uses it when DEEP500LITE_ALLREDUCE_MODEL names it")
+    p.add_argument("--no-calibrate", action="store_true",
+                   help="skip the short calibration of the real algorithms (no calibrated predictions)")
     p.add_argument("--format", default="table", help="table, markdown or csv (default table)")
     p.add_argument("--json", default=None, metavar="FILE",
                    help="write every raw sample, the model and the environment here")
@@ -60,11 +70,18 @@ def run(args) -> int:
     algorithms = bench.parse_algorithms(args.algorithms)
     if args.timeout <= 0:
         raise UserError(f"--timeout must be a positive number of seconds. Received: {args.timeout}")
+    if args.model and (args.save_model or args.no_calibrate):
+        raise UserError("--model uses a calibration file; it cannot be combined with --save-model or "
+                        f"--no-calibrate. Received: --model {args.model!r} with "
+                        f"{'--save-model' if args.save_model else '--no-calibrate'}")
     result = bench.run_allreduce_benchmark(args.ranks, sizes, algorithms, max_time=args.max_time,
-                                           comm_timeout=args.timeout, mpiexec=args.mpiexec)
+                                           comm_timeout=args.timeout, mpiexec=args.mpiexec, model_file=args.model,
+                                           save_model=args.save_model, calibrate=not args.no_calibrate)
     text = sys.stderr if args.format == "csv" else sys.stdout
     print(f"allreduce of float32 sums on {result.ranks} ranks ({result.mpi_library})", file=text)
     print(result.describe_model(), file=text)
+    if result.calibration:
+        print(result.describe_calibration(), file=text)
     print(result.table(args.format), flush=True)
     wrong = result.total_wrong()
     print(f"data check: {wrong} wrong elements" + (" -- SOME RESULTS ARE WRONG" if wrong else ""), file=text)
@@ -75,6 +92,8 @@ def run(args) -> int:
         payload["environment"] = collect_environment()
         atomic_write_text(args.json, json.dumps(payload, indent=1, default=str))
         print(f"wrote {args.json}", file=text)
+    if args.save_model and result.calibration:
+        print(f"wrote the calibrated model to {args.save_model}", file=text)
     if args.plot:
         print(f"wrote {result.plot(args.plot)}", file=text)
     return 1 if wrong else 0

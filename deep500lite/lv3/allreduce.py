@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
 import time
 from typing import Protocol
 
@@ -84,6 +85,30 @@ class PointToPoint(Protocol):
 
 
 # ------------------------------------------------------------------ helpers
+_SCRATCH = threading.local()
+#: Receive buffers up to this size are kept between calls (per thread) instead of allocated anew.
+SCRATCH_LIMIT = 64 << 20
+
+
+def _scratch(count: int, dtype) -> np.ndarray:
+    """An uninitialized array of ``count`` elements for receiving, reused between calls.
+
+    A fresh large numpy array is memory the kernel maps and zeroes page by page at first touch;
+    allocating a receive buffer as large as the array on every call made recursive doubling and
+    the tree 3-4x slower than the ring at 1 MiB on 2 ranks. Buffers up to :data:`SCRATCH_LIMIT`
+    bytes are kept per thread (one per thread: the algorithms never nest).
+    """
+    dtype = np.dtype(dtype)
+    nbytes = count * dtype.itemsize
+    if nbytes > SCRATCH_LIMIT:
+        return np.empty(count, dtype)
+    raw = getattr(_SCRATCH, "buf", None)
+    if raw is None or raw.nbytes < nbytes:
+        raw = np.empty(max(nbytes, 1), np.uint8)
+        _SCRATCH.buf = raw
+    return raw[:nbytes].view(dtype)
+
+
 def block_bounds(n: int, parts: int) -> list[int]:
     """Boundaries of ``parts`` contiguous blocks of ``n`` elements: block ``i`` is ``[b[i], b[i+1])``.
 
@@ -119,7 +144,7 @@ def _fold(t: PointToPoint, buf: np.ndarray, ufunc, what: str):
         if r % 2 == 0:
             t.exchange([(buf, r + 1)], [], what + " (fold)")
             return None, p2
-        tmp = np.empty_like(buf)
+        tmp = _scratch(buf.size, buf.dtype)
         t.exchange([], [(tmp, r - 1)], what + " (fold)")
         ufunc(buf, tmp, out=buf)
         return r // 2, p2
@@ -154,7 +179,7 @@ def ring_reduce_scatter(t: PointToPoint, buf: np.ndarray, ufunc, what: str = "re
     p, r = t.size, t.rank
     b = block_bounds(buf.size, p)
     right, left = (r + 1) % p, (r - 1) % p
-    tmp = np.empty(b[1] - b[0] + (1 if buf.size % p else 0), buf.dtype)
+    tmp = _scratch(b[1] - b[0] + (1 if buf.size % p else 0), buf.dtype)
     for s in range(p - 1):
         si, ri = (r - s - 1) % p, (r - s - 2) % p
         recv = tmp[:b[ri + 1] - b[ri]]
@@ -190,7 +215,7 @@ def recursive_doubling_allreduce(t: PointToPoint, buf: np.ndarray, ufunc) -> Non
     v, p2 = _fold(t, buf, ufunc, what)
     if v is not None:
         _, rem = _core_ranks(t.size)
-        tmp = np.empty_like(buf)
+        tmp = _scratch(buf.size, buf.dtype)
         mask = 1
         while mask < p2:
             peer = _core_to_rank(v ^ mask, rem)
@@ -212,7 +237,7 @@ def rabenseifner_allreduce(t: PointToPoint, buf: np.ndarray, ufunc) -> None:
     if v is not None and p2 > 1:
         _, rem = _core_ranks(t.size)
         b = block_bounds(buf.size, p2)
-        tmp = np.empty(b[p2 // 2] - b[0] + 1, buf.dtype)
+        tmp = _scratch(b[p2 // 2] - b[0] + 1, buf.dtype)
 
         def span(index, width):
             lo = (index // width) * width
@@ -255,7 +280,7 @@ def tree_allreduce(t: PointToPoint, buf: np.ndarray, ufunc) -> None:
             break
         if r + mask < p:
             if tmp is None:
-                tmp = np.empty_like(buf)
+                tmp = _scratch(buf.size, buf.dtype)
             t.exchange([], [(tmp, r + mask)], what + " (reduce)")
             ufunc(buf, tmp, out=buf)
         mask <<= 1
@@ -321,7 +346,9 @@ def allreduce_cost(algorithm: str, nbytes: int, p: int, model: AlphaBeta) -> flo
         algorithm: one of :data:`P2P_ALGORITHMS`.
         nbytes: the size of the array in bytes.
         p: the number of ranks.
-        model: the machine's :class:`AlphaBeta` parameters.
+        model: the machine's :class:`AlphaBeta` parameters, or any object with a method
+            ``cost(algorithm, nbytes, p)`` such as a fitted
+            :class:`~deep500lite.lv3.costmodel.CalibratedModel` (which is then asked).
 
     Returns:
         The time from the formulas in this module's docstring (0 for ``p == 1``).
@@ -329,6 +356,8 @@ def allreduce_cost(algorithm: str, nbytes: int, p: int, model: AlphaBeta) -> flo
     if algorithm not in P2P_ALGORITHMS:
         raise UserError(f"No cost model for this algorithm. Allowed values are "
                         f"{format_choices(P2P_ALGORITHMS)}. Received: algorithm={algorithm!r}")
+    if not isinstance(model, AlphaBeta):  # a fitted model (deep500lite.lv3.costmodel.CalibratedModel)
+        return model.cost(algorithm, nbytes, p)
     if p <= 1:
         return 0.0
     a, b, g, n = model.alpha, model.beta, model.gamma, float(nbytes)
@@ -366,8 +395,14 @@ def _best_time(fn, reps: int) -> float:
 
 
 def calibrate(t: PointToPoint, small: int = 8, large: int = 1 << 20, reps: int = 20,
-              share=None) -> AlphaBeta:
+              share=None, model_file=None, use_file: bool = True):
     """Measure :class:`AlphaBeta` on this communicator (collective: every rank must call it).
+
+    When a calibration file is given (``model_file``) or found (the environment variable
+    ``DEEP500LITE_ALLREDUCE_MODEL``, see :mod:`deep500lite.lv3.costmodel`) and ``use_file`` is
+    true, nothing is measured: every rank loads that file's
+    :class:`~deep500lite.lv3.costmodel.CalibratedModel` (fitted to the real algorithms; the file
+    must be the same on every host) and returns it, so ``auto`` chooses by it.
 
     Ranks 0 and 1 ping-pong a ``small``-byte and a ``large``-byte message ``reps`` times each;
     half the fastest round trip is ``alpha + n beta`` for each size, which gives ``alpha`` and
@@ -382,10 +417,27 @@ def calibrate(t: PointToPoint, small: int = 8, large: int = 1 << 20, reps: int =
         reps: round trips per size.
         share: a function ``share(values: np.ndarray) -> np.ndarray`` that returns rank 0's
             values on every rank (a broadcast), so that all ranks use the same model.
+        model_file: a calibration file written by ``deep500lite bench allreduce --save-model``.
+        use_file: look for a calibration file at all (False: always the ping-pong).
 
     Returns:
-        The measured model (``alpha = beta = 0`` when there is only one rank).
+        The measured model (``alpha = beta = 0`` when there is only one rank), or the loaded
+        calibrated model (a :class:`UserError` if it lacks this rank count).
     """
+    if use_file:
+        from deep500lite.lv3.costmodel import CalibratedModel, model_file_from_env
+
+        path = model_file or model_file_from_env()
+        if path:
+            model = CalibratedModel.load(path)
+            owner = type(getattr(t, "owner", None)).__name__
+            if hasattr(t, "owner") and model.communicator != owner:
+                raise UserError(f"The allreduce calibration file {path!r} was measured on another communicator; "
+                                f"calibrate this one with 'deep500lite bench allreduce --save-model'. Allowed values "
+                                f"are {model.communicator!r}. Received: {owner!r}")
+            if t.size > 1:
+                model.params(t.size)
+            return model
     values = np.zeros(3, np.float64)
     if t.rank == 0:
         a = np.ones(large // 8, np.float64)

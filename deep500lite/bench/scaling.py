@@ -1,0 +1,471 @@
+"""The scaling model: predicted step time of synchronous data-parallel training on 1 to thousands of nodes.
+
+A step on ``P`` nodes, each with ``per_node`` accelerators and a per-accelerator batch ``b``, is
+modelled as (docs/scaling.md derives each part)::
+
+    step = exposed_io + forward(b) + max(backward(b), allreduce timeline) + update
+
+- **compute** (:func:`layer_time`): a roofline per layer and pass, ``max(FLOP / (peak * eff),
+  bytes / bandwidth) + launch``, where ``eff = efficiency * m / (m + m_half)`` falls as the GEMM
+  dimension ``m = gemm_m * b`` that grows with the batch shrinks (the seed's "skinny" GEMMs), and
+  ``launch`` is a fixed cost per layer and pass; the backward pass of a layer with weights does
+  twice the forward FLOP (gradients of the input and of the weights). ``update`` (the optimizer,
+  20 bytes per parameter: read weight, gradient, momentum; write weight, momentum) does not shrink
+  with ``b``: with the launches it is the Amdahl part that does not scale.
+- **communication** (:func:`allreduce_timeline`): the gradients, ready layer by layer in reverse
+  order during the backward pass, are fused into buckets of ``fusion_bytes`` (tensor fusion); each
+  bucket is allreduced as soon as it is full and the previous one is done (overlap with the
+  backward pass), with the algorithm ``auto`` picks (or a named one) and the alpha-beta costs of
+  :mod:`deep500lite.lv3.allreduce`. With several accelerators per node the allreduce is
+  hierarchical: a ring reduce-scatter and allgather inside the node and, between nodes, each
+  accelerator's ``1/per_node`` share with the node's link shared by all of them.
+- **I/O** (:class:`IOModel`): each accelerator reads ``b`` samples per step, as one file each
+  (``small-files``: a per-file latency) or from packed shards, with the file system's aggregate
+  bandwidth shared by all; prefetching hides it behind the step when it is shorter.
+
+Strong scaling keeps the global batch ``B`` (``b = B / (P * per_node)``; below one sample per
+accelerator no more nodes can be used: the seed's hard limit ``b > 0``), weak scaling keeps ``b``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from deep500lite.bench.scaling_networks import Accelerator, Interconnect, ModelDescription
+from deep500lite.errors import UserError, format_choices
+from deep500lite.lv3.allreduce import P2P_ALGORITHMS, AlphaBeta, allreduce_cost, choose_algorithm
+
+__all__ = ["IOModel", "ScalingSetup", "StepPrediction", "ScalingResult", "IO_PATTERNS", "MODES", "layer_time",
+           "compute_times", "allreduce_timeline", "predict_step", "scaling_sweep", "parse_nodes",
+           "allreduce_table"]
+
+MODES = ("strong", "weak")
+IO_PATTERNS = {"packed": 0.0, "small-files": 1e-3}
+_UPDATE_BYTES_PER_PARAM = 20
+_F32 = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class IOModel:
+    """Reading the training samples.
+
+    Attributes:
+        sample_bytes: bytes per sample on disk.
+        pattern: ``packed`` (shards read sequentially: no per-file cost) or ``small-files`` (one
+            file per sample, opened at random: ``file_latency`` each).
+        file_latency: seconds per file opened (metadata and seek); default per pattern
+            (:data:`IO_PATTERNS`: 0 and 1 ms, an assumption for a parallel file system).
+        node_bandwidth: bytes/s one accelerator can read (its node's link or disk share).
+        fs_bandwidth: aggregate bytes/s of the shared file system (divided among all accelerators).
+    """
+
+    sample_bytes: float = 110_000
+    pattern: str = "packed"
+    file_latency: float | None = None
+    node_bandwidth: float = math.inf
+    fs_bandwidth: float = math.inf
+
+    @classmethod
+    def from_dataset_bench(cls, data: dict, pattern: str = "packed", sample_bytes: float | None = None,
+                           fs_bandwidth: float = math.inf) -> "IOModel":
+        """An I/O model from ``deep500lite bench dataset --json`` output (measured on this machine).
+
+        The shard's warm throughput gives the bandwidth per accelerator (its bytes per sample times
+        samples per second); the difference of the per-sample times of the small files and of the
+        shard gives the per-file latency.
+
+        Args:
+            data: the JSON of ``bench dataset``.
+            pattern: ``packed`` or ``small-files``.
+            sample_bytes: bytes per sample of the network modelled (default: the benchmark's).
+            fs_bandwidth: aggregate file-system bytes/s.
+        """
+        try:
+            rate = data["throughput_samples_per_s"]
+            files, shard = float(rate["files"]["median"]), float(rate["shard"]["median"])
+            per_sample = float(data["bytes"]["shard"]) / float(data["samples"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise UserError(f"Not the JSON of 'deep500lite bench dataset --json': missing {exc}. Received: "
+                            f"{format_choices(sorted(map(str, data))) if isinstance(data, dict) else data!r}"
+                            ) from None
+        return cls(sample_bytes=per_sample if sample_bytes is None else sample_bytes, pattern=pattern,
+                   file_latency=max(0.0, 1 / files - 1 / shard) if pattern == "small-files" else 0.0,
+                   node_bandwidth=per_sample * shard,
+                   fs_bandwidth=fs_bandwidth)
+
+    def seconds(self, batch: float, accelerators: int) -> float:
+        """Seconds to read ``batch`` samples on each of ``accelerators`` at once."""
+        if self.pattern not in IO_PATTERNS:
+            raise UserError(f"Unknown I/O pattern. Allowed values are {format_choices(IO_PATTERNS)}. "
+                            f"Received: {self.pattern!r}")
+        latency = IO_PATTERNS[self.pattern] if self.file_latency is None else self.file_latency
+        bw = min(self.node_bandwidth, self.fs_bandwidth / max(accelerators, 1))
+        per_sample = latency + (0.0 if math.isinf(bw) else self.sample_bytes / bw)
+        return batch * per_sample
+
+
+@dataclasses.dataclass(frozen=True)
+class ScalingSetup:
+    """Everything but the node count and the batch.
+
+    Attributes:
+        model: the network.
+        network: the interconnect between nodes.
+        accelerator: one accelerator.
+        per_node: accelerators per node.
+        intra: the link between the accelerators of one node (used when ``per_node > 1``).
+        algorithm: ``auto`` or one of :data:`~deep500lite.lv3.allreduce.P2P_ALGORITHMS`.
+        fusion_bytes: tensor-fusion bucket size (0: one allreduce per layer; default 25 MiB, PyTorch
+            DDP's ``bucket_cap_mb``; Horovod's fusion buffer is 64 MiB).
+        overlap: allreduce buckets while the backward pass goes on (False: all after it).
+        io: the :class:`IOModel`.
+        compute_scale: factor on every compute time (1: the roofline; a measured step divided by
+            the roofline's prediction calibrates the compute model to a real executor).
+        allreduce_model: a fitted :class:`~deep500lite.lv3.costmodel.CalibratedModel` (or None):
+            when given, allreduces cost what it predicts for the node count instead of the
+            network's alpha-beta figures (for predicting runs on the machine it was fitted on).
+        host_cores: None, or the cores of the one host every rank runs on (predicting ``run -n P``
+            on one machine): with more ranks than cores they time-share them, and each rank's
+            compute takes ``accelerators / host_cores`` times as long.
+    """
+
+    model: ModelDescription
+    network: Interconnect
+    accelerator: Accelerator
+    per_node: int = 1
+    intra: Interconnect | None = None
+    algorithm: str = "auto"
+    fusion_bytes: int = 25 << 20
+    overlap: bool = True
+    io: IOModel = IOModel()
+    compute_scale: float = 1.0
+    allreduce_model: object = None
+    host_cores: int | None = None
+
+    def __post_init__(self):
+        if self.algorithm != "auto" and self.algorithm not in P2P_ALGORITHMS:
+            raise UserError(f"Unknown allreduce algorithm. Allowed values are "
+                            f"{format_choices(('auto',) + P2P_ALGORITHMS)}. Received: {self.algorithm!r}")
+        if self.per_node < 1 or self.fusion_bytes < 0:
+            raise UserError(f"per_node must be >= 1 and fusion_bytes >= 0. Received: per_node={self.per_node}, "
+                            f"fusion_bytes={self.fusion_bytes}")
+
+
+def layer_time(layer, batch: float, acc: Accelerator, backward: bool = False) -> float:
+    """Roofline seconds of one layer's forward (or backward) pass on ``batch`` samples (see the module docstring)."""
+    flops = 2.0 * layer.macs * batch
+    moved = (layer.in_elems + layer.out_elems) * batch * _F32 + layer.params * _F32
+    if backward:
+        flops *= 2.0 if layer.params else 1.0
+        moved = 2 * moved + layer.params * _F32
+    eff = acc.efficiency
+    if layer.kind in ("conv", "fc"):
+        m = layer.gemm_m * batch
+        eff *= m / (m + acc.m_half)
+    compute = flops / (acc.flops * eff) if flops else 0.0
+    return max(compute, moved / acc.bandwidth) + acc.launch
+
+
+def compute_times(model: ModelDescription, batch: float, acc: Accelerator, scale: float = 1.0):
+    """``(forward seconds per layer, backward seconds per layer, update seconds)`` for ``batch`` samples,
+    each multiplied by ``scale``."""
+    fwd = [scale * layer_time(layer, batch, acc) for layer in model.layers]
+    bwd = [scale * layer_time(layer, batch, acc, backward=True) for layer in model.layers]
+    update = scale * (model.params * _UPDATE_BYTES_PER_PARAM / acc.bandwidth + acc.launch)
+    return fwd, bwd, update
+
+
+def _allreduce_seconds(nbytes: float, setup: ScalingSetup, nodes: int) -> tuple[float, str]:
+    """Seconds and algorithm of one allreduce of ``nbytes`` per accelerator over the whole job."""
+    k = setup.per_node
+    gamma = 3.0 / setup.accelerator.bandwidth  # a float32 sum reads two and writes one element per element
+    total = 0.0
+    if k > 1:
+        intra = setup.intra
+        if intra is None:
+            raise UserError("Several accelerators per node need the intra-node link (intra=). Received: intra=None")
+        # ring reduce-scatter then allgather inside the node
+        total += 2 * (k - 1) * intra.alpha + 2 * (k - 1) / k * nbytes * intra.beta + (k - 1) / k * nbytes * gamma
+    name = "-"
+    if nodes > 1 and setup.allreduce_model is not None and k == 1:
+        model = setup.allreduce_model
+        name = choose_algorithm(int(nbytes), nodes, model) if setup.algorithm == "auto" else setup.algorithm
+        return model.cost(name, int(nbytes), nodes), name
+    if nodes > 1:
+        share = nbytes / k
+        ab = AlphaBeta(setup.network.alpha, setup.network.beta * k, gamma)
+        name = choose_algorithm(int(share), nodes, ab) if setup.algorithm == "auto" else setup.algorithm
+        total += allreduce_cost(name, int(share), nodes, ab)
+    return total, name
+
+
+def allreduce_timeline(grad_ready, grad_bytes, backward_end: float, setup: ScalingSetup, nodes: int):
+    """Fused, overlapped allreduces of the gradients.
+
+    Args:
+        grad_ready: for each layer in backward order, the time its gradient is ready.
+        grad_bytes: for each layer in the same order, its gradient's bytes.
+        backward_end: when the backward pass ends.
+        setup: the :class:`ScalingSetup`.
+        nodes: the node count.
+
+    Returns:
+        ``(end time of the last allreduce, total allreduce seconds, buckets, algorithms used)``.
+    """
+    buckets, size, ready = [], 0.0, 0.0
+    for t, nbytes in zip(grad_ready, grad_bytes):
+        if not nbytes:
+            continue
+        size += nbytes
+        ready = t if setup.overlap else backward_end
+        if size >= setup.fusion_bytes:
+            buckets.append((ready, size))
+            size = 0.0
+    if size:
+        buckets.append((ready, size))
+    end, busy, algorithms = 0.0, 0.0, set()
+    for ready, nbytes in buckets:
+        seconds, name = _allreduce_seconds(nbytes, setup, nodes)
+        if seconds > 0:
+            algorithms.add(name)
+            end = max(end, ready) + seconds
+            busy += seconds
+    return end, busy, len(buckets), sorted(algorithms)
+
+
+@dataclasses.dataclass
+class StepPrediction:
+    """One predicted training step.
+
+    Attributes:
+        nodes: node count; ``accelerators`` = nodes * per_node.
+        batch: samples per accelerator; ``global_batch`` over the job.
+        step: predicted seconds per step.
+        forward, backward, update: compute seconds.
+        comm: seconds the allreduces take in all; ``comm_exposed``: the part not hidden behind backward.
+        io: seconds of reading per step; ``io_exposed``: the part prefetching cannot hide.
+        buckets: fused allreduces per step; ``algorithms``: those used.
+        non_scaling: seconds of the step that do not shrink with the per-accelerator batch (the
+            update and every layer's fixed launch cost): Amdahl's serial part.
+        throughput: samples per second over the job.
+    """
+
+    nodes: int
+    accelerators: int
+    batch: float
+    global_batch: float
+    step: float
+    forward: float
+    backward: float
+    update: float
+    comm: float
+    comm_exposed: float
+    io: float
+    io_exposed: float
+    buckets: int
+    algorithms: list
+    non_scaling: float = 0.0
+
+    @property
+    def compute(self) -> float:
+        """Forward + backward + update seconds."""
+        return self.forward + self.backward + self.update
+
+    @property
+    def throughput(self) -> float:
+        """Samples per second."""
+        return self.global_batch / self.step
+
+
+def predict_step(setup: ScalingSetup, nodes: int, batch: float) -> StepPrediction:
+    """Predict one step on ``nodes`` nodes with ``batch`` samples per accelerator."""
+    if nodes < 1 or not batch > 0:
+        raise UserError(f"nodes must be >= 1 and the per-accelerator batch > 0. Received: nodes={nodes}, "
+                        f"batch={batch}")
+    accelerators = nodes * setup.per_node
+    share = max(1.0, accelerators / setup.host_cores) if setup.host_cores else 1.0
+    fwd, bwd, update = compute_times(setup.model, batch, setup.accelerator, setup.compute_scale * share)
+    forward, backward = sum(fwd), sum(bwd)
+    ready, t = [], 0.0
+    for seconds in reversed(bwd):
+        t += seconds
+        ready.append(t)
+    grad = [layer.params * _F32 for layer in reversed(setup.model.layers)]
+    end, busy, buckets, algorithms = allreduce_timeline(ready, grad, backward, setup, nodes)
+    free = setup.allreduce_model is None and setup.network.alpha == 0 and setup.network.beta == 0 and (
+        setup.per_node == 1 or (setup.intra.alpha == 0 and setup.intra.beta == 0))
+    if accelerators == 1 or free:  # free communication: the seed's "assuming free communication"
+        end, busy, buckets, algorithms = 0.0, 0.0, 0, []
+    after_forward = max(backward, end) + update
+    io = setup.io.seconds(batch, accelerators)
+    io_exposed = max(0.0, io - (forward + after_forward))
+    fixed = update + 2 * len(setup.model.layers) * setup.accelerator.launch * setup.compute_scale * share
+    return StepPrediction(nodes, accelerators, batch, batch * accelerators, io_exposed + forward + after_forward,
+                          forward, backward, update, busy, max(0.0, end - backward), io, io_exposed, buckets,
+                          algorithms, fixed)
+
+
+@dataclasses.dataclass
+class ScalingResult:
+    """A sweep over node counts.
+
+    Attributes:
+        setup: the :class:`ScalingSetup`.
+        mode: ``strong`` or ``weak``.
+        batch: the global batch (strong) or the per-accelerator batch (weak).
+        rows: one :class:`StepPrediction` per feasible node count.
+        infeasible: node counts left out (strong scaling: below one sample per accelerator).
+        stop: the node count where scaling stops (None if it never does within the sweep).
+        reason: why it stops there.
+        min_efficiency: the efficiency below which scaling is taken to have stopped.
+        baseline: one accelerator alone (no communication) with the same per-accelerator batch
+            (weak) or the whole global batch (strong): what speedups are relative to.
+    """
+
+    setup: ScalingSetup
+    mode: str
+    batch: float
+    rows: list
+    infeasible: list
+    stop: int | None
+    reason: str
+    min_efficiency: float
+    baseline: StepPrediction | None = None
+
+    def speedup(self, row: StepPrediction) -> float:
+        """Throughput relative to :attr:`baseline` (one accelerator)."""
+        return row.throughput / self.baseline.throughput
+
+    def efficiency(self, row: StepPrediction) -> float:
+        """Speedup divided by the number of accelerators."""
+        return self.speedup(row) / row.accelerators
+
+    def to_dict(self) -> dict:
+        """JSON-ready form."""
+        s = self.setup
+        return {
+            "model": {"name": s.model.name, "params": s.model.params, "gradient_bytes": s.model.gradient_bytes,
+                      "forward_macs_per_sample": s.model.macs, "source": s.model.source},
+            "network": dataclasses.asdict(s.network) | {"beta": s.network.beta},
+            "accelerator": dataclasses.asdict(s.accelerator), "per_node": s.per_node,
+            "intra": None if s.intra is None else dataclasses.asdict(s.intra),
+            "algorithm": s.algorithm, "fusion_bytes": s.fusion_bytes, "overlap": s.overlap,
+            "io": dataclasses.asdict(s.io), "mode": self.mode, "batch": self.batch,
+            "min_efficiency": self.min_efficiency, "stop": self.stop, "reason": self.reason,
+            "baseline": dataclasses.asdict(self.baseline),
+            "infeasible": self.infeasible,
+            "rows": [dataclasses.asdict(r) | {"speedup": self.speedup(r), "efficiency": self.efficiency(r),
+                                              "throughput": r.throughput} for r in self.rows],
+        }
+
+
+def _reason(setup: ScalingSetup, nxt: StepPrediction | None, mode: str) -> str:
+    if nxt is None:
+        return ("the per-accelerator batch would fall below one sample (the hard limit b > 0)" if mode == "strong"
+                else "end of the sweep")
+    compute = nxt.forward + nxt.backward
+    if nxt.io_exposed >= max(nxt.comm_exposed, 1e-12) and nxt.io_exposed > 0.1 * nxt.step:
+        return f"I/O-bound: {nxt.io_exposed * 1e3:.3g} ms per step of reading not hidden by prefetching"
+    if nxt.comm_exposed > 0.25 * compute or nxt.comm_exposed > 0.5 * nxt.step:
+        return (f"communication-bound: {nxt.comm * 1e3:.3g} ms of allreduce per step, {nxt.comm_exposed * 1e3:.3g} ms "
+                f"of it not hidden behind the {nxt.backward * 1e3:.3g} ms backward pass")
+    if mode == "strong":
+        return (f"compute stops shrinking: per-accelerator batch {nxt.batch:g} (skinny GEMMs) and "
+                f"{nxt.non_scaling * 1e3:.3g} ms per step of update and per-layer launches that do not shrink "
+                f"(Amdahl)")
+    return "efficiency below the threshold"
+
+
+def scaling_sweep(setup: ScalingSetup, nodes, batch: float, mode: str = "strong",
+                  min_efficiency: float = 0.5, min_gain: float = 1.05) -> ScalingResult:
+    """Predict every node count in ``nodes`` and find where scaling stops.
+
+    Scaling stops at the last node count before one where the efficiency falls below
+    ``min_efficiency``, or where the next node count gains less than ``min_gain`` times the
+    speedup, or (strong scaling) where the next node count would leave less than one sample per
+    accelerator.
+
+    Args:
+        setup: the :class:`ScalingSetup`.
+        nodes: increasing node counts.
+        batch: the global batch (strong) or the per-accelerator batch (weak).
+        mode: ``strong`` or ``weak``.
+        min_efficiency: see above.
+        min_gain: see above.
+    """
+    if mode not in MODES:
+        raise UserError(f"Unknown scaling mode. Allowed values are {format_choices(MODES)}. Received: {mode!r}")
+    nodes = sorted(set(int(n) for n in nodes))
+    if not nodes or nodes[0] < 1 or not batch > 0:
+        raise UserError(f"Node counts must be >= 1 and the batch > 0. Received: nodes={nodes}, batch={batch}")
+    rows, infeasible = [], []
+    for n in nodes:
+        per_acc = batch / (n * setup.per_node) if mode == "strong" else batch
+        if per_acc < 1:
+            infeasible.append(n)
+            continue
+        rows.append(predict_step(setup, n, per_acc))
+    if not rows:
+        raise UserError(f"No node count leaves at least one sample per accelerator. Received: batch={batch}, "
+                        f"nodes={nodes}")
+    single = dataclasses.replace(setup, per_node=1)
+    baseline = predict_step(single, 1, batch)
+    result = ScalingResult(setup, mode, batch, rows, infeasible, None, "", min_efficiency, baseline)
+    for prev, nxt in zip(rows, rows[1:] + [None]):
+        if nxt is None:
+            if infeasible:
+                result.stop, result.reason = prev.nodes, _reason(setup, None, mode)
+            else:
+                result.reason = "scales over the whole sweep"
+            break
+        if result.efficiency(nxt) < min_efficiency or result.speedup(nxt) < min_gain * result.speedup(prev):
+            result.stop, result.reason = prev.nodes, _reason(setup, nxt, mode)
+            break
+    return result
+
+
+def parse_nodes(text: str) -> list[int]:
+    """``"1..4096"`` (powers of two from 1 to 4096), ``"1,2,8"`` or ``"16"``."""
+    text = str(text).strip()
+    try:
+        if ".." in text:
+            lo, hi = (int(x) for x in text.split(".."))
+            if lo < 1 or hi < lo:
+                raise ValueError
+            out, n = [], lo
+            while n <= hi:
+                out.append(n)
+                n *= 2
+            if out[-1] != hi:
+                out.append(hi)
+            return out
+        out = [int(x) for x in text.split(",") if x.strip()]
+        if not out or min(out) < 1:
+            raise ValueError
+        return sorted(set(out))
+    except ValueError:
+        raise UserError(f"--nodes must be LOW..HIGH (powers of two between), a comma-separated list or one "
+                        f"number, all >= 1. Received: {text!r}") from None
+
+
+def allreduce_table(model, nodes: int, sizes) -> tuple[list, list]:
+    """Predicted allreduce seconds of every algorithm per size, and where the best algorithm changes.
+
+    Args:
+        model: an :class:`~deep500lite.lv3.allreduce.AlphaBeta` or a fitted
+            :class:`~deep500lite.lv3.costmodel.CalibratedModel`.
+        nodes: ranks.
+        sizes: message sizes in bytes, increasing.
+
+    Returns:
+        ``(rows, crossovers)``: rows of ``(bytes, {algorithm: seconds}, best)``, and
+        ``(bytes_before, bytes_after, best_before, best_after)`` for each change of the best
+        algorithm between consecutive sizes (the latency/bandwidth crossover of seed 002).
+    """
+    rows = []
+    for n in sizes:
+        costs = {a: allreduce_cost(a, int(n), nodes, model) for a in P2P_ALGORITHMS}
+        rows.append((int(n), costs, choose_algorithm(int(n), nodes, model)))
+    cross = [(a[0], b[0], a[2], b[2]) for a, b in zip(rows, rows[1:]) if a[2] != b[2]]
+    return rows, cross

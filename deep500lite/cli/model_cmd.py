@@ -1,0 +1,361 @@
+"""``deep500lite model``: performance models. ``model scaling`` predicts data-parallel training from 1 to thousands
+of nodes; ``model allreduce`` predicts each allreduce algorithm over message sizes and their crossover.
+
+The work is in :mod:`deep500lite.bench.scaling` (the model) and
+:mod:`deep500lite.bench.scaling_networks` (built-in networks, interconnects and accelerators).
+This module only parses arguments, turns a recipe or an ONNX file into a model description,
+and prints, writes and plots the result. See docs/scaling.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+
+__all__ = ["add_parser", "run", "run_allreduce", "describe_target"]
+
+
+def add_parser(sub):
+    """Add ``model`` (with its ``scaling`` subcommand) to the CLI's subparsers ``sub``."""
+    p = sub.add_parser("model", help="performance models: predicted scaling of data-parallel training",
+                       description="Performance models. 'model scaling' predicts synchronous data-parallel training "
+                                   "on 1 to thousands of nodes. See docs/scaling.md.")
+    msub = p.add_subparsers(dest="model_command", metavar="MODEL_COMMAND", parser_class=type(p))
+    s = msub.add_parser(
+        "scaling", help="predicted step time, speedup and efficiency over node counts, and where scaling stops",
+        description=("Predict the step time of synchronous data-parallel training, split into compute (a roofline per "
+                     "layer with a batch-dependent GEMM efficiency), communication (allreduce per algorithm, with "
+                     "tensor fusion and overlap with the backward pass) and I/O, for each node count; the speedup "
+                     "and efficiency of strong scaling (fixed global batch) or weak scaling (fixed per-accelerator "
+                     "batch); and the node count where scaling stops, with the reason."))
+    s.add_argument("target", metavar="MODEL_OR_RECIPE",
+                   help="a built-in network (alexnet, googlenet, resnet50, resnet101, vgg16), an .onnx file, or a "
+                        "recipe (file or bundled name) whose model is a zoo name or an .onnx file")
+    s.add_argument("--nodes", default="1..4096", help="LOW..HIGH (powers of two), a list 1,2,4 or one count "
+                                                      "(default 1..4096)")
+    s.add_argument("--network", default="edr-ib",
+                   help="fdr-ib, edr-ib, 25gbe, 100gbe, nvlink, pcie3, none (free communication) or "
+                        "ALPHA_S,BANDWIDTH_B_PER_S (default edr-ib)")
+    s.add_argument("--accelerator", default="v100",
+                   help="k80, p100, v100, a100, h100, xeon-e5-2680v3, this (measured here) or "
+                        "PEAK_FLOPS,BANDWIDTH_B_PER_S (default v100)")
+    s.add_argument("--batch", type=float, default=None,
+                   help="strong: the global batch; weak: the batch per accelerator (default: the recipe's batch, "
+                        "else 256 for alexnet and vgg16, 32 for googlenet, 64 for resnets)")
+    mode = s.add_mutually_exclusive_group()
+    mode.add_argument("--strong", dest="mode", action="store_const", const="strong",
+                      help="fixed global batch (the default)")
+    mode.add_argument("--weak", dest="mode", action="store_const", const="weak", help="fixed batch per accelerator")
+    s.add_argument("--per-node", type=int, default=1, help="accelerators per node (default 1)")
+    s.add_argument("--intra", default="pcie3", help="link between the accelerators of a node (default pcie3)")
+    s.add_argument("--algorithm", default="auto",
+                   help="auto, ring, recursive_doubling, rabenseifner or tree (default auto)")
+    s.add_argument("--fusion-mb", type=float, default=25.0, help="tensor-fusion bucket in MiB; 0: per layer "
+                                                                 "(default 25, PyTorch DDP's; Horovod's is 64)")
+    s.add_argument("--no-overlap", action="store_true", help="allreduce only after the backward pass")
+    s.add_argument("--io", default="packed", help="packed (shards) or small-files (one file per sample)")
+    s.add_argument("--sample-bytes", type=float, default=None, help="bytes per sample on disk (default 110000 for "
+                                                                    "the ImageNet networks)")
+    s.add_argument("--file-latency", type=float, default=None, metavar="SECONDS",
+                   help="per-file cost of small-files (default 1e-3)")
+    s.add_argument("--fs-bandwidth", type=float, default=None, metavar="GB_PER_S",
+                   help="aggregate file-system bandwidth shared by all accelerators (default unlimited)")
+    s.add_argument("--io-from", default=None, metavar="FILE",
+                   help="the JSON of 'deep500lite bench dataset --json': per-file latency and read bandwidth "
+                        "measured here instead of the defaults")
+    s.add_argument("--allreduce-model", default=None, metavar="FILE",
+                   help="a calibration file from 'bench allreduce --save-model': allreduces cost what it predicts "
+                        "(for node counts it was calibrated for: ranks on this machine) instead of --network's")
+    s.add_argument("--measured-step", type=float, default=None, metavar="SECONDS",
+                   help="a measured 1-accelerator step at the per-accelerator batch (e.g. from 'deep500lite run'): "
+                        "scales the roofline compute model to match it")
+    s.add_argument("--host-cores", type=int, default=None, metavar="N",
+                   help="all ranks run on one host with N cores (predicting 'run -n P' here): ranks beyond N "
+                        "time-share the cores, slowing each rank's compute")
+    s.add_argument("--min-efficiency", type=float, default=0.5,
+                   help="scaling has stopped where the efficiency falls below this (default 0.5; 0: never)")
+    s.add_argument("--min-gain", type=float, default=1.05,
+                   help="...or where the next node count multiplies the speedup by less than this (default 1.05)")
+    s.add_argument("--format", default="table", help="table, markdown or csv (default table)")
+    s.add_argument("--json", default=None, metavar="FILE", help="write the prediction as JSON")
+    s.add_argument("--plot", default=None, metavar="FILE",
+                   help="write a PNG: speedup and efficiency, and the step time and its parts (needs matplotlib)")
+    s.set_defaults(func=run, mode=None)
+    a = msub.add_parser(
+        "allreduce", help="predicted time of each allreduce algorithm over message sizes, and the crossover",
+        description=("Predict each allreduce algorithm's time over message sizes on a network (alpha-beta) or with a "
+                     "calibration file of this machine, and show where the fastest algorithm changes from the "
+                     "latency-optimal to the bandwidth-optimal one."))
+    a.add_argument("--nodes", type=int, default=64, help="ranks (default 64)")
+    a.add_argument("--network", default="edr-ib", help="as for 'model scaling' (default edr-ib)")
+    a.add_argument("--gamma", type=float, default=0.0, metavar="S_PER_BYTE",
+                   help="seconds per byte reduced (default 0)")
+    a.add_argument("--allreduce-model", default=None, metavar="FILE",
+                   help="a calibration file from 'bench allreduce --save-model' instead of --network")
+    a.add_argument("--min-bytes", default="4", help="smallest message (default 4)")
+    a.add_argument("--max-bytes", default="256MiB", help="largest message (default 256MiB)")
+    a.add_argument("--format", default="table", help="table, markdown or csv (default table)")
+    a.set_defaults(func=run_allreduce)
+    p.set_defaults(func=lambda args: _no_subcommand(p))
+    return p
+
+
+def _no_subcommand(parser) -> int:
+    parser.print_help(sys.stderr)
+    return 2
+
+
+_DEFAULT_BATCH = {"alexnet": 256, "vgg16": 256, "googlenet": 32, "resnet50": 64, "resnet101": 64}
+
+
+def describe_target(target: str):
+    """``(ModelDescription, default batch or None)`` of a built-in name, an ``.onnx`` file or a recipe."""
+    from deep500lite.bench import scaling_networks as sn
+    from deep500lite.errors import UserError
+
+    key = str(target).lower().replace("-", "").replace("_", "")
+    if key in sn.MODELS:
+        return sn.model_description(key), _DEFAULT_BATCH.get(key)
+    if str(target).endswith(".onnx"):
+        import onnx
+
+        if not os.path.exists(target):
+            raise UserError(f"The ONNX file does not exist. Received: {target!r}")
+        return sn.describe_onnx(onnx.load(target), os.path.basename(target)[:-5]), None
+    return _describe_recipe(target)
+
+
+def _describe_recipe(target: str):
+    import numpy as np
+
+    from deep500lite.bench import scaling_networks as sn
+    from deep500lite.errors import UserError, format_choices
+    from deep500lite.recipe import load_recipe
+
+    try:
+        recipe = load_recipe(target)
+    except UserError as exc:
+        raise UserError(f"MODEL_OR_RECIPE must be a built-in network ({format_choices(sn.MODELS)}), an .onnx file or "
+                        f"a recipe; as a recipe it failed: {str(exc).splitlines()[0].split(' Received:')[0]} "
+                        f"Received: {target!r}") from None
+    cfg = recipe.resolve().config
+    spec, batch = cfg.get("model"), int(cfg.get("batch_size") or 1)
+    if isinstance(spec, str) and spec.endswith(".onnx"):
+        import onnx
+
+        return sn.describe_onnx(onnx.load(spec), recipe.name), batch
+    if not (isinstance(spec, str) and isinstance(cfg.get("dataset"), str)):
+        raise UserError("model scaling reads a recipe whose 'model' is a zoo name (with a named 'dataset') or an "
+                        ".onnx path; export other models to ONNX and pass the file. Received: model="
+                        f"{spec!r}, dataset={cfg.get('dataset')!r}")
+    import deep500lite.datasets as datasets
+    import deep500lite.networks as networks
+
+    kwargs = dict(cfg.get("dataset_kwargs") or {})
+    args = list(cfg.get("dataset_args") or [])
+    root = args[0] if args else kwargs.pop("root", None)
+    info = datasets.dataset_shape(cfg["dataset"], root, **kwargs)
+    classes, shape = int(info[0]), tuple(int(s) for s in info[1:])
+    mk = dict(cfg.get("model_kwargs") or {})
+    net, _, _ = networks.create_model(spec, 1, *(cfg.get("model_args") or []),
+                                      **{"classes": classes, "shape": shape, **mk})
+    desc = sn.describe_onnx(net.to_onnx(), recipe.name)
+    sample = int(np.prod(shape)) * 4
+    return sn.ModelDescription(desc.name, desc.layers, sample, f"recipe {recipe.name} ({spec} on "
+                                                              f"{cfg['dataset']})"), batch
+
+
+def _table(result, fmt: str) -> str:
+    from deep500lite.metrics.tables import format_seconds, format_table
+
+    headers = ["nodes", "accel.", "batch/accel.", "step", "compute", "allreduce", "exposed comm", "exposed I/O",
+               "algorithm", "speedup", "efficiency"]
+    rows = []
+    for r in result.rows:
+        rows.append([r.nodes, r.accelerators, f"{r.batch:g}", format_seconds(r.step), format_seconds(r.compute),
+                     format_seconds(r.comm) if r.comm else "-", format_seconds(r.comm_exposed) if r.comm else "-",
+                     format_seconds(r.io_exposed) if r.io else "-", ",".join(r.algorithms) or "-",
+                     f"{result.speedup(r):.2f}", f"{result.efficiency(r) * 100:.1f}%"])
+    return format_table(headers, rows, fmt)
+
+
+def _plot(result, path) -> str:
+    import io
+
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from deep500lite.utils import atomic_write_bytes
+
+    fig = Figure(figsize=(11, 4.2))
+    FigureCanvasAgg(fig)
+    ax_s, ax_t = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
+    n = [r.nodes for r in result.rows]
+    ax_s.plot(n, [result.speedup(r) for r in result.rows], marker="o", markersize=3, label="speedup")
+    ax_s.plot(n, [r / n[0] for r in n], linestyle=":", color="gray", label="ideal")
+    ax_e = ax_s.twinx()
+    ax_e.plot(n, [result.efficiency(r) * 100 for r in result.rows], color="#d62728", marker="s", markersize=3,
+              label="efficiency")
+    ax_e.set_ylabel("efficiency (%)")
+    ax_e.set_ylim(0, 105)
+    if result.stop is not None:
+        ax_s.axvline(result.stop, color="black", linewidth=0.8, linestyle="--")
+    ax_s.set_xscale("log", base=2)
+    ax_s.set_yscale("log", base=2)
+    ax_s.set_xlabel("nodes")
+    ax_s.set_ylabel("speedup")
+    s = result.setup
+    ax_s.set_title(f"{s.model.name}, {result.mode} scaling, batch {result.batch:g}, {s.network.name}, "
+                   f"{s.accelerator.name}", fontsize=9)
+    ax_s.legend(loc="upper left", fontsize=7)
+    ax_e.legend(loc="lower right", fontsize=7)
+    parts = [("step", [r.step for r in result.rows], "-"),
+             ("forward + backward", [r.forward + r.backward for r in result.rows], "--"),
+             ("update (does not shrink)", [r.update for r in result.rows], ":"),
+             ("allreduce, all", [r.comm for r in result.rows], "-."),
+             ("allreduce, exposed", [r.comm_exposed for r in result.rows], "--"),
+             ("I/O, exposed", [r.io_exposed for r in result.rows], ":")]
+    for label, values, style in parts:
+        if any(v > 0 for v in values):
+            ax_t.plot(n, [v if v > 0 else float("nan") for v in values], linestyle=style, marker=".", label=label)
+    ax_t.set_xscale("log", base=2)
+    ax_t.set_yscale("log")
+    ax_t.set_xlabel("nodes")
+    ax_t.set_ylabel("seconds per step")
+    ax_t.set_title("predicted step time and its parts", fontsize=9)
+    ax_t.legend(fontsize=7)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    atomic_write_bytes(path, buf.getvalue())
+    return os.fspath(path)
+
+
+def run(args) -> int:
+    """Run ``deep500lite model scaling`` from parsed arguments; returns the exit status."""
+    from deep500lite.bench import scaling
+    from deep500lite.bench import scaling_networks as sn
+    from deep500lite.errors import UserError, format_choices
+    from deep500lite.metrics.tables import TABLE_FORMATS
+    from deep500lite.utils import atomic_write_text
+
+    if args.format not in TABLE_FORMATS:
+        raise UserError(f"--format must be one of {format_choices(TABLE_FORMATS)}. Received: {args.format!r}")
+    if args.io not in scaling.IO_PATTERNS:
+        raise UserError(f"--io must be one of {format_choices(scaling.IO_PATTERNS)}. Received: {args.io!r}")
+    for name in ("fusion_mb", "min_efficiency", "file_latency", "sample_bytes", "fs_bandwidth"):
+        value = getattr(args, name)
+        if value is not None and not value >= 0:
+            raise UserError(f"--{name.replace('_', '-')} must be a number >= 0. Received: {value!r}")
+    if args.batch is not None and not args.batch >= 1:
+        raise UserError(f"--batch must be at least 1 sample. Received: {args.batch!r}")
+    if args.host_cores is not None and args.host_cores < 1:
+        raise UserError(f"--host-cores must be at least 1. Received: {args.host_cores!r}")
+    if args.per_node < 1:
+        raise UserError(f"--per-node must be at least 1. Received: {args.per_node!r}")
+    nodes = scaling.parse_nodes(args.nodes)
+    network, acc, intra = sn.interconnect(args.network), None, sn.interconnect(args.intra)
+    model, default_batch = describe_target(args.target)
+    acc = sn.accelerator(args.accelerator)
+    batch = args.batch if args.batch is not None else float(default_batch or 32)
+    fs_bw = float("inf") if args.fs_bandwidth is None else args.fs_bandwidth * 1e9
+    if args.io_from:
+        try:
+            with open(args.io_from, encoding="utf-8") as f:
+                bench_io = json.load(f)
+        except (OSError, ValueError) as exc:
+            raise UserError(f"--io-from must name the JSON file of 'bench dataset --json'. Received: {exc}") from None
+        io = scaling.IOModel.from_dataset_bench(bench_io, args.io, args.sample_bytes, fs_bw)
+        if args.file_latency is not None:
+            io = dataclasses.replace(io, file_latency=args.file_latency)
+    else:
+        io = scaling.IOModel(sample_bytes=args.sample_bytes if args.sample_bytes is not None else model.sample_bytes,
+                             pattern=args.io, file_latency=args.file_latency, fs_bandwidth=fs_bw)
+    allreduce_model = None
+    if args.allreduce_model:
+        from deep500lite.lv3.costmodel import CalibratedModel
+
+        allreduce_model = CalibratedModel.load(args.allreduce_model)
+        for n in nodes:
+            if n > 1:
+                allreduce_model.params(n)
+        if args.per_node != 1:
+            raise UserError(f"--allreduce-model describes ranks of one machine; use it with --per-node 1. "
+                            f"Received: --per-node {args.per_node}")
+    setup = scaling.ScalingSetup(model, network, acc, per_node=args.per_node, intra=intra, algorithm=args.algorithm,
+                                 fusion_bytes=int(args.fusion_mb * (1 << 20)), overlap=not args.no_overlap, io=io,
+                                 allreduce_model=allreduce_model, host_cores=args.host_cores)
+    if args.measured_step is not None:
+        if not args.measured_step > 0:
+            raise UserError(f"--measured-step must be a positive number of seconds. Received: {args.measured_step!r}")
+        per_acc = batch if (args.mode or "strong") == "weak" else batch / (nodes[0] * args.per_node)
+        fwd, bwd, update = scaling.compute_times(model, per_acc, acc)
+        setup = dataclasses.replace(setup, compute_scale=args.measured_step / (sum(fwd) + sum(bwd) + update))
+    result = scaling.scaling_sweep(setup, nodes, batch, args.mode or "strong", min_efficiency=args.min_efficiency,
+                                   min_gain=args.min_gain)
+    text = sys.stderr if args.format == "csv" else sys.stdout
+    print(f"{model.name}: {model.params / 1e6:.2f}M parameters ({model.gradient_bytes / 1e6:.1f} MB of float32 "
+          f"gradients), {model.macs / 1e9:.3g} GMAC forward per sample", file=text)
+    print(f"network {network.name}: alpha {network.alpha * 1e6:.3g} us, {network.bandwidth / 1e9:.3g} GB/s; "
+          f"accelerator {acc.name}: {acc.flops / 1e12:.3g} TFLOP/s, {acc.bandwidth / 1e9:.4g} GB/s"
+          + (f"; {args.per_node} per node over {intra.name}" if args.per_node > 1 else ""), file=text)
+    label = "global batch" if result.mode == "strong" else "batch per accelerator"
+    if allreduce_model is not None:
+        print(f"allreduce costs from the calibrated model {args.allreduce_model} (ranks "
+              f"{', '.join(map(str, allreduce_model.ranks))})", file=text)
+    if setup.compute_scale != 1.0:
+        print(f"compute scaled by {setup.compute_scale:.3g} to match the measured step of "
+              f"{args.measured_step:g} s", file=text)
+    print(f"{result.mode} scaling, {label} {batch:g}; fusion {args.fusion_mb:g} MiB, "
+          f"{'no overlap' if args.no_overlap else 'overlap with backward'}, I/O {args.io}", file=text)
+    print(_table(result, args.format), flush=True)
+    if result.infeasible:
+        print(f"left out (under one sample per accelerator): {', '.join(map(str, result.infeasible))} nodes",
+              file=text)
+    if result.stop is None:
+        print(f"scaling does not stop within {nodes[0]}..{nodes[-1]} nodes ({result.reason})", file=text)
+    else:
+        print(f"scaling stops at {result.stop} nodes: {result.reason}", file=text)
+    if args.json:
+        atomic_write_text(args.json, json.dumps(result.to_dict(), indent=1, default=str))
+        print(f"wrote {args.json}", file=text)
+    if args.plot:
+        print(f"wrote {_plot(result, args.plot)}", file=text)
+    return 0
+
+
+def run_allreduce(args) -> int:
+    """Run ``deep500lite model allreduce`` from parsed arguments; returns the exit status."""
+    from deep500lite.bench import scaling
+    from deep500lite.bench import scaling_networks as sn
+    from deep500lite.bench.allreduce import message_sizes, parse_bytes
+    from deep500lite.errors import UserError, format_choices
+    from deep500lite.lv3.allreduce import P2P_ALGORITHMS, AlphaBeta
+    from deep500lite.metrics.tables import TABLE_FORMATS, format_seconds, format_table
+
+    if args.format not in TABLE_FORMATS:
+        raise UserError(f"--format must be one of {format_choices(TABLE_FORMATS)}. Received: {args.format!r}")
+    if args.nodes < 2 or not args.gamma >= 0:
+        raise UserError(f"--nodes must be at least 2 and --gamma >= 0. Received: --nodes {args.nodes}, "
+                        f"--gamma {args.gamma}")
+    sizes = message_sizes(parse_bytes(args.min_bytes), parse_bytes(args.max_bytes))
+    if args.allreduce_model:
+        from deep500lite.lv3.costmodel import CalibratedModel
+
+        model = CalibratedModel.load(args.allreduce_model)
+        model.params(args.nodes)
+        what = f"calibrated model {args.allreduce_model}"
+    else:
+        net = sn.interconnect(args.network)
+        model = AlphaBeta(net.alpha, net.beta, args.gamma)
+        what = f"{net.name}: alpha {net.alpha * 1e6:.3g} us, {net.bandwidth / 1e9:.3g} GB/s"
+    rows, cross = scaling.allreduce_table(model, args.nodes, sizes)
+    text = sys.stderr if args.format == "csv" else sys.stdout
+    print(f"predicted allreduce on {args.nodes} ranks, {what}", file=text)
+    table = [[f"{n:,}"] + [format_seconds(c[a]) for a in P2P_ALGORITHMS] + [best] for n, c, best in rows]
+    print(format_table(["bytes", *P2P_ALGORITHMS, "fastest"], table, args.format), flush=True)
+    for lo, hi, a, b in cross:
+        print(f"crossover: {a} is fastest up to {lo:,} bytes, {b} from {hi:,} bytes", file=text)
+    return 0

@@ -1,0 +1,383 @@
+"""A calibrated allreduce cost model: alpha, beta, gamma and a memory-copy cost fitted to the real algorithms.
+
+The ping-pong alpha-beta model of :mod:`deep500lite.lv3.allreduce` sees one message between two
+ranks; the algorithms also copy the input, allocate and fault in temporary buffers, reduce, and
+(with several ranks per host) contend for memory bandwidth and cores. This module times the real
+algorithms (:data:`~deep500lite.lv3.allreduce.P2P_ALGORITHMS`) at a few sizes on a communicator and
+fits, per rank count ``p``, by non-negative least squares on the relative error::
+
+    t(algorithm, n, p) = overhead + alpha * messages
+                         + (1 - phi) * (beta * wire_bytes + gamma * reduced_bytes + delta * copied_bytes)
+                         + phi * (beta_mem * wire_bytes + gamma_mem * reduced_bytes + delta_mem * copied_bytes)
+
+with ``phi = n / (n + cache_bytes)`` the share of a buffer's traffic that misses the caches
+(``cache_bytes`` is chosen from :data:`CACHE_CANDIDATES` by the fit; 0 = one regime), and
+where the counts are those along one rank's critical path (:func:`cost_terms`); ``messages``
+counts every send and every receive a rank posts (a ring step posts one of each), since on one
+host the per-message software cost, not the wire, is the latency:
+
+===================== ================= ==================== ================== ==============
+algorithm             messages          wire bytes           reduced bytes      copied bytes
+===================== ================= ==================== ================== ==============
+``ring``              ``4(p-1)``        ``2 (p-1)/p n``      ``(p-1)/p n``      ``n (+ n/p)``
+``recursive_doubling`` ``2 L``           ``L n``              ``L n``            ``n (+ n)``
+``rabenseifner``      ``4 L``           ``2 (q-1)/q n``      ``(q-1)/q n``      ``n (+ n/2)``
+``tree``              ``2 ceil(log2 p)`` ``2 ceil(log2 p) n`` ``ceil(log2 p) n`` ``n (+ n)``
+===================== ================= ==================== ================== ==============
+
+(``q = 2^L`` the power-of-two core, ``L = floor(log2 p)``; for ``p`` not a power of two,
+recursive doubling and Rabenseifner add the fold: 2 messages, ``2 n`` on the wire, ``n`` reduced.)
+The copied bytes are the input copy every algorithm makes (fresh memory that the operating system
+faults in page by page at first touch), plus, in parentheses, the receive buffer when it is larger
+than :data:`~deep500lite.lv3.allreduce.SCRATCH_LIMIT` (smaller ones are reused between calls);
+``overhead`` is the fixed cost of one call (argument checks, allocation).
+
+A :class:`CalibratedModel` holds the fitted parameters per rank count, the raw medians it was
+fitted to, and the environment; :meth:`CalibratedModel.save` writes it as JSON (merging rank
+counts into an existing file of the same communicator), and ``algorithm="auto"`` uses it when a
+communicator is built with ``cost_model=CalibratedModel.load(path)`` or when
+``DEEP500LITE_ALLREDUCE_MODEL`` names such a file (see
+:func:`deep500lite.lv3.allreduce.calibrate`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import time
+
+import numpy as np
+
+from deep500lite.errors import UserError, format_choices
+from deep500lite.lv3.allreduce import P2P_ALGORITHMS, SCRATCH_LIMIT, _core_ranks
+
+__all__ = ["CACHE_CANDIDATES", "CALIBRATION_SIZES", "MODEL_ENV", "CostParameters", "CalibratedModel", "cost_terms",
+           "fit_parameters", "memory_fraction",
+           "calibrate_allreduce", "model_file_from_env"]
+
+#: Message sizes (bytes) of the default calibration run.
+CALIBRATION_SIZES = (16 << 10, 128 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20)
+#: Environment variable naming a calibration file that ``auto`` uses.
+MODEL_ENV = "DEEP500LITE_ALLREDUCE_MODEL"
+_FORMAT = "deep500lite-allreduce-model/1"
+_NTERMS = 5
+_PARAMS = ("overhead", "alpha", "beta", "gamma", "delta", "beta_mem", "gamma_mem", "delta_mem", "cache_bytes")
+#: Candidate sizes of the cache crossover tried by :func:`fit_parameters` (0: one regime only).
+CACHE_CANDIDATES = (0,) + tuple(1 << k for k in range(15, 28))
+
+
+def cost_terms(algorithm: str, nbytes: float, p: int) -> np.ndarray:
+    """``[calls, messages, wire_bytes, reduced_bytes, copied_bytes]`` of one allreduce on one rank's critical path.
+
+    Args:
+        algorithm: one of :data:`~deep500lite.lv3.allreduce.P2P_ALGORITHMS`.
+        nbytes: bytes of the array.
+        p: ranks (all zeros for ``p <= 1``).
+    """
+    if algorithm not in P2P_ALGORITHMS:
+        raise UserError(f"No cost model for this algorithm. Allowed values are {format_choices(P2P_ALGORITHMS)}. "
+                        f"Received: algorithm={algorithm!r}")
+    n = float(nbytes)
+    if p <= 1:
+        return np.zeros(_NTERMS)
+
+    def copied(tmp):  # the input copy, and the receive buffer when it is too large to be kept
+        return n + (tmp if tmp > SCRATCH_LIMIT else 0.0)
+
+    if algorithm == "ring":
+        return np.array([1, 4 * (p - 1), 2 * (p - 1) / p * n, (p - 1) / p * n, copied(n / p)])
+    if algorithm == "tree":
+        levels = math.ceil(math.log2(p))
+        return np.array([1, 2 * levels, 2 * levels * n, levels * n, copied(n)])
+    q, rem = _core_ranks(p)
+    levels = q.bit_length() - 1
+    fold = np.array([0, 2, 2 * n, n, 0.0]) if rem else np.zeros(_NTERMS)
+    if algorithm == "recursive_doubling":
+        return np.array([1, 2 * levels, levels * n, levels * n, copied(n)]) + fold
+    return np.array([1, 4 * levels, 2 * (q - 1) / q * n, (q - 1) / q * n, copied(n / 2)]) + fold
+
+
+def memory_fraction(nbytes: float, cache_bytes: float) -> float:
+    """``phi(n) = n / (n + cache_bytes)``: how much of a buffer's traffic goes to memory rather than cache
+    (0 when ``cache_bytes`` is 0: one regime)."""
+    return float(nbytes) / (float(nbytes) + cache_bytes) if cache_bytes > 0 else 0.0
+
+
+def _design(terms: np.ndarray, nbytes: float, cache_bytes: float) -> np.ndarray:
+    """The 8 columns for :class:`CostParameters`: calls, messages, then the byte terms in cache and in memory."""
+    phi = memory_fraction(nbytes, cache_bytes)
+    return np.concatenate([terms[:2], (1 - phi) * terms[2:], phi * terms[2:]])
+
+
+@dataclasses.dataclass(frozen=True)
+class CostParameters:
+    """Fitted parameters for one rank count.
+
+    Per-byte costs come in two regimes: a buffer of ``n`` bytes sends a fraction
+    ``phi(n) = n / (n + cache_bytes)`` of its traffic at the memory costs (``*_mem``) and the rest at
+    the cache costs (:func:`memory_fraction`); ``cache_bytes = 0`` is a single regime.
+
+    Attributes:
+        overhead: seconds per call.
+        alpha: seconds per message posted (latency, including the software's per-message cost).
+        beta: seconds per byte on the wire.
+        gamma: seconds per byte reduced.
+        delta: seconds per byte copied (the input copy and the temporary buffer).
+        beta_mem, gamma_mem, delta_mem: the same for traffic that misses the caches.
+        cache_bytes: the buffer size at which half the traffic goes to memory.
+    """
+
+    overhead: float
+    alpha: float
+    beta: float
+    gamma: float
+    delta: float
+    beta_mem: float = 0.0
+    gamma_mem: float = 0.0
+    delta_mem: float = 0.0
+    cache_bytes: float = 0.0
+
+    def vector(self) -> np.ndarray:
+        """The eight coefficients that multiply :func:`_design`'s columns."""
+        return np.array([self.overhead, self.alpha, self.beta, self.gamma, self.delta, self.beta_mem,
+                         self.gamma_mem, self.delta_mem])
+
+    def seconds(self, algorithm: str, nbytes: float, p: int) -> float:
+        """Predicted seconds of one allreduce of ``nbytes`` on ``p`` ranks."""
+        return float(_design(cost_terms(algorithm, nbytes, p), nbytes, self.cache_bytes) @ self.vector())
+
+
+def _nnls(a: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Non-negative least squares: ``scipy.optimize.nnls`` when scipy is installed, else an active-set
+    loop around ``numpy.linalg.lstsq`` (a coefficient that comes out negative is fixed at zero)."""
+    try:
+        from scipy.optimize import nnls
+    except ImportError:  # pragma: no cover - scipy is optional
+        nnls = None
+    if nnls is not None:
+        return nnls(a, y)[0]
+    active = [j for j in range(a.shape[1]) if np.any(a[:, j] != 0)]
+    coef = np.zeros(a.shape[1])
+    while active:
+        sol, *_ = np.linalg.lstsq(a[:, active], y, rcond=None)
+        if np.all(sol >= 0):
+            coef[active] = sol
+            break
+        active.pop(int(np.argmin(sol)))
+    return coef
+
+
+def fit_parameters(rows) -> CostParameters:
+    """Least-squares fit of :class:`CostParameters` to measured times of one rank count.
+
+    Minimizes the sum of squared *relative* errors (each row divided by its time, so a 16 KiB and
+    a 32 MiB row count alike) with every parameter kept non-negative (:func:`_nnls`), for each
+    ``cache_bytes`` of :data:`CACHE_CANDIDATES`, and keeps the best (a single regime unless two
+    regimes lower the error by more than 10%).
+
+    Args:
+        rows: ``(algorithm, nbytes, p, seconds)`` tuples, all with the same ``p``.
+
+    Returns:
+        The fitted parameters.
+    """
+    rows = list(rows)
+    ps = {int(r[2]) for r in rows}
+    if len(ps) != 1 or not rows:
+        raise UserError(f"fit_parameters needs rows of one rank count. Received: rank counts {sorted(ps)}")
+    t = np.array([float(r[3]) for r in rows])
+    if np.any(t <= 0):
+        raise UserError(f"Measured times must be positive. Received: {t.min()}")
+    terms = [(cost_terms(a, n, p), n) for a, n, p, _ in rows]
+    best = None
+    for cache in CACHE_CANDIDATES:
+        x = np.array([_design(tm, n, cache) for tm, n in terms])
+        coef = _nnls(x / t[:, None], np.ones(len(t)))
+        sse = float(np.sum((x @ coef / t - 1) ** 2))
+        if best is None or sse < (0.9 * best[0] - 1e-9 if best[2] == 0 else best[0]):
+            best = (sse, coef, cache)
+    _, coef, cache = best
+    return CostParameters(*map(float, coef), cache_bytes=float(cache))
+
+
+@dataclasses.dataclass(frozen=True)
+class CalibratedModel:
+    """Allreduce cost model fitted per rank count on one communicator (hashable: usable as ``cost_model``).
+
+    Attributes:
+        communicator: the communicator class it was measured on (e.g. ``MPICommunicator``).
+        parameters: ``((p, CostParameters), ...)`` sorted by ``p``.
+        measurements: per ``p`` (as a string key), the ``[algorithm, bytes, median seconds]`` fitted to.
+        environment: :func:`deep500lite.environment.collect_environment` of the machine (or ``{}``).
+    """
+
+    communicator: str
+    parameters: tuple
+    measurements: dict = dataclasses.field(default_factory=dict, compare=False, hash=False)
+    environment: dict = dataclasses.field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def ranks(self) -> list[int]:
+        """The rank counts this model was calibrated for."""
+        return [p for p, _ in self.parameters]
+
+    def params(self, p: int) -> CostParameters:
+        """The parameters for ``p`` ranks (a :class:`UserError` if ``p`` was not calibrated)."""
+        for q, par in self.parameters:
+            if q == p:
+                return par
+        raise UserError(f"The allreduce model was not calibrated for this rank count; calibrate it with "
+                        f"'deep500lite bench allreduce -n {p} --save-model FILE'. Allowed values are "
+                        f"{format_choices(self.ranks)}. Received: p={p}")
+
+    def cost(self, algorithm: str, nbytes: int, p: int) -> float:
+        """Predicted seconds of one allreduce of ``nbytes`` bytes on ``p`` ranks (0 for ``p <= 1``)."""
+        if p <= 1:
+            cost_terms(algorithm, nbytes, p)
+            return 0.0
+        return self.params(p).seconds(algorithm, nbytes, p)
+
+    def errors(self, p: int) -> list[tuple[str, int, float]]:
+        """``(algorithm, bytes, relative error)`` of the prediction on each calibration measurement of ``p``."""
+        out = []
+        for algorithm, nbytes, seconds in self.measurements.get(str(p), []):
+            out.append((algorithm, int(nbytes), self.cost(algorithm, nbytes, p) / seconds - 1.0))
+        return out
+
+    def merged(self, other: "CalibratedModel") -> "CalibratedModel":
+        """This model with ``other``'s rank counts added (``other`` wins where both have one)."""
+        if other.communicator != self.communicator:
+            raise UserError(f"Cannot merge allreduce models of different communicators. Allowed values are "
+                            f"{self.communicator!r}. Received: {other.communicator!r}")
+        params = dict(self.parameters)
+        params.update(dict(other.parameters))
+        meas = dict(self.measurements)
+        meas.update(other.measurements)
+        return CalibratedModel(self.communicator, tuple(sorted(params.items())), meas,
+                               other.environment or self.environment)
+
+    def to_dict(self) -> dict:
+        """JSON-ready form (:meth:`from_dict` reads it back)."""
+        return {"format": _FORMAT, "communicator": self.communicator,
+                "model": "t = overhead + alpha*messages + (1-phi)*(beta*wire + gamma*reduced + delta*copied) + "
+                         "phi*(beta_mem*wire + gamma_mem*reduced + delta_mem*copied), phi = n/(n + cache_bytes)",
+                "parameters": {str(p): dataclasses.asdict(par) for p, par in self.parameters},
+                "measurements": self.measurements, "environment": self.environment}
+
+    @classmethod
+    def from_dict(cls, data) -> "CalibratedModel":
+        """Rebuild a model from :meth:`to_dict`'s output."""
+        if not isinstance(data, dict) or data.get("format") != _FORMAT:
+            got = data.get("format") if isinstance(data, dict) else type(data).__name__
+            raise UserError(f"Not an allreduce calibration file: the 'format' must be {_FORMAT!r} (written by "
+                            f"'deep500lite bench allreduce --save-model'). Received: {got!r}")
+        try:
+            params = tuple(sorted((int(p), CostParameters(**{k: float(v[k]) for k in _PARAMS[:5]},
+                                                          **{k: float(v.get(k, 0.0)) for k in _PARAMS[5:]}))
+                                  for p, v in data["parameters"].items()))
+            return cls(str(data["communicator"]), params, dict(data.get("measurements", {})),
+                       dict(data.get("environment") or {}))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise UserError(f"A broken allreduce calibration file: each parameters entry needs "
+                            f"{', '.join(_PARAMS)}. Received: {exc!r}") from None
+
+    def save(self, path, merge: bool = True) -> "CalibratedModel":
+        """Write the model as JSON to ``path``; with ``merge``, keep the other rank counts of an existing file.
+
+        Returns:
+            The model written (merged or not).
+        """
+        from deep500lite.utils import atomic_write_text
+
+        model = self
+        if merge and os.path.exists(path):
+            model = CalibratedModel.load(path).merged(self)
+        atomic_write_text(path, json.dumps(model.to_dict(), indent=1, default=str))
+        return model
+
+    @classmethod
+    def load(cls, path) -> "CalibratedModel":
+        """Read a model written by :meth:`save`."""
+        try:
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+        except FileNotFoundError:
+            raise UserError(f"The allreduce calibration file does not exist; write one with 'deep500lite bench "
+                            f"allreduce -n P --save-model FILE'. Received: {os.fspath(path)!r}") from None
+        except (OSError, ValueError) as exc:
+            raise UserError(f"The allreduce calibration file must be readable JSON. Received: {exc}") from None
+        return cls.from_dict(data)
+
+
+def model_file_from_env() -> str | None:
+    """The calibration file named by ``DEEP500LITE_ALLREDUCE_MODEL`` (None when unset or empty)."""
+    return os.environ.get(MODEL_ENV) or None
+
+
+def _time_algorithm(comm, x, algorithm: str, max_time: float, min_reps: int, max_reps: int) -> float:
+    """Median over calls of the slowest rank's time of ``comm.allreduce(x, algorithm=...)`` (collective)."""
+    comm.allreduce(x, algorithm=algorithm)  # warm-up
+    comm.barrier()
+    t0 = time.perf_counter()
+    comm.allreduce(x, algorithm=algorithm)
+    pilot = time.perf_counter() - t0
+    reps = np.array([max(min_reps, min(max_reps, int(max_time / max(pilot, 1e-7))))], np.int64)
+    reps = comm.broadcast(reps, root=0)
+    samples = np.empty(int(reps[0]), np.float64)
+    for i in range(samples.size):
+        comm.barrier()
+        t0 = time.perf_counter()
+        comm.allreduce(x, algorithm=algorithm)
+        samples[i] = time.perf_counter() - t0
+    slowest = comm.allreduce(samples, op="max", algorithm="native")
+    return float(np.median(slowest))
+
+
+def calibrate_allreduce(comm, sizes=CALIBRATION_SIZES, algorithms=P2P_ALGORITHMS, max_time: float = 0.1,
+                        min_reps: int = 5, max_reps: int = 200, environment: bool = True) -> CalibratedModel:
+    """Time the real allreduce algorithms on ``comm`` and fit a :class:`CalibratedModel` (collective).
+
+    For each size and algorithm: one warm-up call, a pilot call that sets the repetitions (rank 0's,
+    broadcast), then that many calls between barriers; a call's time is the slowest rank's and the
+    median over calls is fitted. Every rank returns the same model (the fit is on shared numbers).
+
+    Args:
+        comm: a :class:`~deep500lite.lv3.communication.CommunicationNetwork` with ``size >= 2``.
+        sizes: message sizes in bytes (multiples of 4; float32 arrays).
+        algorithms: which of :data:`~deep500lite.lv3.allreduce.P2P_ALGORITHMS` to time (at least
+            two with different term ratios make the parameters identifiable; all four by default).
+        max_time: seconds of timed calls per size and algorithm, roughly.
+        min_reps, max_reps: bounds on the calls per size and algorithm.
+        environment: record :func:`deep500lite.environment.collect_environment` (rank 0's).
+
+    Returns:
+        The model for ``comm.size`` ranks.
+    """
+    if comm.size < 2:
+        raise UserError(f"Calibrating an allreduce model needs at least 2 ranks. Received: size={comm.size}")
+    bad = [a for a in algorithms if a not in P2P_ALGORITHMS]
+    if bad or not algorithms:
+        raise UserError(f"Unknown allreduce algorithm(s) to calibrate. Allowed values are "
+                        f"{format_choices(P2P_ALGORITHMS)}. Received: {list(algorithms)!r}")
+    sizes = [int(s) for s in sizes]
+    if not sizes or any(s < 4 or s % 4 for s in sizes):
+        raise UserError(f"Calibration sizes must be positive multiples of 4 bytes. Received: {sizes}")
+    rows = []
+    for nbytes in sizes:
+        x = np.ones(nbytes // 4, np.float32)
+        for algorithm in algorithms:
+            rows.append((algorithm, nbytes, comm.size,
+                         _time_algorithm(comm, x, algorithm, max_time, min_reps, max_reps)))
+    params = fit_parameters(rows)
+    env = {}
+    if environment:
+        from deep500lite.environment import collect_environment
+
+        env = collect_environment(include_mpi=False) if comm.rank == 0 else {}
+        mpi = getattr(comm, "_MPI", None)
+        if env and mpi is not None:
+            env["mpi_library"] = " ".join(mpi.Get_library_version().splitlines()[0].split())
+    return CalibratedModel(type(comm).__name__, ((comm.size, params),),
+                           {str(comm.size): [[a, n, s] for a, n, _, s in rows]}, env)

@@ -1,0 +1,205 @@
+"""The calibrated allreduce cost model: the fit, the file, and a real 2-rank calibration."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from deep500lite.errors import UserError
+from deep500lite.lv3 import allreduce as ar
+from deep500lite.lv3 import costmodel as cm
+from support import mpirun, requires_mpi
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TRUE = cm.CostParameters(overhead=4e-6, alpha=3e-6, beta=2e-10, gamma=5e-11, delta=3e-10)
+SIZES = [4 << 10, 64 << 10, 1 << 20, 8 << 20, 32 << 20]
+
+
+def synthetic_rows(params, p, noise=0.0, seed=0):
+    rng = np.random.default_rng(seed)
+    rows = []
+    for n in SIZES:
+        for a in ar.P2P_ALGORITHMS:
+            t = params.seconds(a, n, p)
+            rows.append((a, n, p, t * (1 + noise * rng.standard_normal())))
+    return rows
+
+
+@pytest.mark.parametrize("p", [2, 3, 4, 8])
+def test_least_squares_recovers_known_parameters(p):
+    fitted = cm.fit_parameters(synthetic_rows(TRUE, p))
+    np.testing.assert_allclose(fitted.vector(), TRUE.vector(), rtol=1e-6)
+
+
+def test_two_regime_fit_recovers_cache_and_memory_costs():
+    truth = cm.CostParameters(overhead=4e-6, alpha=3e-6, beta=1e-10, gamma=5e-11, delta=1e-10, beta_mem=4e-10,
+                              gamma_mem=2e-10, delta_mem=6e-10, cache_bytes=float(2 << 20))
+    rows = [(a, n, 4, truth.seconds(a, n, 4)) for n in [16 << 10, 128 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
+            for a in ar.P2P_ALGORITHMS]
+    fitted = cm.fit_parameters(rows)
+    assert fitted.cache_bytes == 2 << 20
+    np.testing.assert_allclose(fitted.vector(), truth.vector(), rtol=1e-5)
+    assert cm.memory_fraction(2 << 20, 2 << 20) == 0.5 and cm.memory_fraction(10, 0) == 0.0
+
+
+def test_noisy_fit_predicts_within_noise_and_stays_non_negative():
+    fitted = cm.fit_parameters(synthetic_rows(TRUE, 4, noise=0.05, seed=3))
+    assert np.all(fitted.vector() >= 0)
+    model = cm.CalibratedModel("Test", ((4, fitted),))
+    for a in ar.P2P_ALGORITHMS:
+        for n in SIZES:
+            truth = TRUE.seconds(a, n, 4)
+            assert abs(model.cost(a, n, 4) / truth - 1) < 0.1
+
+
+def test_a_parameter_that_would_be_negative_is_zero():
+    truth = cm.CostParameters(overhead=0.0, alpha=5e-6, beta=3e-10, gamma=0.0, delta=1e-10)
+    rows = [(a, n, p, t * (0.97 if a == "recursive_doubling" else 1.0)) for a, n, p, t in synthetic_rows(truth, 2)]
+    fitted = cm.fit_parameters(rows)
+    assert np.all(fitted.vector() >= 0) and fitted.gamma == 0.0
+
+
+def test_cost_terms_match_the_alpha_beta_formulas():
+    # With overhead = delta = 0 and alpha counting one exchange per two posted messages, the
+    # calibrated form equals the textbook formulas of allreduce.py.
+    ab = ar.AlphaBeta(alpha=7e-6, beta=1e-10, gamma=3e-11)
+    for p in (2, 3, 4, 5, 8):
+        for a in ("ring", "recursive_doubling", "rabenseifner"):
+            terms = cm.cost_terms(a, 1 << 20, p)
+            fold_msgs = 2 if (p & (p - 1)) and a != "ring" else 0
+            exchanges = (terms[1] - fold_msgs) / 2 + fold_msgs
+            ours = exchanges * ab.alpha + terms[2] * ab.beta + terms[3] * ab.gamma
+            assert ours == pytest.approx(ar.allreduce_cost(a, 1 << 20, p, ab))
+    assert cm.cost_terms("ring", 100, 1).sum() == 0
+    with pytest.raises(UserError, match="Allowed values are .*Received: algorithm='fast'"):
+        cm.cost_terms("fast", 10, 2)
+
+
+def test_predictions_grow_with_size_and_auto_chooses_by_the_model():
+    model = cm.CalibratedModel("Test", ((4, TRUE),))
+    for a in ar.P2P_ALGORITHMS:
+        times = [model.cost(a, n, 4) for n in [4, 1 << 10, 1 << 16, 1 << 20, 1 << 26]]
+        assert times == sorted(times) and times[0] > 0
+    for n in (8, 1 << 12, 1 << 24):
+        best = min(ar.P2P_ALGORITHMS, key=lambda a: model.cost(a, n, 4))
+        assert ar.choose_algorithm(n, 4, model) == best
+        assert ar.allreduce_cost(best, n, 4, model) == model.cost(best, n, 4)
+    # small arrays: fewest messages (recursive doubling); large: least data (ring / rabenseifner)
+    assert ar.choose_algorithm(8, 4, model) == "recursive_doubling"
+    assert ar.choose_algorithm(1 << 26, 4, model) in ("ring", "rabenseifner")
+    assert hash(model) == hash(cm.CalibratedModel("Test", ((4, TRUE),), {"4": []}, {"x": 1}))
+    with pytest.raises(UserError, match=r"Allowed values are 4\. Received: p=2"):
+        model.cost("ring", 10, 2)
+
+
+def test_file_round_trip_merge_and_errors(tmp_path, monkeypatch):
+    path = tmp_path / "model.json"
+    two = cm.CalibratedModel("MPICommunicator", ((2, TRUE),), {"2": [["ring", 1024, 1e-5]]}, {"cpu": "x"})
+    four = cm.CalibratedModel("MPICommunicator", ((4, TRUE),), {"4": []}, {"cpu": "x"})
+    two.save(path)
+    merged = four.save(path)
+    assert merged.ranks == [2, 4] and cm.CalibratedModel.load(path) == merged
+    data = json.loads(path.read_text())
+    assert data["environment"] == {"cpu": "x"} and data["measurements"]["2"] == [["ring", 1024, 1e-5]]
+    err = merged.errors(2)
+    assert err[0][:2] == ("ring", 1024) and err[0][2] == pytest.approx(merged.cost("ring", 1024, 2) / 1e-5 - 1)
+    with pytest.raises(UserError, match="Allowed values are 'MPICommunicator'. Received: 'TorchDistributedCommunicator'"):
+        cm.CalibratedModel("TorchDistributedCommunicator", ((2, TRUE),)).save(path)
+    (tmp_path / "bad.json").write_text('{"format": "other"}')
+    with pytest.raises(UserError, match="Not an allreduce calibration file.*Received: 'other'"):
+        cm.CalibratedModel.load(tmp_path / "bad.json")
+    with pytest.raises(UserError, match="does not exist.*Received:"):
+        cm.CalibratedModel.load(tmp_path / "missing.json")
+
+    class OneRank:
+        rank, size = 0, 2
+
+    monkeypatch.setenv(cm.MODEL_ENV, str(path))
+    assert ar.calibrate(OneRank()) == merged  # found through the environment: nothing measured
+    OneRank.size = 3
+    with pytest.raises(UserError, match=r"Allowed values are 2, 4\. Received: p=3"):
+        ar.calibrate(OneRank())
+
+    class TorchDistributedCommunicator:
+        pass
+
+    class Transport:
+        rank, size, owner = 0, 2, TorchDistributedCommunicator()
+
+    with pytest.raises(UserError, match="another communicator.*Allowed values are 'MPICommunicator'. "
+                                        "Received: 'TorchDistributedCommunicator'"):
+        ar.calibrate(Transport())
+
+
+def test_fit_rejects_mixed_rank_counts_and_bad_times():
+    rows = synthetic_rows(TRUE, 2) + synthetic_rows(TRUE, 4)
+    with pytest.raises(UserError, match=r"Received: rank counts \[2, 4\]"):
+        cm.fit_parameters(rows)
+    with pytest.raises(UserError, match="positive"):
+        cm.fit_parameters([("ring", 64, 2, 0.0)])
+
+
+@pytest.mark.mpi
+@requires_mpi
+def test_a_short_real_calibration_writes_its_file_and_auto_uses_it(tmp_path):
+    path = tmp_path / "allreduce_model.json"
+    rc, out, _ = mpirun(2, os.path.join(HERE, "mpi_check_costmodel.py"), str(path), timeout=120)
+    assert rc == 0 and out.count("OK rank") == 2, out[-4000:]
+    data = json.loads(path.read_text())
+    assert data["communicator"] == "MPICommunicator" and list(data["parameters"]) == ["2"]
+    assert data["environment"]["cpu"]["model"] and "mpi_library" in data["environment"]
+    assert len(data["measurements"]["2"]) == 3 * 4 and all(s > 0 for _, _, s in data["measurements"]["2"])
+    params = data["parameters"]["2"]
+    assert all(params[k] >= 0 for k in params) and params["alpha"] + params["overhead"] > 0
+
+
+@pytest.mark.mpi
+@requires_mpi
+def test_bench_allreduce_saves_the_model_and_reports_its_error_per_row(tmp_path):
+    from support import run_cli
+
+    model_path, out_json = tmp_path / "m.json", tmp_path / "bench.json"
+    common = ["bench", "allreduce", "-n", "2", "--min-bytes", "1KiB", "--max-bytes", "16KiB", "--factor", "4",
+              "--max-time", "0.02", "--timeout", "30", "--algorithms", "ring,tree,auto"]
+    first = run_cli(*common, "--save-model", model_path, timeout=180)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "calibrated model on 2 ranks" in first.stdout and "error" in first.stdout
+    saved = cm.CalibratedModel.load(model_path)
+    assert saved.ranks == [2] and saved.environment["cpu"]["model"]
+    second = run_cli(*common, "--model", model_path, "--json", out_json, timeout=180)
+    assert second.returncode == 0, second.stdout + second.stderr
+    data = json.loads(out_json.read_text())
+    assert cm.CalibratedModel.from_dict(data["calibration"]) == saved
+    for row in data["rows"]:
+        assert row["calibrated"] == pytest.approx(saved.cost(row["chosen"], row["bytes"], 2))
+        if row["algorithm"] == "auto":  # auto chose by the calibrated model
+            assert row["chosen"] == ar.choose_algorithm(row["bytes"], 2, saved)
+        median = float(np.median(row["samples"]))
+        err = f"{(row['calibrated'] / median - 1) * 100:+.1f}%"
+        assert err in second.stdout
+    bad = run_cli(*common, "--model", tmp_path / "missing.json", timeout=60)
+    assert bad.returncode == 2 and "does not exist" in bad.stderr and "Received:" in bad.stderr
+
+
+def test_receive_buffers_are_reused_below_the_limit():
+    # the algorithms' exactness with reused buffers is checked on 2-4 real ranks by test_mpi.py
+    a = ar._scratch(1000, np.float32)
+    b = ar._scratch(10, np.float64)
+    assert a.shape == (1000,) and a.dtype == np.float32 and b.dtype == np.float64
+    assert np.shares_memory(a, b)  # the same kept buffer
+    big = ar._scratch(ar.SCRATCH_LIMIT // 4 + 1, np.float32)
+    assert not np.shares_memory(big, ar._scratch(4, np.float32))
+
+    # a 1-rank transport runs no exchange: the result is the input, whatever the scratch held
+    class One:
+        rank, size = 0, 1
+
+        def exchange(self, sends, recvs, what):
+            raise AssertionError("no messages on one rank")
+
+    x = np.arange(12, dtype=np.float32)
+    for name in ar.P2P_ALGORITHMS:
+        assert np.array_equal(ar.run_allreduce(One(), x, "sum", name), x)
