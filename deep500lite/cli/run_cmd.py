@@ -28,7 +28,8 @@ def add_parser(subparsers):
                    help="change a MUTABLE key (repeatable); the value is a Python literal, else a string; "
                         "KEY may be dotted: optimizer_kwargs.learning_rate=0.1")
     p.add_argument("--out", metavar="DIR", default=None,
-                   help="folder for results.json, epochs.csv, steps.csv (default d5-results/RECIPE/FRAMEWORK)")
+                   help="folder for results.json, epochs.csv, steps.csv (default d5-results/RECIPE/FRAMEWORK; "
+                        "a variant such as torch:compile gets torch-compile)")
     p.add_argument("--seed", type=nonnegative_int, default=0, metavar="N",
                    help="run seed for every component whose seed the recipe leaves open (default 0)")
     p.add_argument("--check-determinism", action="store_true",
@@ -55,6 +56,17 @@ def add_parser(subparsers):
                         "operation (default 300)")
     p.set_defaults(func=run)
     return p
+
+
+def _folder_name(resolved) -> str:
+    """The results folder's framework part: the variant spelling (``torch:compile`` -> ``torch-compile``,
+    as ``compare`` names it), so a compiled run never overwrites the eager run's results."""
+    ex = resolved.config.get("executor")
+    if isinstance(ex, str) and ":" in ex:
+        from deep500lite.registry import canonical_executor_spelling
+
+        return canonical_executor_spelling(ex).replace(":", "-")
+    return resolved.framework
 
 
 def default_out(recipe_name: str, framework: str) -> str:
@@ -103,7 +115,7 @@ def run(args) -> int:
     from deep500lite.recipe.worker import header_line, run_single
 
     resolved = _resolve(args)
-    out = args.out or default_out(resolved.name, resolved.framework)
+    out = args.out or default_out(resolved.name, _folder_name(resolved))
     progress = None if args.progress == "none" else args.progress
     if args.ranks is not None:
         return _run_ranks(args, resolved, out, progress)

@@ -153,6 +153,20 @@ def test_default_out_folder(tmp_path, capsys, monkeypatch):
     assert os.path.isfile(tmp_path / "d5-results" / "small" / "reference" / "results.json")
 
 
+@pytest.mark.requires("onnxruntime")
+def test_default_out_folder_of_a_variant_is_its_own(tmp_path, capsys, monkeypatch):
+    # A variant's run must not overwrite the plain framework's results: onnxruntime:O0 -> onnxruntime-O0.
+    monkeypatch.chdir(tmp_path)
+    path = recipe_file(tmp_path, name="small.py")
+    for spelling in ("onnxruntime", "ort:o0"):
+        code, _, _ = run(capsys, "run", path, "--progress", "none", "--set", f"executor={spelling}")
+        assert code == 0
+    plain = json.loads((tmp_path / "d5-results" / "small" / "onnxruntime" / "results.json").read_text())
+    variant = json.loads((tmp_path / "d5-results" / "small" / "onnxruntime-O0" / "results.json").read_text())
+    assert plain["executor_options"]["graph_optimization_level"] == "all"
+    assert variant["executor_options"]["graph_optimization_level"] == "disabled"
+
+
 def test_progress_lines_on_stdout(tmp_path, capsys):
     code, out, _ = run(capsys, "run", recipe_file(tmp_path), "--out", tmp_path / "o", "--progress", "lines")
     assert code == 0
