@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Callable
 
 from deep500lite.errors import UnsupportedOperatorError
+from deep500lite.lv1.converters import assemble_converters
 from deep500lite.frameworks.jax.ops import (conv, elementwise, linalg, losses, normalization, recurrent, reduction,
                                             shape)
 from deep500lite.frameworks.jax.ops._common import NodeContext, is_static, parse_attributes
@@ -25,16 +26,7 @@ __all__ = ["SUPPORTED_OPS", "CONVERTERS", "FAMILIES", "NodeContext", "lookup", "
 FAMILIES = (elementwise, linalg, conv, normalization, shape, reduction, recurrent, losses)
 
 
-def _assemble(families) -> dict[str, Callable]:
-    table: dict[str, Callable] = {}
-    for family in families:
-        for op_type, converter in family.CONVERTERS.items():
-            assert op_type not in table, f"{op_type} has converters in two families"
-            table[op_type] = converter
-    return table
-
-
-CONVERTERS: dict[str, Callable] = _assemble(FAMILIES)
+CONVERTERS: dict[str, Callable] = assemble_converters(FAMILIES)
 """ONNX op type -> converter, over every family."""
 
 SUPPORTED_OPS: frozenset = frozenset(CONVERTERS)

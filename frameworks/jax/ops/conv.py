@@ -24,6 +24,7 @@ from jax import lax
 
 from deep500lite.errors import UnsupportedOperatorError
 from deep500lite.frameworks.jax.ops._common import registrar
+from deep500lite.lv1.converters import resize_output
 
 __all__ = ["CONVERTERS"]
 
@@ -373,16 +374,7 @@ def _resize_plan(shape, axes, scales, sizes, roi, policy):
         # kept in the roi's own dtype: onnx.reference scales float32 roi values in float32
         for i, a in enumerate(axes):
             roi_of[a] = (roi[i], roi[len(axes) + i])
-    if sizes is not None:
-        out = {a: int(s) for a, s in zip(axes, sizes)}
-        factor = {a: out[a] / shape[a] for a in axes}
-        if policy != "stretch":
-            one = (min if policy == "not_larger" else max)(factor.values())
-            factor = {a: one for a in axes}
-            out = {a: int(one * shape[a] + 0.5) for a in axes}
-    else:
-        factor = {a: float(s) for a, s in zip(axes, scales)}
-        out = {a: int(factor[a] * shape[a]) for a in axes}
+    out, factor = resize_output(shape, axes, sizes, scales, policy)
     plan = []
     for a in axes:
         pair = roi_of.get(a, (0.0, 1.0)) if roi is not None else None

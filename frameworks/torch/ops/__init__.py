@@ -24,22 +24,14 @@ from deep500lite.frameworks.torch.ops import (conv, elementwise, linalg, losses,
                                               shape)
 from deep500lite.frameworks.torch.ops._common import NodeSpec, parse_attributes
 from deep500lite.lv0.custom import lookup_custom_op
+from deep500lite.lv1.converters import assemble_converters
 
 __all__ = ["SUPPORTED_OPS", "CONVERTERS", "NodeSpec", "build_node", "parse_attributes"]
 
 FAMILIES = (elementwise, linalg, conv, normalization, shape, reduction, recurrent, losses)
 
 
-def _assemble(families) -> dict[str, Callable]:
-    table: dict[str, Callable] = {}
-    for family in families:
-        for op_type, converter in family.CONVERTERS.items():
-            assert op_type not in table, f"{op_type} has converters in two families"
-            table[op_type] = converter
-    return table
-
-
-CONVERTERS: dict[str, Callable] = _assemble(FAMILIES)
+CONVERTERS: dict[str, Callable] = assemble_converters(FAMILIES)
 """ONNX op type -> converter, over every family."""
 
 SUPPORTED_OPS: frozenset = frozenset(CONVERTERS)

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from deep500lite.frameworks.torch.ops._common import _ints, _torch_pad_list, registrar
+from deep500lite.lv1.converters import resize_output
 
 __all__ = ["CONVERTERS"]
 
@@ -376,16 +377,7 @@ def _resize_plan(shape, axes, scales, sizes, roi, policy):
         full_roi = [0.0] * r + [1.0] * r
         for i, a in enumerate(axes):
             full_roi[a], full_roi[r + a] = float(roi[i]), float(roi[len(axes) + i])
-    if sizes is not None:
-        out = {a: int(s) for a, s in zip(axes, sizes)}
-        factor = {a: out[a] / shape[a] for a in axes}
-        if policy != "stretch":
-            scale = (min if policy == "not_larger" else max)(factor.values())
-            factor = {a: scale for a in axes}
-            out = {a: int(scale * shape[a] + 0.5) for a in axes}
-    else:
-        factor = {a: float(s) for a, s in zip(axes, scales)}
-        out = {a: int(factor[a] * shape[a]) for a in axes}
+    out, factor = resize_output(shape, axes, sizes, scales, policy)
     plan = []
     for a in axes:
         pair = None if full_roi is None else (full_roi[a], full_roi[r + a])
