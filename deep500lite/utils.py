@@ -12,7 +12,7 @@ from deep500lite.errors import UserError
 
 __all__ = [
     "atomic_write_bytes", "atomic_write_text", "is_package_available", "package_version", "positive_int",
-    "nonnegative_int",
+    "nonnegative_int", "check_schema", "check_allocation", "available_memory_bytes",
 ]
 
 
@@ -126,3 +126,73 @@ def nonnegative_int(text: str) -> int:
         argparse.ArgumentTypeError: anything else (argparse reports it as a usage error).
     """
     return _integer_at_least(text, 0, "an integer >= 0 (0, 1, 2, ...)")
+
+
+def _field_path(path) -> str:
+    """A JSON path like ``epochs[3].train_loss`` from jsonschema's deque of keys and indices."""
+    text = ""
+    for part in path:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text or "(top level)"
+
+
+def check_schema(document, schema: dict, what: str, error=UserError) -> None:
+    """Validate ``document`` against a JSON Schema (with the ``jsonschema`` library).
+
+    The first error found (jsonschema's ``best_match``) becomes one message naming ``what`` (a file,
+    a header), the field's path, the rule it breaks and the value received.
+
+    Args:
+        document: the parsed JSON value (dict, list, ...).
+        schema: a JSON Schema (draft 2020-12).
+        what: what the document is, for the message (``"results file 'a/results.json'"``).
+        error: the :class:`~deep500lite.errors.Deep500Error` class to raise (``UserError``).
+
+    Raises:
+        error: the document does not match the schema.
+    """
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(schema)
+    found = jsonschema.exceptions.best_match(validator.iter_errors(document))
+    if found is None:
+        return
+    received = repr(found.instance)
+    if len(received) > 120:
+        received = received[:117] + "..."
+    rule = found.message
+    if len(rule) > 200:
+        rule = rule[:197] + "..."
+    raise error(f"{what}: field '{_field_path(found.absolute_path)}' is not valid ({found.validator}: "
+                f"{rule}). Received: {received}")
+
+
+def available_memory_bytes() -> int | None:
+    """The memory this process could still allocate (Linux ``MemAvailable``), or None when unknown."""
+    try:
+        with open("/proc/meminfo") as file:
+            for line in file:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def check_allocation(nbytes: int, what: str, error=UserError) -> None:
+    """Refuse, before allocating, a buffer larger than the memory available.
+
+    Args:
+        nbytes: the size the buffer would have, in bytes (may be astronomically large: a product of
+            declared dimensions).
+        what: what would be allocated, for the message (``"IDX file 'x' (dims 60000x28x28x4096)"``).
+        error: the :class:`~deep500lite.errors.Deep500Error` class to raise.
+
+    Raises:
+        error: ``nbytes`` is negative or more than the available memory.
+    """
+    available = available_memory_bytes()
+    if nbytes < 0 or (available is not None and nbytes > available):
+        limit = f"{available / 2**30:.1f} GiB available" if available is not None else "memory"
+        raise error(f"{what} needs {nbytes:,} bytes, more than this machine can hold ({limit}); "
+                    f"a declared size is wrong or the data is too large. Received: {nbytes} bytes")

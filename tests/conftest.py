@@ -27,6 +27,26 @@ __all__ = ["exported", "installed_wheel", "lenet_file", "repo_root", "rng"]
 def pytest_addoption(parser):
     parser.addoption("--framework", action="append", default=None,
                      help="run framework-parametrized tests only for this framework (repeatable)")
+    parser.addoption("--fuzz-long", action="store_true", default=False,
+                     help="run the hypothesis fuzz tests long (many examples, no time bound); "
+                          "also DEEP500LITE_FUZZ=long")
+
+
+def pytest_configure(config):
+    # Fuzz tests (tests/reliability/test_fuzz_*.py) use hypothesis's active profile: "ci" is bounded
+    # and seeded (derandomized, so a CI failure reproduces); "long" runs for hours.
+    try:
+        from hypothesis import HealthCheck, settings
+    except ImportError:  # hypothesis is a test extra; the fuzz tests skip without it
+        return
+    import os
+
+    settings.register_profile("ci", max_examples=60, deadline=None, derandomize=True, database=None,
+                              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    settings.register_profile("long", max_examples=200_000, deadline=None, derandomize=False,
+                              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    long_run = config.getoption("--fuzz-long") or os.environ.get("DEEP500LITE_FUZZ") == "long"
+    settings.load_profile("long" if long_run else "ci")
 
 
 def _parametrized_names(metafunc):
