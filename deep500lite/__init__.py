@@ -111,3 +111,8 @@ from deep500lite.lv2 import DefaultTrainerEvents as DefaultRunnerEvents  # noqa:
 __all__ += ["CommunicationNetwork", "CommunicationVolume", "DistributedOptimizer", "DistributedSampler",
             "PartitionedDistributedSampler", "mpi_end_barrier", "mpi_fork", "DefaultRunnerEvents"]
 # [/distributed]
+# [transforms]
+from deep500lite.lv2 import transforms  # noqa: E402
+
+__all__ += ["transforms"]
+# [/transforms]
