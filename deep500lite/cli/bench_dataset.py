@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
-from deep500lite.cli.args import nonnegative_int, positive_int
+from deep500lite.cli.args import nonnegative_int, positive_int, positive_seconds
+
+__all__ = ["add_subparser", "run"]
 
 
 def _shape(text):
@@ -15,7 +18,7 @@ def _shape(text):
     except ValueError:
         shape = ()
     if len(shape) != 3 or min(shape) < 1:
-        raise argparse.ArgumentTypeError(f"expected C,H,W with positive integers (e.g. 3,32,32), got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected C,H,W with positive integers (e.g. 3,32,32). Received: {text!r}")
     return shape
 
 
@@ -33,7 +36,7 @@ def add_subparser(sub):
                    "(default 64)")
     p.add_argument("--framework", "-f", default=None,
                    help="executor for the compute side (default torch when installed, else reference)")
-    p.add_argument("--max-time", type=float, default=10.0,
+    p.add_argument("--max-time", type=positive_seconds, default=10.0,
                    help="seconds of timed work: half for reads, half for compute (default 10)")
     p.add_argument("--dataset", default="synthetic",
                    help="where the samples come from: synthetic (1x28x28, default) or a dataset name")
@@ -61,6 +64,14 @@ def run(args) -> int:
     from deep500lite.registry import canonical_framework
     from deep500lite.utils import atomic_write_text
 
+    from deep500lite.errors import UserError
+
+    if args.dir is not None and os.path.exists(args.dir) and not os.path.isdir(args.dir):
+        raise UserError(f"--dir must be a folder to write the files and the shard in; '{args.dir}' is a file. "
+                        f"Received: --dir {args.dir}")
+    if args.json is not None and os.path.isdir(args.json):
+        raise UserError(f"--json must be a file to write the results to; '{args.json}' is a folder. "
+                        f"Received: --json {args.json}")
     framework = canonical_framework(args.framework) if args.framework else None
     r = run_dataset_bench(args.dataset, args.samples, args.batch_size, framework, args.max_time, args.dir,
                           args.file_format, args.root, args.seed, args.shape,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import difflib
 import os
 import sys
 
@@ -87,8 +88,10 @@ def resolve_source(source: str, root: str | None):
                             "train.bin (CIFAR-100), train/<class>/<image> (image folder) or train.d5shard. "
                             f"Received: '{source}' holding {held}")
         return name, source
+    close = difflib.get_close_matches(source, list_datasets(), n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
     raise UserError(f"NAME_OR_DIR must be a dataset name ({format_choices(list_datasets())}) or an existing "
-                    f"folder. Received: {source!r}")
+                    f"folder.{hint} Received: {source!r}")
 
 
 def run(args) -> int:
@@ -96,9 +99,17 @@ def run(args) -> int:
 
     from deep500lite.datasets import dataset_shape, load_dataset, verify_shard, write_shards
     from deep500lite.datasets.shards import shard_path
+    from deep500lite.errors import UserError
 
     name, root = resolve_source(args.source, args.root)
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        raise UserError(f"OUT must be a folder to write train.d5shard and test.d5shard in; '{args.out}' is a file. "
+                        f"Received: {args.out!r}")
     options = dict(args.option)
+    if name == "shards":
+        # Re-packing shards writes fresh CRCs, so the old ones are checked while reading, or a damaged
+        # record would be carried over with a valid checksum.
+        options.setdefault("verify", True)
     if args.image_size is not None:
         options["image_size"] = args.image_size
     train, test = load_dataset(name, "input", "label", root=root, **options)
@@ -127,6 +138,28 @@ def run(args) -> int:
             stored += f" (read as float32 / {x['divisor']}, max error {header['quantization_max_error']:.2g})"
         labels = f" + {np.dtype(y['dtype']).name} labels" if y else ""
         size = os.path.getsize(path)
+        ranged = y and header["classes"] and np.dtype(y["dtype"]).kind in "iu"  # what verify_shard checks
         print(f"{split}: {header['count']} samples of {stored}{labels}, {header['classes']} classes -> {path} "
-              f"({size / 2**20:.1f} MiB, checksums verified)")
+              f"({size / 2**20:.1f} MiB; re-read: header and {header['count']} record CRC-32s match what was "
+              f"written{', labels in 0..' + str(header['classes'] - 1) if ranged else ''})")
+    checked = _SOURCE_CHECKS.get(name, "nothing beyond the sample shapes")
+    if name == "shards" and options.get("verify") is not True:
+        checked = "the header only (verify=False: the source's record CRC-32s were not checked)"
+    print(f"checked while reading the source: {checked}. "
+          "The CRC-32s above prove the shard holds what was written; they cannot tell wrong values in the "
+          "source.")
     return 0
+
+
+# What each source's reader checks, as the summary states it (and no more).
+_SOURCE_CHECKS = {
+    "mnist": "IDX magic numbers and lengths, labels in 0..9, the gzip CRC-32 of .gz files",
+    "fashion_mnist": "IDX magic numbers and lengths, labels in 0..9, the gzip CRC-32 of .gz files",
+    "cifar10": "file lengths and label ranges (CIFAR files carry no checksum)",
+    "cifar100": "file lengths and label ranges (CIFAR files carry no checksum)",
+    "imagefolder": "that every image decodes",
+    "shards": "the header and every record's CRC-32 (source opened with verify=True)",
+    "digits": "nothing (scikit-learn's bundled data)",
+    "synthetic": "nothing (generated)",
+    "synthetic_tokens": "nothing (generated)",
+}

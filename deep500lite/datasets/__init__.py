@@ -14,14 +14,17 @@ labels are int64 class indices. See ``docs/datasets.md``.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import inspect
+import math
 import os
 
 import numpy as np
 import onnx
 
 from deep500lite.datasets.common import (DATA_ENV, CorruptFileError, MissingDatasetError, UInt8ImageDataset,
-                                         default_root, missing_file_error, resolve_root)
+                                         check_generated_size, check_seed, default_root, missing_file_error,
+                                         resolve_root)
 from deep500lite.datasets.formats import (ImageFolderDataset, read_cifar_batch, read_idx, scan_image_folder)
 from deep500lite.datasets.shards import ShardDataset, read_shard_header, verify_shard, write_shards
 from deep500lite.datasets.tokens import synthetic_tokens, synthetic_tokens_shape
@@ -110,6 +113,7 @@ def _digits(input_node, label_node, root=None, seed=0, test_fraction=0.25):
             "Dataset 'digits' needs scikit-learn, which is not installed: pip install 'deep500lite[datasets]'") from exc
     if not isinstance(test_fraction, (int, float, np.integer, np.floating)) or not 0 < test_fraction < 1:
         raise UserError(f"test_fraction must be in (0, 1). Received: {test_fraction!r}")
+    check_seed(seed, "digits")
     d = load_digits()
     x = (d.images.astype(np.float32) / 16.0)[:, None, :, :]
     y = d.target.astype(np.int64)
@@ -128,7 +132,7 @@ def _synthetic_args(shape, classes, train_size=1, test_size=1):
     if not shape or min(shape) < 1:
         raise UserError(f"synthetic: shape must be a non-empty sequence of positive integers. Received: {shape!r}")
     for key, value, low in (("classes", classes, 2), ("train_size", train_size, 1), ("test_size", test_size, 1)):
-        if not isinstance(value, (int, np.integer)) or value < low:
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
             raise UserError(f"synthetic: {key} must be an integer >= {low}. Received: {value!r}")
     return shape
 
@@ -139,6 +143,13 @@ def _synthetic(input_node, label_node, root=None, seed=0, shape=(1, 28, 28), cla
     shape = _synthetic_args(shape, classes, train_size, test_size)
     if not isinstance(separation, (int, float, np.integer, np.floating)) or isinstance(separation, bool):
         raise UserError(f"synthetic: separation must be a number. Received: {separation!r}")
+    if not np.isfinite(separation):
+        raise UserError(f"synthetic: separation must be a finite number. Received: {separation!r}")
+    check_seed(seed, "synthetic")
+    # float64 normal draws, then float32: about 12 bytes per value at the peak
+    check_generated_size(12 * math.prod(shape) * (classes + train_size + test_size),
+                         f"synthetic (shape {list(shape)}, classes {classes}, train_size {train_size}, "
+                         f"test_size {test_size})")
     rng = np.random.default_rng(seed)
     # Each class has a fixed random pattern; a sample is its class's pattern (times `separation`)
     # plus standard normal noise, so networks can learn the classes.
@@ -256,6 +267,9 @@ def _imagefolder(input_node, label_node, root=None, image_size=None, channels=3)
 def _shards(input_node, label_node, root=None, verify=False):
     from deep500lite.datasets.shards import _open_split
 
+    if not isinstance(verify, (bool, np.bool_)):
+        raise UserError(f"shards: verify must be True or False. Received: verify={verify!r}")
+
     folder = resolve_root("shards", root)
     return tuple(_open_split(folder, split, input_node, label_node, root is not None, verify)
                  for split in ("train", "test"))
@@ -281,8 +295,10 @@ def list_datasets() -> list[str]:
 
 
 def _entry(name):
-    if name not in _DATASETS:
-        raise UserError(f"Unknown dataset {name!r}. Known datasets: {format_choices(list_datasets())}. "
+    if not isinstance(name, str) or name not in _DATASETS:
+        close = difflib.get_close_matches(name, list_datasets(), n=1) if isinstance(name, str) else []
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise UserError(f"Unknown dataset {name!r}. Known datasets: {format_choices(list_datasets())}.{hint} "
                         f"Received: {name!r}")
     return _DATASETS[name]
 

@@ -14,9 +14,10 @@ import numpy as np
 from deep500lite.errors import (CorruptFileError, MissingDatasetError,  # noqa: F401 - re-exported here
                                 UserError, UserTypeError)
 from deep500lite.lv2.dataset import Dataset
+from deep500lite.utils import check_allocation
 
 __all__ = ["DATA_ENV", "default_root", "resolve_root", "MissingDatasetError", "CorruptFileError",
-           "missing_file_error", "read_file_bytes", "UInt8ImageDataset"]
+           "missing_file_error", "read_file_bytes", "UInt8ImageDataset", "check_seed", "check_generated_size"]
 
 DATA_ENV = "DEEP500LITE_DATA"
 
@@ -35,8 +36,45 @@ def default_root(name: str) -> str:
 
 
 def resolve_root(name: str, root) -> str:
-    """``root`` as an absolute path, or :func:`default_root` of ``name`` when ``root`` is None."""
-    return os.path.abspath(os.path.expanduser(os.fspath(root))) if root is not None else default_root(name)
+    """``root`` as an absolute path, or :func:`default_root` of ``name`` when ``root`` is None.
+
+    Raises:
+        UserTypeError: ``root`` is not a path (str or os.PathLike).
+        UserError: ``root``, or the folder ``$DEEP500LITE_DATA`` names, is an existing file, not a folder.
+    """
+    if root is None:
+        base = os.environ.get(DATA_ENV)
+        if base and os.path.exists(base) and not os.path.isdir(base):
+            raise UserError(f"{DATA_ENV} must name a folder holding one folder per dataset ({DATA_ENV}/{name}); "
+                            f"'{base}' is a file. Received: {DATA_ENV}={base!r}")
+        return default_root(name)
+    if isinstance(root, bytes) or not isinstance(root, (str, os.PathLike)):
+        raise UserTypeError(f"root must be a folder path (str or os.PathLike). Received: root={root!r}")
+    folder = os.path.abspath(os.path.expanduser(os.fspath(root)))
+    if os.path.exists(folder) and not os.path.isdir(folder):
+        raise UserError(f"root must be the folder holding the {name!r} files; '{folder}' is a file. "
+                        f"Received: root={os.fspath(root)!r}")
+    return folder
+
+
+def check_seed(seed, where: str) -> int:
+    """``seed`` checked as numpy's generators need it: an integer >= 0.
+
+    Args:
+        seed: the seed given.
+        where: the dataset, for the message.
+
+    Raises:
+        UserError: anything else (a negative number, a float, a string, a bool).
+    """
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise UserError(f"{where}: seed must be an integer >= 0. Received: seed={seed!r}")
+    return int(seed)
+
+
+def check_generated_size(nbytes: int, where: str) -> None:
+    """Refuse generated data that cannot fit in memory before numpy tries to allocate it."""
+    check_allocation(nbytes, f"{where}: the generated samples")
 
 
 def missing_file_error(dataset: str, path: str, source: str, root_given: bool, also: str = "") -> MissingDatasetError:
@@ -53,6 +91,9 @@ def missing_file_error(dataset: str, path: str, source: str, root_given: bool, a
     how = ("" if root_given else
            f" Or point deep500lite at the folder holding them: root=DIR (deep500lite pack: --root DIR), or set "
            f"{DATA_ENV}=PARENT to read PARENT/{dataset}.")
+    base = os.environ.get(DATA_ENV)
+    if not root_given and base and not os.path.isdir(base):
+        how += f" ({DATA_ENV} is set to '{base}', which does not exist.)"
     extra = f" ({also})" if also else ""
     return MissingDatasetError(
         f"Dataset {dataset!r} needs the file '{path}'{extra}, which does not exist. deep500lite downloads "

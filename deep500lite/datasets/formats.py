@@ -8,6 +8,7 @@ Pillow is imported only when an image folder is read.
 from __future__ import annotations
 
 import gzip
+import math
 import os
 import struct
 import zlib
@@ -17,6 +18,7 @@ import numpy as np
 from deep500lite.datasets.common import CorruptFileError, read_file_bytes
 from deep500lite.errors import FrameworkNotAvailableError, MissingDatasetError, UserError
 from deep500lite.lv2.dataset import Dataset
+from deep500lite.utils import check_allocation
 
 __all__ = ["read_idx", "read_gzip_or_plain", "read_cifar_batch", "IMAGE_EXTENSIONS",
            "ImageFolderDataset", "scan_image_folder", "CIFAR_IMAGE_BYTES"]
@@ -46,11 +48,31 @@ def read_gzip_or_plain(path) -> bytes:
         raise CorruptFileError(path, f"the gzip stream is damaged ({exc})") from exc
 
 
+def _open_maybe_gzip(path):
+    """``path`` opened for reading, through a gzip decoder when it starts with the gzip magic bytes."""
+    path = os.fspath(path)
+    try:
+        raw = open(path, "rb")
+    except FileNotFoundError as exc:
+        raise MissingDatasetError(f"Dataset file '{path}' does not exist; pass the path of an existing file. "
+                                  f"Received: {path!r}") from exc
+    except OSError as exc:
+        raise UserError(f"Cannot read dataset file '{path}': {exc.strerror or exc}; pass a readable file. "
+                        f"Received: {path!r}") from exc
+    if raw.read(2) == b"\x1f\x8b":
+        raw.seek(0)
+        return gzip.GzipFile(fileobj=raw), raw
+    raw.seek(0)
+    return raw, raw
+
+
 def read_idx(path) -> np.ndarray:
     """Read an IDX file (the format of MNIST and Fashion-MNIST), plain or gzip-compressed.
 
     The file is a 4-byte magic number ``0x00 0x00 TYPE NDIM``, NDIM big-endian uint32 dimensions,
-    then the data, big-endian, in C order.
+    then the data, big-endian, in C order. The header is read first: the size it declares is
+    checked against the memory available before the data is read (and decompressed), so a header
+    declaring terabytes is refused up front.
 
     Args:
         path: the file.
@@ -59,32 +81,57 @@ def read_idx(path) -> np.ndarray:
         The array, in native byte order (uint8 for ``ubyte`` files).
 
     Raises:
-        CorruptFileError: bad magic number, unknown type byte, or a data length that does not match
-            the dimensions in the header.
+        CorruptFileError: bad magic number, unknown type byte, a damaged gzip stream, dimensions
+            larger than the memory, or a data length that does not match the dimensions in the header.
+        MissingDatasetError: ``path`` does not exist.
     """
-    raw = read_gzip_or_plain(path)
-    if len(raw) < 4:
-        raise CorruptFileError(path, f"wrong length: {len(raw)} bytes, shorter than the 4-byte IDX magic number")
-    magic = int.from_bytes(raw[:4], "big")
-    if raw[0] != 0 or raw[1] != 0 or raw[2] not in _IDX_TYPES:
+    stream, raw = _open_maybe_gzip(path)
+    try:
+        with raw:
+            return _read_idx_stream(os.fspath(path), stream)
+    except EOFError as exc:
+        raise CorruptFileError(path, f"the gzip stream is truncated ({exc})") from exc
+    except (gzip.BadGzipFile, zlib.error, OSError) as exc:
+        raise CorruptFileError(path, f"the gzip stream is damaged ({exc})") from exc
+
+
+def _read_idx_stream(path: str, f) -> np.ndarray:
+    head = f.read(4)
+    if len(head) < 4:
+        raise CorruptFileError(path, f"wrong length: {len(head)} bytes, shorter than the 4-byte IDX magic number")
+    magic = int.from_bytes(head, "big")
+    if head[0] != 0 or head[1] != 0 or head[2] not in _IDX_TYPES:
         raise CorruptFileError(path, f"bad magic number 0x{magic:08X}: an IDX file starts with 0x0000, a type "
                                      f"byte (0x08, 0x09, 0x0B, 0x0C, 0x0D or 0x0E) and the number of dimensions",
                                offset=0)
-    dtype, ndim = _IDX_TYPES[raw[2]], raw[3]
+    dtype, ndim = _IDX_TYPES[head[2]], head[3]
     header = 4 + 4 * ndim
-    if len(raw) < header:
-        raise CorruptFileError(path, f"wrong length: {len(raw)} bytes, shorter than the {header}-byte header of "
-                                     f"an IDX file with {ndim} dimensions")
-    dims = struct.unpack(f">{ndim}I", raw[4:header])
-    expected = int(np.prod(dims, dtype=np.int64)) * dtype.itemsize
-    found = len(raw) - header
-    if found != expected:
+    raw_dims = f.read(4 * ndim)
+    if len(raw_dims) < 4 * ndim:
+        raise CorruptFileError(path, f"wrong length: {4 + len(raw_dims)} bytes, shorter than the {header}-byte "
+                                     f"header of an IDX file with {ndim} dimensions")
+    dims = struct.unpack(f">{ndim}I", raw_dims)
+    expected = math.prod(dims) * dtype.itemsize  # Python integers: no overflow however large the dims
+    check_allocation(expected, f"the data of IDX file '{path}' (dimensions {list(dims)} of {dtype.itemsize}-byte "
+                               "values)", error=lambda message: CorruptFileError(path, message, offset=4))
+    parts, left = [], expected
+    while left:  # bounded reads: a short stream is seen before a buffer of the declared size exists
+        chunk = f.read(min(left, 1 << 24))
+        if not chunk:
+            break
+        parts.append(chunk)
+        left -= len(chunk)
+    data = b"".join(parts)
+    extra = f.read(1)
+    found = len(data) + len(extra)
+    if len(data) < expected or extra:
         what = "truncated" if found < expected else "followed by extra bytes"
+        shown = found if found < expected else "more"
         raise CorruptFileError(path, f"wrong length: the header declares dimensions {list(dims)} of "
                                      f"{dtype.itemsize}-byte values, {expected} bytes of data, but the file has "
-                                     f"{found} ({what})", offset=header + min(found, expected))
-    data = np.frombuffer(raw, dtype=dtype, count=expected // dtype.itemsize, offset=header).reshape(dims)
-    return np.array(data, dtype=dtype.newbyteorder("="))
+                                     f"{shown} ({what})", offset=header + min(found, expected))
+    array = np.frombuffer(data, dtype=dtype).reshape(dims)
+    return np.array(array, dtype=dtype.newbyteorder("="))
 
 
 def read_cifar_batch(path, label_bytes: int, classes: tuple) -> tuple[np.ndarray, np.ndarray]:
@@ -189,6 +236,9 @@ class ImageFolderDataset(Dataset):
         self.class_names, self.channels = list(classes), channels
         self.classes = len(self.class_names)
         self.image_size = _image_size(image_size)
+        if self.image_size is not None:
+            h, w = self.image_size
+            check_allocation(4 * h * w * channels, f"one image resized to image_size {h}x{w} (float32)")
         self._expected = self.image_size
 
     def sample_shape(self) -> tuple:

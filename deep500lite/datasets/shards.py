@@ -16,14 +16,16 @@ number of classes and where the samples came from. Because records have a fixed 
 offset of sample ``i`` is ``data_offset + i * record_size``: the index is arithmetic and reading
 a batch of random samples is one numpy fancy-indexing gather on a :class:`numpy.memmap`.
 
-Opening a shard checks the magic number, the header CRC and the file size (a truncated file is
-named as such); :func:`verify_shard` (or ``ShardDataset(..., verify=True)``, per batch read)
-checks the records against their CRC-32s.
+Opening a shard checks the magic number, the header CRC, the header against its JSON Schema
+(:data:`deep500lite.datasets.schemas.SHARD_HEADER_SCHEMA`, with the ``jsonschema`` library, before
+any value is used) and the file size (a truncated file is named as such); :func:`verify_shard` (or
+``ShardDataset(..., verify=True)``, per batch read) checks the records against their CRC-32s.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 import zlib
@@ -31,8 +33,10 @@ import zlib
 import numpy as np
 
 from deep500lite.datasets.common import CorruptFileError, missing_file_error
+from deep500lite.datasets.schemas import MAX_SHARD_HEADER_BYTES, SHARD_HEADER_SCHEMA
 from deep500lite.errors import MissingDatasetError, UserError, format_choices
 from deep500lite.lv2.dataset import Dataset
+from deep500lite.utils import check_schema
 
 __all__ = ["SHARD_SUFFIX", "SHARD_MAGIC", "write_shards", "ShardDataset", "read_shard_header", "verify_shard",
            "shard_path", "IMAGE_DTYPES"]
@@ -117,6 +121,9 @@ def write_shards(dataset: Dataset, path, batch_size: int = 1024, image_dtype: st
         offset += dtype.itemsize * int(np.prod(arr.shape[1:], dtype=np.int64))
     record_size = max(offset, 1)
     rec_dtype = _record_dtype(fields, record_size)
+    if classes is not None and (isinstance(classes, bool) or not isinstance(classes, (int, np.integer))
+                                or classes < 1):
+        raise UserError(f"classes must be None or a positive integer. Received: classes={classes!r}")
     if classes is None:
         classes = getattr(dataset, "classes", None)
         classes = classes if isinstance(classes, (int, np.integer)) else None
@@ -165,6 +172,13 @@ def write_shards(dataset: Dataset, path, batch_size: int = 1024, image_dtype: st
                                         f"Received: {arr.dtype}")
                     if role == "label" and arr.size and arr.dtype.kind in "iu":
                         max_label = max(max_label, int(arr.max()))
+                        known = header["classes"]
+                        if arr.min() < 0 or (known is not None and max_label >= known):
+                            wrong = int(arr.min()) if arr.min() < 0 else max_label
+                            allowed = f"0..{known - 1}" if known is not None else ">= 0"
+                            raise UserError(f"Samples {idx[0]}..{idx[-1]}: label {node!r} holds {wrong}, not a "
+                                            f"class in {allowed}; the source data is damaged or classes is "
+                                            f"wrong. Received: label {wrong}")
                     records[role] = arr
                 rows = records.view(np.uint8).reshape(len(idx), record_size)
                 crcs[done:done + len(idx)] = [zlib.crc32(r) for r in rows]
@@ -197,12 +211,53 @@ def write_shards(dataset: Dataset, path, batch_size: int = 1024, image_dtype: st
     return header
 
 
+def _reject_constant(name):
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _parse_header(path: str, body: bytes) -> dict:
+    """The header's JSON as a dict; anything else is a :class:`CorruptFileError`."""
+    try:
+        header = json.loads(body.decode("utf-8"), parse_constant=_reject_constant)
+    except UnicodeDecodeError as exc:
+        raise CorruptFileError(path, f"the header is not UTF-8 text (byte {exc.start} is 0x{body[exc.start]:02X}); "
+                                     "a shard header is JSON", offset=_PREFIX + exc.start) from None
+    except RecursionError:
+        raise CorruptFileError(path, "the header is not a shard header: its JSON nests too deeply (a shard header "
+                                     "is one object of plain fields)", offset=_PREFIX) from None
+    except ValueError as exc:  # json.JSONDecodeError, NaN/Infinity, an integer of too many digits
+        raise CorruptFileError(path, f"the header is not valid JSON ({str(exc)[:160]})", offset=_PREFIX) from None
+    if not isinstance(header, dict):
+        raise CorruptFileError(path, f"the header must be a JSON object. Received: a JSON "
+                                     f"{type(header).__name__}", offset=_PREFIX)
+    return header
+
+
+def _check_fields(path: str, header: dict) -> None:
+    """The rules of ``fields`` the schema cannot state: roles, extents inside the record, no overlap."""
+    fields, record_size = header["fields"], header["record_size"]
+    roles = [f["role"] for f in fields]
+    if roles not in (["input"], ["input", "label"]):
+        raise CorruptFileError(path, f"the header's fields must be [input] or [input, label], in that order. "
+                                     f"Received: roles {roles}", offset=_PREFIX)
+    end = 0
+    for i, field in enumerate(fields):
+        nbytes = np.dtype(field["dtype"]).itemsize * math.prod(field["shape"])
+        if field["offset"] < end or field["offset"] + nbytes > record_size:
+            raise CorruptFileError(path, f"field 'fields[{i}]' ({field['role']}, {field['dtype']}{field['shape']}, "
+                                         f"{nbytes} bytes at offset {field['offset']}) does not lie inside the "
+                                         f"{record_size}-byte record after the field before it. Received: offset "
+                                         f"{field['offset']}", offset=_PREFIX)
+        end = field["offset"] + nbytes
+
+
 def read_shard_header(path) -> dict:
     """Read and check the header of a shard file.
 
     Raises:
-        CorruptFileError: bad magic number, header CRC mismatch, an unreadable header, or a file
-            size other than the header declares (truncated or with extra bytes).
+        CorruptFileError: bad magic number, header CRC mismatch, a header that is not JSON or does
+            not match :data:`~deep500lite.datasets.schemas.SHARD_HEADER_SCHEMA` (the message names
+            the field and the value), or a file size other than the header declares.
         MissingDatasetError: the file does not exist (a ``FileNotFoundError``).
         UserError: the file cannot be read (a folder, no permission).
     """
@@ -225,6 +280,9 @@ def read_shard_header(path) -> dict:
             raise CorruptFileError(path, f"bad magic number {prefix[:8]!r}; a deep500lite shard starts with "
                                          f"{SHARD_MAGIC!r}", offset=0)
         length, crc = np.frombuffer(prefix, dtype="<u4", count=2, offset=8).tolist()
+        if length > MAX_SHARD_HEADER_BYTES:
+            raise CorruptFileError(path, f"the prefix declares a {length}-byte header; a shard header holds at most "
+                                         f"{MAX_SHARD_HEADER_BYTES} bytes. Received: {length}", offset=8)
         if _PREFIX + length > size:
             raise CorruptFileError(path, f"wrong length: the prefix declares a {length}-byte header but the file "
                                          f"has {size} bytes (truncated)", offset=8)
@@ -232,19 +290,27 @@ def read_shard_header(path) -> dict:
     if zlib.crc32(body) != crc:
         raise CorruptFileError(path, f"header CRC mismatch (stored 0x{crc:08X}, computed 0x{zlib.crc32(body):08X})",
                                offset=_PREFIX)
-    try:
-        header = json.loads(body.decode("utf-8"))
-        count, record_size = int(header["count"]), int(header["record_size"])
-        data_offset, index_offset = int(header["data_offset"]), int(header["index_offset"])
-        expected = int(header["file_size"])
-        _record_dtype(header["fields"], record_size)
-    except (ValueError, KeyError, TypeError) as exc:
-        raise CorruptFileError(path, f"the header is not a valid shard header ({exc})", offset=_PREFIX) from exc
+    header = _parse_header(path, body)
     if header.get("version") != FORMAT_VERSION:
         raise UserError(f"Shard '{path}' has format version {header.get('version')!r}; this deep500lite reads "
                         f"version {FORMAT_VERSION}. Received: version {header.get('version')!r}")
+    check_schema(header, SHARD_HEADER_SCHEMA, "the shard header",
+                 error=lambda message: CorruptFileError(path, message, offset=_PREFIX))
+    for key in ("count", "record_size", "data_offset", "index_offset", "file_size"):
+        header[key] = int(header[key])  # JSON Schema counts 10.0 as an integer; numpy needs an int
+    for field in header["fields"]:
+        field["offset"], field["shape"] = int(field["offset"]), [int(d) for d in field["shape"]]
+    _check_fields(path, header)
+    count, record_size = header["count"], header["record_size"]
+    data_offset, index_offset, expected = header["data_offset"], header["index_offset"], header["file_size"]
     if index_offset != data_offset + count * record_size or expected != index_offset + 4 * count:
-        raise CorruptFileError(path, "the header's offsets disagree with its record count and size", offset=_PREFIX)
+        raise CorruptFileError(path, f"the header's offsets disagree with its record count and size: data_offset "
+                                     f"{data_offset} + count {count} x record_size {record_size} must equal "
+                                     f"index_offset, and index_offset + 4 x count must equal file_size. Received: "
+                                     f"index_offset {index_offset}, file_size {expected}", offset=_PREFIX)
+    if data_offset < _PREFIX + length:
+        raise CorruptFileError(path, f"data_offset {data_offset} points inside the {length}-byte header; records "
+                                     f"start after it. Received: data_offset {data_offset}", offset=_PREFIX)
     if size != expected:
         if size >= expected:
             what = f"{size - expected} extra bytes follow the index"
@@ -278,6 +344,8 @@ class ShardDataset(Dataset):
 
     def __init__(self, path, input_node: str, label_node: str | None = None, verify: bool = False):
         super().__init__(input_node, label_node)
+        if not isinstance(verify, (bool, np.bool_)):
+            raise UserError(f"verify must be True or False. Received: verify={verify!r}")
         self.path = os.fspath(path)
         self.header = read_shard_header(self.path)
         self.fields = {f["role"]: f for f in self.header["fields"]}
@@ -332,7 +400,11 @@ class ShardDataset(Dataset):
 
 
 def verify_shard(path) -> int:
-    """Check a whole shard file: header, size, and every record against its CRC-32.
+    """Check a whole shard file: header, size, every record against its CRC-32, and the labels' range.
+
+    The CRC-32s prove that each record holds the bytes written for it (no damage since writing);
+    they cannot tell a wrong value that was written with a fresh checksum. The one content check is
+    that every integer label lies in ``0 .. classes - 1`` when the header names ``classes``.
 
     Returns:
         The number of records checked.
@@ -341,9 +413,22 @@ def verify_shard(path) -> int:
         CorruptFileError: the first fault found, naming the record and its byte offset.
     """
     ds = ShardDataset(path, "input", None, verify=True)
+    label = ds.fields.get("label")
+    classes = ds.header.get("classes")
+    check_labels = label is not None and classes is not None and np.dtype(label["dtype"]).kind in "iu"
     step = max(1, (64 << 20) // ds.header["record_size"])
     for start in range(0, len(ds), step):
-        ds[start:start + step]
+        records = ds._array[start:start + step]
+        ds._check(slice(start, start + step), records)
+        if check_labels:
+            values = records["label"].reshape(len(records), -1)
+            bad = np.flatnonzero(((values < 0) | (values >= classes)).any(axis=1))
+            if len(bad):
+                i = start + int(bad[0])
+                raise CorruptFileError(ds.path, f"record {i} has label {values[bad[0]].tolist()}, outside the "
+                                                f"header's classes 0..{classes - 1}; the shard was written from "
+                                                f"damaged data. Received: label {values[bad[0]].tolist()}",
+                                       offset=ds.header["data_offset"] + i * ds.header["record_size"])
     return len(ds)
 
 

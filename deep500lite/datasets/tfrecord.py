@@ -40,6 +40,7 @@ import numpy as np
 from deep500lite.datasets.common import CorruptFileError
 from deep500lite.errors import ExampleParseError  # noqa: F401 - defined in errors, re-exported here
 from deep500lite.errors import MissingDatasetError, UserError, format_choices
+from deep500lite.utils import check_allocation
 
 __all__ = ["crc32c", "masked_crc32c", "read_tfrecord", "write_tfrecord", "parse_example", "serialize_example",
            "ExampleParseError", "COMPRESSIONS"]
@@ -48,6 +49,7 @@ COMPRESSIONS = (None, "GZIP", "ZLIB")
 _POLY = 0x82F63B78  # CRC-32C (Castagnoli), bit-reflected
 _MASK_DELTA = 0xA282EAD8
 _VECTOR_MIN = 4096  # below this many bytes, the Python loop is faster than the numpy one
+_READ_CHUNK = 1 << 24
 
 
 def _make_table() -> np.ndarray:
@@ -247,7 +249,10 @@ def _records(path: str, key, size, check_crc: bool) -> Iterator[bytes]:
                     raise CorruptFileError(path, f"truncated record {index}: its header declares {length} bytes "
                                                  f"of data plus a 4-byte CRC, only {size - offset - 12} bytes "
                                                  f"remain", offset)
-                body = f.read(length + 4)
+                check_allocation(length + 4, f"record {index} of TFRecord file '{path}' (its header declares "
+                                             f"{length} bytes of data)",
+                                 error=lambda message: CorruptFileError(path, message, offset))
+                body = _read_up_to(f, length + 4)
             except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
                 raise CorruptFileError(path, f"the {key} stream is damaged or truncated ({exc}) near "
                                              f"decompressed offset {offset}") from exc
@@ -264,6 +269,21 @@ def _records(path: str, key, size, check_crc: bool) -> Iterator[bytes]:
             yield data
             offset += 16 + length
             index += 1
+
+
+def _read_up_to(f, n: int) -> bytes:
+    """Up to ``n`` bytes of ``f``, read in bounded chunks, so a compressed stream that declares a huge
+    record but holds little allocates only what it holds before the shortfall is seen."""
+    if n <= _READ_CHUNK:
+        return f.read(n)
+    parts, left = [], n
+    while left:
+        chunk = f.read(min(left, _READ_CHUNK))
+        if not chunk:
+            break
+        parts.append(chunk)
+        left -= len(chunk)
+    return b"".join(parts)
 
 
 def write_tfrecord(path, records: Iterable[bytes], compression: str | None = None) -> int:

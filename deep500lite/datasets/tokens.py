@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from deep500lite.datasets.common import check_generated_size, check_seed
 from deep500lite.errors import UserError
 from deep500lite.lv2.dataset import NumpyDataset
 
@@ -58,6 +59,10 @@ def synthetic_tokens(input_node: str, label_node: str, root=None, seed=0, seq_le
     if root is not None:
         raise UserError(f"synthetic_tokens is generated and reads no files: leave root unset. Received: root={root!r}")
     synthetic_tokens_shape(seq_len, classes, vocab_size, train_size, test_size, signal)
+    check_seed(seed, "synthetic_tokens")
+    # int64 ids, keyword picks and float64 draws for each position: about 32 bytes per token at the peak
+    check_generated_size(32 * seq_len * max(train_size, test_size),
+                         f"synthetic_tokens (seq_len {seq_len}, train_size {train_size}, test_size {test_size})")
     rng = np.random.default_rng(seed)
     keywords = rng.integers(1, vocab_size, size=(classes, _KEYWORDS))
 
