@@ -32,6 +32,7 @@ Hierarchy::
     ├── NonFiniteLossError (FloatingPointError)
     ├── CommunicationTimeout (TimeoutError)
     └── JobTimeout (RuntimeError)          an MPI job killed at its time limit
+        └── StartupTimeout                 a rank that never reached MPI initialisation
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ __all__ = [
     "NonFiniteLossError",
     "CommunicationTimeout",
     "JobTimeout",
+    "StartupTimeout",
     "format_choices",
 ]
 
@@ -233,6 +235,10 @@ class CommunicationTimeout(Deep500Error, TimeoutError):
 
 class JobTimeout(Deep500Error, RuntimeError):
     """An MPI job ran past its time limit and was killed (every process of it)."""
+
+
+class StartupTimeout(JobTimeout):
+    """A rank of an MPI job did not reach MPI initialisation in time; the job was killed."""
 
 
 def format_choices(choices) -> str:

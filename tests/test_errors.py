@@ -141,6 +141,7 @@ EXEMPT_ERRORS = {
     "NonFiniteLossError": "a training run whose loss diverged",
     "CommunicationTimeout": "a collective that waited too long for a peer",
     "JobTimeout": "an MPI job killed at its time limit",
+    "StartupTimeout": "an MPI job killed because a rank did not reach MPI initialisation (names the ranks)",
 }
 RECEIVED = "Received:"
 # Raise sites where no received value exists, as (file, fragment of the message's text): reason.

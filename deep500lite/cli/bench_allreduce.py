@@ -5,10 +5,15 @@ Wired into ``deep500lite bench`` by :func:`add_subparser`; the work is in :mod:`
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
+import os
 import sys
 
-__all__ = ["add_subparser", "run"]
+from deep500lite.cli.args import positive_int, positive_seconds
+
+__all__ = ["add_subparser", "run", "load_calibration_file"]
 
 
 def add_subparser(sub):
@@ -22,7 +27,7 @@ def add_subparser(sub):
                      "alpha, beta, gamma and a memory-copy cost (least squares); each row shows that model's "
                      "prediction and its relative error, and auto chooses by it. See docs/distributed.md and "
                      "docs/scaling.md."))
-    p.add_argument("-n", "--ranks", type=int, default=2, help="number of MPI ranks (default 2)")
+    p.add_argument("-n", "--ranks", type=positive_int, default=2, help="number of MPI ranks, at least 2 (default 2)")
     p.add_argument("--algorithms", default=",".join(_default_algorithms()),
                    help="comma-separated: native, ring, recursive_doubling, rabenseifner, tree, auto (default all)")
     p.add_argument("--min-bytes", default="4", help="smallest message, e.g. 4, 1KiB (default 4)")
@@ -30,9 +35,17 @@ def add_subparser(sub):
     p.add_argument("--factor", type=int, default=4, help="each size is this many times the last (default 4)")
     p.add_argument("--max-time", type=float, default=0.5, metavar="SECONDS",
                    help="seconds of timed calls per size and algorithm, roughly; at least 3 calls (default 0.5)")
-    p.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS",
+    p.add_argument("--timeout", type=positive_seconds, default=120.0, metavar="SECONDS",
                    help="a rank waiting longer than this in one communication ends the job with an error naming "
                         "it (default 120)")
+    p.add_argument("--job-timeout", type=positive_seconds, default=None, metavar="SECONDS",
+                   help="kill the whole job after this many seconds (default: $DEEP500LITE_JOB_TIMEOUT, else 21600 "
+                        "= 6 hours)")
+    p.add_argument("--startup-timeout", type=positive_seconds, default=None, metavar="SECONDS",
+                   help="a rank not at MPI initialisation after this long is named and the job killed (default: "
+                        "$DEEP500LITE_STARTUP_TIMEOUT, else 120)")
+    p.add_argument("--oversubscribe", action="store_true",
+                   help="allow more than 4 ranks per usable core (at least 16 are always allowed)")
     p.add_argument("--mpiexec", default=None, help="the MPI launcher (default: the one beside this Python, else PATH)")
     p.add_argument("--model", default=None, metavar="FILE",
                    help="use this calibration file (from --save-model) instead of calibrating first")
@@ -57,10 +70,43 @@ def _default_algorithms():
     return DEFAULT_ALGORITHMS
 
 
+def load_calibration_file(path: str, flag: str):
+    """Load an allreduce calibration file given with ``flag``; a bad file is a :class:`UserError` naming both.
+
+    Returns:
+        The :class:`~deep500lite.lv3.costmodel.CalibratedModel`.
+    """
+    from deep500lite.errors import UserError
+    from deep500lite.lv3.costmodel import CalibratedModel
+
+    try:
+        return CalibratedModel.load(path)
+    except UserError as exc:
+        raise UserError(f"{flag} must name a calibration file written by 'deep500lite bench allreduce "
+                        f"--save-model'; {path!r} is not one: {exc}") from None
+
+
+@contextlib.contextmanager
+def _startup_timeout(seconds):
+    """The start-up timeout for the job that :func:`run_allreduce_benchmark` starts (through the environment)."""
+    from deep500lite.lv3.launch import STARTUP_TIMEOUT_ENV
+
+    saved = os.environ.get(STARTUP_TIMEOUT_ENV)
+    os.environ[STARTUP_TIMEOUT_ENV] = repr(seconds)
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(STARTUP_TIMEOUT_ENV, None)
+        else:
+            os.environ[STARTUP_TIMEOUT_ENV] = saved
+
+
 def run(args) -> int:
     """Run ``deep500lite bench allreduce`` from parsed arguments; returns the exit status (1 if any data was wrong)."""
     from deep500lite.bench import allreduce as bench
-    from deep500lite.errors import UserError, format_choices
+    from deep500lite.errors import StartupTimeout, UserError, format_choices
+    from deep500lite.lv3.launch import JobTimeout, check_ranks, resolve_timeouts
     from deep500lite.metrics.tables import TABLE_FORMATS
     from deep500lite.utils import atomic_write_text
 
@@ -68,15 +114,27 @@ def run(args) -> int:
         raise UserError(f"--format must be one of {format_choices(TABLE_FORMATS)}. Received: {args.format!r}")
     sizes = bench.message_sizes(bench.parse_bytes(args.min_bytes), bench.parse_bytes(args.max_bytes), args.factor)
     algorithms = bench.parse_algorithms(args.algorithms)
-    if args.timeout <= 0:
-        raise UserError(f"--timeout must be a positive number of seconds. Received: {args.timeout}")
+    if not math.isfinite(args.max_time) or args.max_time <= 0:
+        raise UserError(f"--max-time must be a finite number of seconds > 0. Received: --max-time {args.max_time}")
+    check_ranks(args.ranks, "-n", args.oversubscribe)
+    job_timeout, startup_timeout = resolve_timeouts(args.job_timeout, args.startup_timeout, flag="--job-timeout")
     if args.model and (args.save_model or args.no_calibrate):
         raise UserError("--model uses a calibration file; it cannot be combined with --save-model or "
                         f"--no-calibrate. Received: --model {args.model!r} with "
                         f"{'--save-model' if args.save_model else '--no-calibrate'}")
-    result = bench.run_allreduce_benchmark(args.ranks, sizes, algorithms, max_time=args.max_time,
-                                           comm_timeout=args.timeout, mpiexec=args.mpiexec, model_file=args.model,
-                                           save_model=args.save_model, calibrate=not args.no_calibrate)
+    if args.model:
+        load_calibration_file(args.model, "--model")
+    try:
+        with _startup_timeout(startup_timeout):
+            result = bench.run_allreduce_benchmark(args.ranks, sizes, algorithms, max_time=args.max_time,
+                                                   comm_timeout=args.timeout, mpiexec=args.mpiexec,
+                                                   model_file=args.model, save_model=args.save_model,
+                                                   calibrate=not args.no_calibrate, job_timeout=job_timeout)
+    except StartupTimeout:
+        raise
+    except JobTimeout as exc:
+        raise JobTimeout(f"bench allreduce: {exc}; pass a larger --job-timeout if it is just slow. Received: "
+                         f"--job-timeout {job_timeout:g}") from None
     text = sys.stderr if args.format == "csv" else sys.stdout
     print(f"allreduce of float32 sums on {result.ranks} ranks ({result.mpi_library})", file=text)
     print(result.describe_model(), file=text)

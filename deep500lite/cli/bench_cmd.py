@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
-from deep500lite.cli.args import positive_int
+from deep500lite.cli.args import positive_int, positive_seconds
 
 BENCHMARKS = ("overhead", "op", "dataset", "allreduce", "zoo")
 
@@ -29,7 +29,8 @@ def add_parser(subparsers):
                    help="time training steps (forward, backward, momentum update) instead of inference")
     o.add_argument("--models", default="lenet,resnet20", help="comma-separated: lenet, resnet20 (default both)")
     o.add_argument("--batch-size", type=positive_int, default=64, help="samples per call (default 64)")
-    o.add_argument("--max-time", type=float, default=20.0, help="seconds of timed work per model (default 20)")
+    o.add_argument("--max-time", type=positive_seconds, default=20.0,
+                   help="seconds of timed work per model (default 20)")
     o.add_argument("--json", default=None, metavar="FILE", help="write results, raw samples and environment here")
     o.set_defaults(func=run_overhead)
     from deep500lite.cli import bench_allreduce, bench_dataset, bench_op, bench_zoo
@@ -38,6 +39,9 @@ def add_parser(subparsers):
     bench_dataset.add_subparser(sub)
     bench_allreduce.add_subparser(sub)
     bench_zoo.add_subparser(sub)
+    from deep500lite.cli import bench_spatial
+
+    bench_spatial.add_subparser(sub)
     p.set_defaults(func=lambda args: _no_benchmark(p))
     return p
 
@@ -61,6 +65,10 @@ def run_overhead(args) -> int:
                         "reference), or --op. Received: neither")
     if args.batch_size < 1:
         raise UserError(f"--batch-size must be a positive integer. Received: {args.batch_size}")
+    from deep500lite.utils import check_allocation
+
+    # The largest input (ResNet-20's 3x32x32) in float64, with the copies each side keeps.
+    check_allocation(args.batch_size * 3 * 32 * 32 * 8 * 4, f"bench overhead --batch-size {args.batch_size}")
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     results = run_overhead(args.framework, models, args.batch_size, args.max_time,
                            progress=lambda msg: print(f"... {msg}", file=sys.stderr, flush=True),

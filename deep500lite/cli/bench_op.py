@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import sys
 
-from deep500lite.cli.args import positive_int
+from deep500lite.cli.args import positive_int, positive_seconds
 
 __all__ = ["add_subparser", "run"]
 
@@ -27,7 +27,7 @@ def add_subparser(sub):
                    help="comma-separated: torch, tensorflow, onnxruntime, reference, jax (default the first four; "
                         "missing ones are skipped with a note)")
     p.add_argument("--size", default="default", help="size preset: small, default or large (default: default)")
-    p.add_argument("--max-time", type=float, default=2.0, metavar="SECONDS",
+    p.add_argument("--max-time", type=positive_seconds, default=2.0, metavar="SECONDS",
                    help="seconds of timed work per case and framework at most (default 2); stops earlier when the "
                         "median's 95%% CI is within 5%%")
     p.add_argument("--device", default="cpu", help="cpu or gpu:N (gpu needs torch with CUDA; default cpu)")

@@ -39,6 +39,7 @@ def add_subparser(sub):
 
 
 def run(args) -> int:
+    """Run ``deep500lite bench zoo`` from parsed arguments; returns the exit status (1 if a cell fails)."""
     from deep500lite.bench.zoo import format_matrix, list_cases, run_zoo
     from deep500lite.environment import collect_environment
     from deep500lite.metrics.tables import TABLE_FORMATS, format_table
@@ -47,6 +48,13 @@ def run(args) -> int:
 
     if args.format not in TABLE_FORMATS:
         raise UserError(f"Unknown --format. Allowed: {format_choices(TABLE_FORMATS)}. Received: {args.format!r}")
+    if args.device is not None:
+        from deep500lite.lv1.device import as_device
+
+        try:
+            as_device(args.device)
+        except UserError as exc:
+            raise UserError(f"--device: {exc}") from None
     cases = list_cases(args.models, args.exporters, args.subset)
     if args.list:
         print(format_table(["model", "source", "exporter", "producer"],

@@ -2,20 +2,25 @@
 
 Python scripts and modules run under ``python -m mpi4py``, so an uncaught exception on any rank
 aborts the whole job instead of leaving the other ranks waiting. The exit status of the job is
-returned; ``--timeout`` ends a job that runs too long (status 124).
+returned; ``--timeout`` ends a job that runs too long (status 124, default 6 hours), and
+``--startup-timeout`` one where a rank does not reach MPI initialisation in time (status 2, the
+rank named; default 120 s). Before any rank starts, the script, module or program is checked.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
+import shutil
 import sys
 
-from deep500lite.cli.args import positive_int
-from deep500lite.errors import Deep500Error, UserError
-from deep500lite.lv3.launch import JobTimeout, find_mpiexec, run_job
+from deep500lite.cli.args import positive_int, positive_seconds
+from deep500lite.errors import Deep500Error, StartupTimeout, UserError
+from deep500lite.lv3.launch import (DEFAULT_JOB_TIMEOUT, DEFAULT_STARTUP_TIMEOUT, JOB_TIMEOUT_ENV, STARTUP_TIMEOUT_ENV,
+                                    JobTimeout, check_ranks, find_mpiexec, resolve_timeouts, run_job)
 
-__all__ = ["add_parser", "run", "build_command", "main", "EXIT_TIMEOUT"]
+__all__ = ["add_parser", "run", "build_command", "check_command", "main", "EXIT_TIMEOUT"]
 
 EXIT_TIMEOUT = 124
 
@@ -30,14 +35,22 @@ def add_parser(subparsers):
                      "returned. Put '--' before COMMAND when it starts with an option (-- -m MODULE). "
                      "See docs/distributed.md."))
     p.add_argument("-n", "--ranks", type=positive_int, required=True, help="number of MPI ranks")
-    p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
-                   help="end the whole job after this many seconds, exit status 124 (default: no limit)")
-    p.add_argument("--comm-timeout", type=float, default=None, metavar="SECONDS",
+    p.add_argument("--timeout", type=positive_seconds, default=None, metavar="SECONDS",
+                   help=f"end the whole job after this many seconds, exit status 124 (default: ${JOB_TIMEOUT_ENV}, "
+                        f"else {DEFAULT_JOB_TIMEOUT:g})")
+    p.add_argument("--startup-timeout", type=positive_seconds, default=None, metavar="SECONDS",
+                   help=f"a Python rank that has not reached MPI initialisation (imported mpi4py.MPI) after this many "
+                        f"seconds is named and the whole job killed, exit status 2 (default: ${STARTUP_TIMEOUT_ENV}, "
+                        f"else {DEFAULT_STARTUP_TIMEOUT:g}); a script that never uses mpi4py needs a value longer "
+                        f"than it runs")
+    p.add_argument("--oversubscribe", action="store_true",
+                   help="allow more ranks than 4 per usable core (at least 16 are always allowed)")
+    p.add_argument("--comm-timeout", type=positive_seconds, default=None, metavar="SECONDS",
                    help="set DEEP500LITE_COMM_TIMEOUT: a communication of deep500lite's communicator waiting longer "
                         "raises an error naming the rank and operation (default: none)")
     p.add_argument("--mpiexec", default=None, metavar="PATH",
                    help="the MPI launcher (default: the mpiexec beside this Python, else on PATH)")
-    p.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND",
+    p.add_argument("program", nargs=argparse.REMAINDER, metavar="COMMAND",
                    help="SCRIPT.py [ARGS], -m MODULE [ARGS], python ... or any program")
     p.set_defaults(func=run)
     return p
@@ -76,20 +89,72 @@ def build_command(command: list[str]) -> list[str]:
     return command
 
 
+def _find_module(name: str) -> bool | None:
+    """Whether module ``name`` can be found from the working directory (None: its package failed to import)."""
+    sys.path.insert(0, os.getcwd())
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:
+        return False
+    except Exception:  # noqa: BLE001 - a package that fails to import: its rank will say why
+        return None
+    finally:
+        sys.path.pop(0)
+
+
+def check_command(command: list[str]) -> None:
+    """Check, before any rank starts, that the script, module or program of a launch command exists.
+
+    Raises:
+        UserError: a missing ``.py`` script, a module that cannot be found, or a program or
+            interpreter that is not on PATH.
+    """
+    command = command[1:] if command and command[0] == "--" else list(command)
+    if not command:
+        return
+    first = command[0]
+    python = first.endswith(".py") or first == "-m" or _is_python(first)
+    rest = command if first.endswith(".py") or first == "-m" else command[1:]
+    if not (first.endswith(".py") or first == "-m") and not shutil.which(first):
+        what = "Python interpreter" if python else "program"
+        raise UserError(f"launch runs COMMAND on every rank, but the {what} {first!r} is not an executable file nor "
+                        f"on PATH. Received: {first!r}")
+    if not python:
+        return
+    while rest and rest[0].startswith("-") and rest[0] not in ("-m", "-c", "-"):
+        rest = rest[1:]  # interpreter options such as -u or -O
+    if not rest or rest[0] in ("-c", "-"):
+        return
+    if rest[0] == "-m":
+        if len(rest) < 2:
+            raise UserError("launch -- -m needs a module name, e.g. 'deep500lite launch -n 2 -- -m mypackage.train'. "
+                            "Received: -m with no module")
+        if (first == "-m" or first == sys.executable) and _find_module(rest[1]) is False:
+            raise UserError(f"launch cannot find the module {rest[1]!r} (from the working directory {os.getcwd()} "
+                            f"and this Python's path); no rank was started. Received: -m {rest[1]}")
+        return
+    if not os.path.exists(rest[0]):
+        raise UserError(f"launch cannot find the script {rest[0]!r} (relative paths start at {os.getcwd()}); no "
+                        f"rank was started. Received: {rest[0]!r}")
+
+
 def run(args) -> int:
-    """Launch the job; returns its exit status (124 on timeout, 128 + N when killed by signal N)."""
-    for option, value in (("--timeout", args.timeout), ("--comm-timeout", args.comm_timeout)):
-        if value is not None and not value > 0:
-            raise UserError(f"{option} must be a number of seconds > 0. Received: {option} {value}")
-    per_rank = build_command(args.command)
+    """Launch the job; returns its exit status (124 on timeout, 2 when a rank did not start, 128 + N when killed by
+    signal N)."""
+    job_timeout, startup_timeout = resolve_timeouts(args.timeout, args.startup_timeout)
+    check_ranks(args.ranks, "-n", args.oversubscribe)
+    per_rank = build_command(args.program)
+    check_command(args.program)
     cmd = [find_mpiexec(args.mpiexec, "deep500lite launch"), "-n", str(args.ranks), *per_rank]
     env = dict(os.environ)
     if args.comm_timeout is not None:
         env["DEEP500LITE_COMM_TIMEOUT"] = str(args.comm_timeout)
     try:
-        return run_job(cmd, timeout=args.timeout, env=env)
+        return run_job(cmd, timeout=job_timeout, env=env, startup_timeout=startup_timeout)
+    except StartupTimeout:
+        raise
     except JobTimeout:
-        print(f"deep500lite launch: the job did not end within {args.timeout:g} s and was killed: {' '.join(cmd)}",
+        print(f"deep500lite launch: the job did not end within {job_timeout:g} s and was killed: {' '.join(cmd)}",
               file=sys.stderr)
         return EXIT_TIMEOUT
 

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import sys
 
-__all__ = ["add_parser", "run", "run_allreduce", "describe_target"]
+__all__ = ["add_parser", "run", "run_allreduce", "describe_target", "parse_interconnect", "parse_accelerator"]
 
 
 def add_parser(sub):
@@ -119,12 +120,71 @@ def describe_target(target: str):
     if key in sn.MODELS:
         return sn.model_description(key), _DEFAULT_BATCH.get(key)
     if str(target).endswith(".onnx"):
-        import onnx
-
         if not os.path.exists(target):
             raise UserError(f"The ONNX file does not exist. Received: {target!r}")
-        return sn.describe_onnx(onnx.load(target), os.path.basename(target)[:-5]), None
+        return sn.describe_onnx(_load_onnx(target), os.path.basename(target)[:-5]), None
     return _describe_recipe(target)
+
+
+def _load_onnx(path: str):
+    """``onnx.load(path)``; a file that is not an ONNX model is a :class:`UserError` naming it."""
+    import onnx
+
+    from deep500lite.errors import UserError
+
+    try:
+        return onnx.load(path)
+    except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError and OSError: the file is not a model
+        raise UserError(f"MODEL_OR_RECIPE {path!r} is not a readable ONNX model ({type(exc).__name__}: "
+                        f"{str(exc)[:200]}); give an .onnx file written by an ONNX exporter. Received: {path!r}") from None
+
+
+def _check_pair(flag: str, pair, names: tuple[str, str], example: str, first_may_be_zero: bool) -> None:
+    """Both numbers of a ``FIRST,SECOND`` option finite and positive (the first may be 0 where allowed)."""
+    from deep500lite.errors import UserError
+
+    (a, b), (name_a, name_b) = pair, names
+    bound = ">= 0" if first_may_be_zero else "> 0"
+    for name, x, ok in ((name_a, a, math.isfinite(a) and (a >= 0 if first_may_be_zero else a > 0)),
+                        (name_b, b, math.isfinite(b) and b > 0)):
+        if not ok:
+            raise UserError(f"{flag} given as numbers needs a finite {name_a} {bound} and a finite {name_b} > 0 "
+                            f"(e.g. {example}). Received: {name} {x!r}")
+
+
+def parse_interconnect(text: str, flag: str):
+    """An interconnect from ``--network``/``--intra`` (a name or ``ALPHA,BANDWIDTH``), its numbers checked.
+
+    Raises:
+        UserError: an unknown name (the names are listed), a malformed pair, or numbers that are
+            not finite (``nan``, ``inf``) or not positive.
+    """
+    from deep500lite.bench import scaling_networks as sn
+    from deep500lite.errors import UserError, format_choices
+
+    try:
+        net = sn.interconnect(text)
+    except UserError:
+        raise UserError(f"{flag} must be a name or ALPHA_SECONDS,BANDWIDTH_BYTES_PER_S (e.g. 2e-6,12.5e9). Allowed "
+                        f"values are {format_choices(sn.INTERCONNECTS)}. Received: {text!r}") from None
+    if str(text).lower() not in sn.INTERCONNECTS:
+        _check_pair(flag, (net.alpha, net.bandwidth), ("alpha (seconds)", "bandwidth (bytes/s)"), "2e-6,12.5e9", True)
+    return net
+
+
+def parse_accelerator(text: str):
+    """An accelerator from ``--accelerator`` (a name, ``this`` or ``FLOPS,BANDWIDTH``), its numbers checked.
+
+    Raises:
+        UserError: an unknown name, a malformed pair, or numbers that are not finite and positive.
+    """
+    from deep500lite.bench import scaling_networks as sn
+
+    acc = sn.accelerator(text)
+    if str(text).lower() not in sn.ACCELERATORS and str(text).lower() != "this":
+        _check_pair("--accelerator", (acc.flops, acc.bandwidth), ("peak FLOP/s", "bandwidth (bytes/s)"),
+                    "9.3e12,732e9", False)
+    return acc
 
 
 def _describe_recipe(target: str):
@@ -143,9 +203,7 @@ def _describe_recipe(target: str):
     cfg = recipe.resolve().config
     spec, batch = cfg.get("model"), int(cfg.get("batch_size") or 1)
     if isinstance(spec, str) and spec.endswith(".onnx"):
-        import onnx
-
-        return sn.describe_onnx(onnx.load(spec), recipe.name), batch
+        return sn.describe_onnx(_load_onnx(spec), recipe.name), batch
     if not (isinstance(spec, str) and isinstance(cfg.get("dataset"), str)):
         raise UserError("model scaling reads a recipe whose 'model' is a zoo name (with a named 'dataset') or an "
                         ".onnx path; export other models to ONNX and pass the file. Received: model="
@@ -236,7 +294,6 @@ def _plot(result, path) -> str:
 def run(args) -> int:
     """Run ``deep500lite model scaling`` from parsed arguments; returns the exit status."""
     from deep500lite.bench import scaling
-    from deep500lite.bench import scaling_networks as sn
     from deep500lite.errors import UserError, format_choices
     from deep500lite.metrics.tables import TABLE_FORMATS
     from deep500lite.utils import atomic_write_text
@@ -245,20 +302,23 @@ def run(args) -> int:
         raise UserError(f"--format must be one of {format_choices(TABLE_FORMATS)}. Received: {args.format!r}")
     if args.io not in scaling.IO_PATTERNS:
         raise UserError(f"--io must be one of {format_choices(scaling.IO_PATTERNS)}. Received: {args.io!r}")
-    for name in ("fusion_mb", "min_efficiency", "file_latency", "sample_bytes", "fs_bandwidth"):
+    for name in ("fusion_mb", "min_efficiency", "file_latency", "sample_bytes", "fs_bandwidth", "min_gain"):
         value = getattr(args, name)
-        if value is not None and not value >= 0:
-            raise UserError(f"--{name.replace('_', '-')} must be a number >= 0. Received: {value!r}")
-    if args.batch is not None and not args.batch >= 1:
-        raise UserError(f"--batch must be at least 1 sample. Received: {args.batch!r}")
+        if value is not None and not (value >= 0 and math.isfinite(value)):
+            raise UserError(f"--{name.replace('_', '-')} must be a finite number >= 0. Received: {value!r}")
+    if args.min_efficiency > 1:
+        raise UserError(f"--min-efficiency is a fraction between 0 and 1 (0.5 means 50%). Received: "
+                        f"{args.min_efficiency!r}")
+    if args.batch is not None and not (args.batch >= 1 and math.isfinite(args.batch)):
+        raise UserError(f"--batch must be a finite number, at least 1 sample. Received: {args.batch!r}")
     if args.host_cores is not None and args.host_cores < 1:
         raise UserError(f"--host-cores must be at least 1. Received: {args.host_cores!r}")
     if args.per_node < 1:
         raise UserError(f"--per-node must be at least 1. Received: {args.per_node!r}")
     nodes = scaling.parse_nodes(args.nodes)
-    network, acc, intra = sn.interconnect(args.network), None, sn.interconnect(args.intra)
+    network, acc, intra = parse_interconnect(args.network, "--network"), None, parse_interconnect(args.intra, "--intra")
     model, default_batch = describe_target(args.target)
-    acc = sn.accelerator(args.accelerator)
+    acc = parse_accelerator(args.accelerator)
     batch = args.batch if args.batch is not None else float(default_batch or 32)
     fs_bw = float("inf") if args.fs_bandwidth is None else args.fs_bandwidth * 1e9
     if args.io_from:
@@ -266,8 +326,15 @@ def run(args) -> int:
             with open(args.io_from, encoding="utf-8") as f:
                 bench_io = json.load(f)
         except (OSError, ValueError) as exc:
-            raise UserError(f"--io-from must name the JSON file of 'bench dataset --json'. Received: {exc}") from None
-        io = scaling.IOModel.from_dataset_bench(bench_io, args.io, args.sample_bytes, fs_bw)
+            raise UserError(f"--io-from must name the JSON file of 'bench dataset --json'; {args.io_from!r} cannot "
+                            f"be read as JSON ({exc}). Received: --io-from {args.io_from!r}") from None
+        if not isinstance(bench_io, dict):
+            raise UserError(f"--io-from must name the JSON file of 'bench dataset --json' (an object at the top); "
+                            f"{args.io_from!r} holds a {type(bench_io).__name__}. Received: --io-from {args.io_from!r}")
+        try:
+            io = scaling.IOModel.from_dataset_bench(bench_io, args.io, args.sample_bytes, fs_bw)
+        except UserError as exc:
+            raise UserError(f"--io-from {args.io_from!r}: {exc}") from None
         if args.file_latency is not None:
             io = dataclasses.replace(io, file_latency=args.file_latency)
     else:
@@ -275,9 +342,9 @@ def run(args) -> int:
                              pattern=args.io, file_latency=args.file_latency, fs_bandwidth=fs_bw)
     allreduce_model = None
     if args.allreduce_model:
-        from deep500lite.lv3.costmodel import CalibratedModel
+        from deep500lite.cli.bench_allreduce import load_calibration_file
 
-        allreduce_model = CalibratedModel.load(args.allreduce_model)
+        allreduce_model = load_calibration_file(args.allreduce_model, "--allreduce-model")
         for n in nodes:
             if n > 1:
                 allreduce_model.params(n)
@@ -288,7 +355,7 @@ def run(args) -> int:
                                  fusion_bytes=int(args.fusion_mb * (1 << 20)), overlap=not args.no_overlap, io=io,
                                  allreduce_model=allreduce_model, host_cores=args.host_cores)
     if args.measured_step is not None:
-        if not args.measured_step > 0:
+        if not (args.measured_step > 0 and math.isfinite(args.measured_step)):
             raise UserError(f"--measured-step must be a positive number of seconds. Received: {args.measured_step!r}")
         per_acc = batch if (args.mode or "strong") == "weak" else batch / (nodes[0] * args.per_node)
         fwd, bwd, update = scaling.compute_times(model, per_acc, acc)
@@ -329,7 +396,6 @@ def run(args) -> int:
 def run_allreduce(args) -> int:
     """Run ``deep500lite model allreduce`` from parsed arguments; returns the exit status."""
     from deep500lite.bench import scaling
-    from deep500lite.bench import scaling_networks as sn
     from deep500lite.bench.allreduce import message_sizes, parse_bytes
     from deep500lite.errors import UserError, format_choices
     from deep500lite.lv3.allreduce import P2P_ALGORITHMS, AlphaBeta
@@ -337,18 +403,19 @@ def run_allreduce(args) -> int:
 
     if args.format not in TABLE_FORMATS:
         raise UserError(f"--format must be one of {format_choices(TABLE_FORMATS)}. Received: {args.format!r}")
-    if args.nodes < 2 or not args.gamma >= 0:
-        raise UserError(f"--nodes must be at least 2 and --gamma >= 0. Received: --nodes {args.nodes}, "
-                        f"--gamma {args.gamma}")
+    if args.nodes < 2:
+        raise UserError(f"--nodes must be at least 2 ranks (an allreduce needs two). Received: --nodes {args.nodes}")
+    if not (args.gamma >= 0 and math.isfinite(args.gamma)):
+        raise UserError(f"--gamma must be a finite number of seconds per byte >= 0. Received: --gamma {args.gamma}")
     sizes = message_sizes(parse_bytes(args.min_bytes), parse_bytes(args.max_bytes))
     if args.allreduce_model:
-        from deep500lite.lv3.costmodel import CalibratedModel
+        from deep500lite.cli.bench_allreduce import load_calibration_file
 
-        model = CalibratedModel.load(args.allreduce_model)
+        model = load_calibration_file(args.allreduce_model, "--allreduce-model")
         model.params(args.nodes)
         what = f"calibrated model {args.allreduce_model}"
     else:
-        net = sn.interconnect(args.network)
+        net = parse_interconnect(args.network, "--network")
         model = AlphaBeta(net.alpha, net.beta, args.gamma)
         what = f"{net.name}: alpha {net.alpha * 1e6:.3g} us, {net.bandwidth / 1e9:.3g} GB/s"
     rows, cross = scaling.allreduce_table(model, args.nodes, sizes)

@@ -1,20 +1,53 @@
-"""Starting MPI jobs: find ``mpiexec`` and run a job in its own process group with a time limit.
+"""Starting MPI jobs: find ``mpiexec``, check the rank count and time limits, and run a job in its own
+process group with a job timeout and a start-up timeout.
 
-Used by ``deep500lite launch``, ``deep500lite bench allreduce`` and ``deep500lite run RECIPE -n N``.
+Used by ``deep500lite launch``, ``deep500lite bench allreduce``, ``deep500lite run RECIPE -n N``
+and :class:`~deep500lite.lv3.mpi_helper.mpi_fork`.
+
+Two limits keep a job from hanging:
+
+- the **start-up timeout** (:data:`DEFAULT_STARTUP_TIMEOUT`, or :data:`STARTUP_TIMEOUT_ENV`):
+  every Python rank must reach MPI initialisation (its first import of ``mpi4py.MPI``) within it,
+  or the job is killed and :class:`~deep500lite.errors.StartupTimeout` names the ranks that did
+  not. Ranks run under :mod:`deep500lite.lv3.rank_start`, which marks each rank's start in a
+  temporary folder; a command that is not ``python -m mpi4py ...`` is not watched;
+- the **job timeout** (:data:`DEFAULT_JOB_TIMEOUT`, or :data:`JOB_TIMEOUT_ENV`, for the commands
+  that use :func:`resolve_timeouts`): the whole job is killed when it runs longer.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+import time
 
 from deep500lite.errors import JobTimeout  # noqa: F401 - defined in errors, re-exported here
-from deep500lite.errors import UserError
+from deep500lite.errors import StartupTimeout, UserError
+from deep500lite.lv3.rank_start import STARTUP_DIR_ENV
 
-__all__ = ["find_mpiexec", "run_job", "JobTimeout"]
+__all__ = ["find_mpiexec", "run_job", "JobTimeout", "StartupTimeout", "resolve_timeouts", "check_ranks",
+           "max_sensible_ranks", "DEFAULT_JOB_TIMEOUT", "DEFAULT_STARTUP_TIMEOUT", "JOB_TIMEOUT_ENV",
+           "STARTUP_TIMEOUT_ENV", "RANK_START"]
+
+#: Seconds a multi-rank command's job may run by default: 6 hours, longer than any bundled recipe by
+#: far, short enough that a job hung after start-up still ends the same working day.
+DEFAULT_JOB_TIMEOUT = 6 * 3600.0
+#: Seconds every rank has by default to reach MPI initialisation: room for importing TensorFlow
+#: or torch on several ranks sharing a few cores, with a margin.
+DEFAULT_STARTUP_TIMEOUT = 120.0
+#: Environment variables overriding the two defaults (a command-line flag overrides both).
+JOB_TIMEOUT_ENV = "DEEP500LITE_JOB_TIMEOUT"
+STARTUP_TIMEOUT_ENV = "DEEP500LITE_STARTUP_TIMEOUT"
+#: The script every watched Python rank runs first (in place of ``-m mpi4py``).
+RANK_START = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rank_start.py")
+
+_POLL_SECONDS = 0.05
+_DEFAULT = object()
 
 
 def find_mpiexec(given: str | None = None, what: str = "this command") -> str:
@@ -37,38 +70,224 @@ def find_mpiexec(given: str | None = None, what: str = "this command") -> str:
     return found
 
 
-def run_job(cmd: list[str], timeout: float | None = None, env: dict | None = None) -> int:
-    """Run ``cmd`` (an ``mpiexec ...`` line) in a new process group and wait for it.
+def _seconds(value, name: str, source: str) -> float:
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise UserError(f"{name} must be a finite number of seconds > 0 (e.g. 60). Received: {source}{value!r}")
+    return seconds
+
+
+def resolve_timeouts(timeout=None, startup_timeout=None, flag: str = "--timeout",
+                     startup_flag: str = "--startup-timeout") -> tuple[float, float]:
+    """The job and start-up timeouts of a multi-rank command: the given value, else the environment
+    variable (:data:`JOB_TIMEOUT_ENV`, :data:`STARTUP_TIMEOUT_ENV`), else the default.
+
+    Args:
+        timeout: the job timeout in seconds from the command line (None: not given).
+        startup_timeout: the start-up timeout in seconds (None: not given).
+        flag, startup_flag: the options' names, for messages.
+
+    Returns:
+        ``(job_timeout, startup_timeout)`` in seconds.
+
+    Raises:
+        UserError: a value (given or from the environment) that is not a finite number > 0.
+    """
+    out = []
+    for given, name, env, default in ((timeout, flag, JOB_TIMEOUT_ENV, DEFAULT_JOB_TIMEOUT),
+                                      (startup_timeout, startup_flag, STARTUP_TIMEOUT_ENV, DEFAULT_STARTUP_TIMEOUT)):
+        if given is not None:
+            out.append(_seconds(given, name, name + " "))
+        elif os.environ.get(env, "").strip():
+            out.append(_seconds(os.environ[env], f"{name} (from the environment variable {env})", f"{env}="))
+        else:
+            out.append(default)
+    return out[0], out[1]
+
+
+def max_sensible_ranks() -> int:
+    """The most ranks a job may have on this machine without ``--oversubscribe``: 4 per usable core, at least 16."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(16, 4 * cores)
+
+
+def check_ranks(ranks, flag: str = "-n", oversubscribe: bool = False) -> int:
+    """Check a rank count: an integer >= 1, and at most :func:`max_sensible_ranks` unless ``oversubscribe``.
+
+    Raises:
+        UserError: anything else.
+    """
+    if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
+        raise UserError(f"{flag} must be a number of ranks, an integer >= 1. Received: {flag} {ranks!r}")
+    limit = max_sensible_ranks()
+    if ranks > limit and not oversubscribe:
+        raise UserError(f"{flag} {ranks} starts more ranks than this machine can run sensibly (at most {limit}: 4 "
+                        f"per usable core, at least 16); pass --oversubscribe to start them anyway. "
+                        f"Received: {flag} {ranks}")
+    return ranks
+
+
+def _watched(cmd: list[str]) -> tuple[list[str], int | None]:
+    """``cmd`` with ``python -m mpi4py`` replaced by ``python RANK_START``, and its rank count (None: not watched)."""
+    cmd = list(cmd)
+    ranks = None
+    for i, arg in enumerate(cmd[1:-1], start=1):
+        if arg in ("-n", "-np") and cmd[i + 1].isdigit():
+            ranks = int(cmd[i + 1])
+            break
+    for i in range(1, len(cmd) - 2):
+        if cmd[i + 1:i + 3] == ["-m", "mpi4py"] and os.path.basename(cmd[i]).startswith("python"):
+            cmd[i + 1:i + 3] = [RANK_START]
+            return cmd, ranks
+    return cmd, None
+
+
+def run_job(cmd: list[str], timeout: float | None = None, env: dict | None = None,
+            startup_timeout=_DEFAULT) -> int:
+    """Run ``cmd`` (an ``mpiexec -n N ...`` line) in a new process group and wait for it.
+
+    When the ranks run ``python -m mpi4py ...``, each starts under :mod:`deep500lite.lv3.rank_start`
+    instead (the same behaviour, plus the start mark), and every rank must reach MPI
+    initialisation within ``startup_timeout`` seconds.
 
     Args:
         cmd: the command.
         timeout: seconds after which the whole process group is killed and :class:`JobTimeout`
             raised (None: no limit).
         env: the environment (default: this process's).
+        startup_timeout: seconds every rank has to reach MPI initialisation (None: not watched;
+            default: :data:`STARTUP_TIMEOUT_ENV`, else :data:`DEFAULT_STARTUP_TIMEOUT`).
 
     Returns:
         The exit status; ``128 + N`` when killed by signal ``N``.
 
     Raises:
         JobTimeout: the job ran past ``timeout``.
+        StartupTimeout: a rank had not reached MPI initialisation after ``startup_timeout``
+            (names the ranks).
+        UserError: a bad ``startup_timeout`` or environment variable.
     """
+    if startup_timeout is _DEFAULT:
+        startup_timeout = resolve_timeouts()[1]
+    elif startup_timeout is not None:
+        startup_timeout = _seconds(startup_timeout, "startup_timeout", "startup_timeout=")
+    cmd, ranks = _watched(cmd) if startup_timeout is not None else (list(cmd), None)
     sys.stdout.flush()
     sys.stderr.flush()
-    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
-    try:
-        rc = proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _kill(proc)
-        raise JobTimeout(f"the job did not end within {timeout:g} s and was killed: {' '.join(cmd)}") from None
-    except BaseException:
-        _kill(proc)
-        raise
+    with tempfile.TemporaryDirectory(prefix="d5-start-") as marks:
+        job_env = dict(os.environ if env is None else env)
+        if ranks:
+            job_env[STARTUP_DIR_ENV] = marks
+        proc = subprocess.Popen(cmd, env=job_env, start_new_session=True)
+        try:
+            rc = _wait(proc, cmd, timeout, startup_timeout if ranks else None, ranks, marks)
+        except BaseException:
+            _kill(proc)
+            raise
     return 128 - rc if rc < 0 else rc
 
 
+def _wait(proc, cmd, timeout, startup_timeout, ranks, marks) -> int:
+    start = time.monotonic()
+    deadline = math.inf if timeout is None else start + timeout
+    startup_deadline = math.inf if startup_timeout is None else start + startup_timeout
+    while True:
+        now = time.monotonic()
+        try:
+            return proc.wait(timeout=max(0.0, min(deadline, startup_deadline, now + _POLL_SECONDS) - now))
+        except subprocess.TimeoutExpired:
+            pass
+        now = time.monotonic()
+        if now >= startup_deadline:
+            missing = _missing_ranks(marks, ranks)
+            if missing:
+                _kill(proc)
+                raise StartupTimeout(_startup_message(missing, ranks, startup_timeout, cmd))
+            startup_deadline = math.inf
+        if now >= deadline:
+            _kill(proc)
+            raise JobTimeout(f"the job did not end within {timeout:g} s and was killed: {' '.join(cmd)}")
+
+
+def _missing_ranks(marks: str, ranks: int):
+    """``(not at MPI initialisation, never ran the start code)``: rank lists, or counts where the
+    launcher did not say which rank is which; None when every rank has reached MPI initialisation."""
+    names = set(os.listdir(marks))
+    reached = {n for n in names if not n.startswith("alive-")}
+    alive = {n[len("alive-"):] for n in names if n.startswith("alive-")}
+    if any(n.startswith("pid") for n in names):
+        missing = max(0, ranks - len(reached))
+        return (missing, max(0, ranks - len(alive))) if missing else None
+    missing = [r for r in range(ranks) if f"rank{r}" not in reached]
+    return (missing, [r for r in missing if f"rank{r}" not in alive]) if missing else None
+
+
+def _who(ranks, total: int) -> str:
+    if isinstance(ranks, int):
+        return f"{ranks} of the {total} ranks"
+    if len(ranks) == 1:
+        return f"rank {ranks[0]} of {total}"
+    return f"ranks {', '.join(map(str, ranks))} of {total}"
+
+
+def _startup_message(missing, ranks: int, seconds: float, cmd) -> str:
+    stuck, never_ran = missing
+    if never_ran:
+        rest = stuck - never_ran if isinstance(stuck, int) else [r for r in stuck if r not in never_ran]
+        what = (f"{_who(never_ran, ranks)} did not start within {seconds:g} s: its Python never got to "
+                f"deep500lite's start-up code, let alone MPI initialisation")
+        if rest:
+            what += f" ({_who(rest, ranks)} had started but not yet reached MPI initialisation)"
+    else:
+        what = (f"{_who(stuck, ranks)} did not start within {seconds:g} s: never reached MPI initialisation (the "
+                f"first import of mpi4py.MPI)")
+    return (f"{what}, so the whole job was killed. Every rank must reach MPI initialisation within the start-up "
+            f"timeout; a rank stuck in an import, a sleep or a slow file system looks like this. Raise the start-up "
+            f"timeout (--startup-timeout or {STARTUP_TIMEOUT_ENV}) if start-up is just slow. Received: start-up "
+            f"timeout {seconds:g} s for {' '.join(cmd)}")
+
+
+def _descendants(pid: int) -> list[int]:
+    """The processes below ``pid`` (from /proc; empty where there is none)."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
 def _kill(proc: subprocess.Popen) -> None:
+    # MPICH's hydra starts its proxy and every rank in sessions of their own, out of reach of the
+    # job's process group: kill them by pid too, so that no rank outlives the job.
+    below = _descendants(proc.pid) if proc.poll() is None else []
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+    for pid in below:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
     proc.wait()

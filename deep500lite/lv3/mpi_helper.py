@@ -57,10 +57,14 @@ class mpi_fork:  # noqa: N801 - Deep500's name
 
     Args:
         n: the number of ranks.
-        timeout: seconds after which the job is killed (None: no limit).
+        timeout: seconds after which the job is killed (None: no limit). Every rank must also
+            reach MPI initialisation within the start-up timeout (``DEEP500LITE_STARTUP_TIMEOUT``,
+            else 120 s; see :func:`deep500lite.lv3.launch.run_job`), or the job is killed and
+            :class:`~deep500lite.errors.StartupTimeout` names the ranks.
 
     Raises:
         UserError: ``n`` is not an integer >= 1, or no ``mpiexec`` is found.
+        StartupTimeout: a rank did not reach MPI initialisation in time.
         subprocess.CalledProcessError: the job ended with a non-zero exit status (as Deep500's,
             which ran it with ``subprocess.check_call``).
     """

@@ -15,7 +15,9 @@ files into ``OUT/results.json``:
 - ``baseline``, ``speedup`` (job throughput / 1-rank throughput) and ``scaling_efficiency``
   (speedup / N): weak scaling, the batch per rank being fixed.
 
-The job passes when every rank's acceptable metrics hold.
+The job passes when every rank's acceptable metrics hold. Every job has a job timeout and a
+start-up timeout (:func:`deep500lite.lv3.launch.resolve_timeouts`); when the baseline fails or
+times out, the N-rank results are still aggregated and written, without the scaling figures.
 """
 
 from __future__ import annotations
@@ -51,7 +53,9 @@ class DistributedRun:
 
     def lines(self) -> list[str]:
         """The per-rank table, the job's figures and the verdicts, for the terminal."""
-        return describe(self.results)
+        from deep500lite.recipe.parallelism import describe_lines  # spatial/pipeline/tensor: each rank's split
+
+        return describe(self.results) + describe_lines(self.results, self.results_path)
 
 
 def rank_command(recipe: str, sets, seed: int, out: str, progress: str | None, max_steps: int | None = None) -> list:
@@ -76,7 +80,8 @@ def _read(path: str, what: str) -> dict:
 
 def run_distributed(recipe: str, ranks: int, out: str, *, sets=(), seed: int = 0, progress: str | None = "lines",
                     baseline: bool = True, mpiexec: str | None = None, timeout: float | None = None,
-                    comm_timeout: float | None = DEFAULT_COMM_TIMEOUT) -> DistributedRun:
+                    comm_timeout: float | None = DEFAULT_COMM_TIMEOUT, startup_timeout: float | None = None,
+                    oversubscribe: bool = False) -> DistributedRun:
     """Run a recipe with a ``distributed`` component on ``ranks`` MPI ranks and aggregate.
 
     Args:
@@ -89,17 +94,21 @@ def run_distributed(recipe: str, ranks: int, out: str, *, sets=(), seed: int = 0
         baseline: also run the 1-rank baseline (for ``ranks > 1``) and compute the scaling
             efficiency.
         mpiexec: the launcher (default: beside this Python, else on PATH).
-        timeout: seconds after which a job (the N-rank one, or the baseline) is killed.
+        timeout: seconds after which a job (the N-rank one, or the baseline) is killed (None:
+            ``DEEP500LITE_JOB_TIMEOUT``, else 6 hours).
         comm_timeout: ``DEEP500LITE_COMM_TIMEOUT`` for the ranks (None: wait forever).
+        startup_timeout: seconds every rank has to reach MPI initialisation (None:
+            ``DEEP500LITE_STARTUP_TIMEOUT``, else 120); a rank that does not is named in the error.
+        oversubscribe: allow more than 4 ranks per usable core.
 
     Raises:
         UserError: a bad argument, or a job that failed or wrote no results.
     """
-    from deep500lite.lv3.launch import JobTimeout, find_mpiexec, run_job
+    from deep500lite.lv3.launch import JobTimeout, StartupTimeout, check_ranks, find_mpiexec, resolve_timeouts, run_job
     from deep500lite.recipe.results import write_results
 
-    if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
-        raise UserError(f"-n/--ranks must be an integer >= 1. Received: {ranks!r}")
+    check_ranks(ranks, "-n/--ranks", oversubscribe)
+    timeout, startup_timeout = resolve_timeouts(timeout, startup_timeout)
     launcher = find_mpiexec(mpiexec, "deep500lite run -n")
     env = dict(os.environ)
     if comm_timeout is not None:
@@ -108,7 +117,9 @@ def run_distributed(recipe: str, ranks: int, out: str, *, sets=(), seed: int = 0
     def job(n: int, folder: str, what: str, max_steps: int | None = None, shown: str | None = progress) -> None:
         cmd = [launcher, "-n", str(n), *rank_command(recipe, sets, seed, folder, shown, max_steps)]
         try:
-            rc = run_job(cmd, timeout=timeout, env=env)
+            rc = run_job(cmd, timeout=timeout, env=env, startup_timeout=startup_timeout)
+        except StartupTimeout as exc:
+            raise StartupTimeout(f"The {what} was killed: {exc}") from None
         except JobTimeout as exc:
             raise UserError(f"The {what} was killed: {exc}. Raise --timeout if it is just slow. "
                             f"Received: --timeout {timeout}") from None
@@ -128,8 +139,14 @@ def run_distributed(recipe: str, ranks: int, out: str, *, sets=(), seed: int = 0
         steps = int(per_rank[0]["summaries"]["steps_done"])
         folder = os.path.join(out, "baseline")
         print(f"baseline: the same recipe on 1 rank for {steps} steps (the steps each rank took)", flush=True)
-        job(1, folder, "1-rank baseline", max_steps=steps, shown=None)
-        base = _read(os.path.join(folder, "results.json"), "1-rank baseline")
+        try:
+            job(1, folder, "1-rank baseline", max_steps=steps, shown=None)
+            base = _read(os.path.join(folder, "results.json"), "1-rank baseline")
+        except (UserError, JobTimeout) as exc:
+            # The N-rank results are complete: keep them, without the scaling figures.
+            write_results(os.path.join(out, "results.json"), aggregate(per_rank, None))
+            raise type(exc)(f"The {ranks}-rank results were kept, without speedup and scaling efficiency, in "
+                            f"{os.path.join(out, 'results.json')}, but: {exc}") from None
     results = aggregate(per_rank, base)
     path = os.path.join(out, "results.json")
     write_results(path, results)
