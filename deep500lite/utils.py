@@ -12,7 +12,7 @@ from deep500lite.errors import UserError
 
 __all__ = [
     "atomic_write_bytes", "atomic_write_text", "is_package_available", "package_version", "positive_int",
-    "nonnegative_int", "check_schema", "check_allocation", "available_memory_bytes",
+    "nonnegative_int", "check_schema", "check_allocation", "available_memory_bytes", "file_stem",
 ]
 
 
@@ -177,6 +177,23 @@ def available_memory_bytes() -> int | None:
     except (OSError, ValueError, IndexError):
         pass
     return None
+
+
+def file_stem(name: str, limit: int = 80) -> str:
+    """A file-name-safe stem for a user-given name (an op, node or model name).
+
+    Characters other than letters, digits, ``_``, ``.`` and ``-`` become ``_``; a name that had to
+    change or is longer than ``limit`` is cut and given a hash suffix, so two names never share a
+    stem and no file name exceeds the file system's 255-byte limit.
+    """
+    import hashlib
+    import re
+
+    text = str(name)
+    safe = re.sub(r"[^A-Za-z0-9_.\-]", "_", text).lstrip(".") or "_"
+    if safe == text and len(safe) <= limit:
+        return safe
+    return f"{safe[:limit]}-{hashlib.sha256(text.encode('utf-8', 'surrogatepass')).hexdigest()[:12]}"
 
 
 def check_allocation(nbytes: int, what: str, error=UserError) -> None:

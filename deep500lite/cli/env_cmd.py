@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+__all__ = ["add_parser", "run"]
+
 
 def add_parser(subparsers):
     p = subparsers.add_parser("env", help="show Python, numpy, onnx, frameworks, CPU, GPU and MPI",

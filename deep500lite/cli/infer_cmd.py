@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import os
+import zipfile
 
 import numpy as np
 
-from deep500lite.cli.args import nonnegative_int, positive_int
-from deep500lite.errors import Deep500Error, UserError
+from deep500lite.cli.args import nonnegative_int, positive_int, positive_seconds
+from deep500lite.errors import Deep500Error, FeedError, UserError
+
+__all__ = ["add_parser", "load_feeds", "run"]
+
+_NPY_MAGIC = b"\x93NUMPY"
+_ZIP_MAGIC = b"PK"
 
 
 def add_parser(subparsers):
@@ -29,30 +35,54 @@ def add_parser(subparsers):
                    help="size of an open batch dimension for random inputs (default 1)")
     p.add_argument("--seed", type=nonnegative_int, default=0, help="seed of the random inputs (default 0)")
     p.add_argument("--device", default="cpu", help="cpu or gpu:N (default cpu)")
-    p.add_argument("--max-time", type=float, default=2.0,
+    p.add_argument("--max-time", type=positive_seconds, default=2.0,
                    help="seconds of timed runs per framework (default 2; at least 10 runs)")
     p.set_defaults(func=run)
     return p
 
 
 def load_feeds(path: str) -> dict[str, np.ndarray]:
-    """Read feeds from an .npz file (one array per input name)."""
+    """Read feeds from an .npz file (one array per input name); pickled (object) arrays are refused.
+
+    Raises:
+        FeedError: the file is missing, not an .npz file, damaged, or holds an object array.
+    """
     if not os.path.isfile(path):
-        raise UserError(f"Inputs file {path!r} does not exist; --inputs takes an .npz file with one array per "
+        what = ("is a folder" if os.path.isdir(path) else "is not a regular file (a pipe, socket or device)"
+                if os.path.exists(path) else "does not exist")
+        raise FeedError(f"Inputs file {path!r} {what}; --inputs takes an .npz file with one array per "
                         f"model input. Received: --inputs {path}")
     try:
-        data = np.load(path, allow_pickle=False)
-        if not hasattr(data, "files"):  # a .npy file: np.load gave the array itself, not an NpzFile
-            raise UserError(f"Inputs file {path!r} holds one array; expected an .npz file with one "
-                            "array per model input (np.savez(path, input_name=array, ...)). "
-                            f"Received: one array shaped {list(data.shape)}")
-        with data:
-            return {k: data[k] for k in data.files}
-    except UserError:
+        with open(path, "rb") as f:
+            head = f.read(6)
+    except OSError as exc:
+        raise FeedError(f"Inputs file {path!r} cannot be read ({exc.strerror or exc}); --inputs takes a readable "
+                        f".npz file. Received: --inputs {path}") from None
+    if head.startswith(_NPY_MAGIC):
+        raise FeedError(f"Inputs file {path!r} is a single .npy array; expected an .npz file with one array per "
+                        "model input (np.savez(path, input_name=array, ...)). Received: an .npy file")
+    if not head.startswith(_ZIP_MAGIC):
+        raise FeedError(f"Inputs file {path!r} is not a readable .npz file: it is not a zip archive (an .npz file is "
+                        f"made by np.savez, with one array per model input). Received: a file starting {head!r}")
+    feeds = {}
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            for key in data.files:
+                try:
+                    feeds[key] = data[key]
+                except ValueError as exc:
+                    if "allow_pickle" not in str(exc):
+                        raise
+                    raise FeedError(f"Inputs file {path!r}: array {key!r} holds Python objects, which would have "
+                                    "to be unpickled; deep500lite loads no pickles, so save numeric arrays. "
+                                    f"Received: an object array {key!r}") from None
+    except FeedError:
         raise
-    except (ValueError, OSError, EOFError) as exc:
-        raise UserError(f"Inputs file {path!r} is not a readable .npz file ({exc}); --inputs takes an .npz file "
-                        f"with one array per model input (np.savez). Received: --inputs {path}") from exc
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile, KeyError) as exc:
+        cause = " ".join(str(exc).split()) or type(exc).__name__
+        raise FeedError(f"Inputs file {path!r} is not a readable .npz file (damaged); --inputs takes an .npz file with one array "
+                        f"per model input (np.savez). Received: {cause}") from None
+    return feeds
 
 
 def _frameworks(args) -> list[str]:

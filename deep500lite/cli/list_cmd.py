@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+__all__ = ["KINDS", "add_parser", "bundled_recipes", "run"]
+
 KINDS = ("frameworks", "datasets", "networks", "recipes")
 
 

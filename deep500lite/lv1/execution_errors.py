@@ -16,7 +16,8 @@ import re
 
 from deep500lite.errors import ExecutionError
 
-__all__ = ["execution_error", "framework_cause", "format_shapes", "shape_of", "MAX_CAUSE_CHARS"]
+__all__ = ["execution_error", "framework_cause", "format_shapes", "shape_of", "session_error", "node_named_in",
+           "MAX_CAUSE_CHARS"]
 
 #: The longest cause (the framework's message, reduced) an :class:`ExecutionError` message keeps.
 MAX_CAUSE_CHARS = 400
@@ -28,6 +29,7 @@ _TF_FUNCTION_NODE = re.compile(r"\{\{function_node [^}]*\}\}")
 _TF_NODE_MARK = re.compile(r"\[\[\{\{node [^}]*\}\}\]\]|\[Op:\w+\]( name: \S*)?| for '\{\{node [^']*'")
 _ORT_PREFIX = re.compile(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ")
 _ORT_LOCATION = re.compile(r"^\S+\.(?:h|cc|cpp|cu):\d+ (?:[^()]*\([^)]*\)(?: const)? )?")
+_ORT_SESSION_NODE = re.compile(r"Node \(([^)]*)\) Op \((\w+)\)\s*")
 _ORT_NODE_PREFIX = re.compile(r"^Non-zero status code returned while running \w+ node\. Name:'[^']*' Status Message: ")
 
 
@@ -133,3 +135,43 @@ def execution_error(executor: str, exc: BaseException | str, node=None, input_sh
     return ExecutionError(message, executor=executor, node=name, op_type=node.op_type, input_shapes=shapes,
                           cause=cause)
 
+
+
+def node_named_in(model, text: str):
+    """The node of ``model`` (an ``onnx.ModelProto``) a framework message names.
+
+    ONNX Runtime writes ``Node (name) Op (type)``; onnx.reference writes ``node 'Type'`` (the only
+    node of that type is taken).
+
+    Returns:
+        The ``onnx.NodeProto``, or None when the message names none of the model's nodes.
+    """
+    match = _ORT_SESSION_NODE.search(text)
+    if match is not None:
+        name, op_type = match.groups()
+        for node in model.graph.node:
+            if (node.name or (node.output[0] if len(node.output) else "")) == name and node.op_type == op_type:
+                return node
+        return None
+    # onnx.reference: "... for node 'Concat'" names the op type; only a single such node is certain.
+    quoted = set(re.findall(r"node '([^']*)'", text))
+    named = [n for n in model.graph.node if n.name and n.name in quoted]
+    typed = [n for n in model.graph.node if n.op_type in quoted]
+    if len(named) == 1:
+        return named[0]
+    return typed[0] if len(typed) == 1 else None
+
+
+def session_error(executor: str, exc: BaseException, model, where: str | None = None) -> ExecutionError:
+    """The :class:`ExecutionError` of a framework that refused to build a session for ``model``.
+
+    ONNX Runtime checks each node while building a session (``Node (sm) Op (Softmax)
+    [ShapeInferenceError] 'axis' must be in [-2 , 1]``): the node it names is looked up in
+    ``model`` and named the usual way, with the check's message as the cause.
+    """
+    text = str(getattr(exc, "message", None) or exc)
+    node = node_named_in(model, text)
+    cause = framework_cause(exc)
+    if node is not None:
+        cause = _ORT_SESSION_NODE.sub("", cause)
+    return execution_error(executor, cause, node, where=where)

@@ -7,9 +7,10 @@ from typing import ClassVar
 
 import numpy as np
 
-from deep500lite.errors import DeviceError, UnsupportedOperatorError, UserKeyError
+from deep500lite.errors import DeviceError, ModelError, UnsupportedOperatorError, UserKeyError
 from deep500lite.lv0.custom import lookup_custom_op
 from deep500lite.lv1.device import Device, as_device
+from deep500lite.lv1.model_checks import newest_opset
 from deep500lite.lv1.network import Network, iter_nodes, load_model
 
 __all__ = ["GraphExecutor"]
@@ -66,6 +67,7 @@ class GraphExecutor(abc.ABC):
         self.devname: Device = device
         network = load_model(network)
         # Checked before attaching, so a refused network stays usable with another executor.
+        self.check_opset(network)
         self.check_supported(network)
         self.network: Network = network._attach(self)
 
@@ -137,6 +139,23 @@ class GraphExecutor(abc.ABC):
     def _network_changed(self) -> None:
         """Called when operations or outputs are added to the network (rebuild what depends on it)."""
         self.check_supported(self.network)
+
+    @classmethod
+    def opset_range(cls) -> tuple[int, int]:
+        """The default-domain opsets this executor runs: ``(oldest, newest)``.
+
+        The default is every opset the installed onnx package defines: the executors convert each
+        operator by the version its opset selects.
+        """
+        return 1, newest_opset()
+
+    @classmethod
+    def check_opset(cls, network: Network) -> None:
+        """Raise :class:`ModelError` when the network's default opset is outside :meth:`opset_range`."""
+        low, high = cls.opset_range()
+        if not low <= network.opset <= high:
+            raise ModelError(f"The {cls.framework or cls.__name__} executor runs ONNX opsets {low} to {high}; the "
+                             f"model imports opset {network.opset}. Received: opset {network.opset}")
 
     @classmethod
     def check_supported(cls, network: Network) -> None:

@@ -9,6 +9,7 @@ graph and keeps the parameters on its device; while an executor is attached, ``f
 from __future__ import annotations
 
 import copy
+import math
 import os
 import weakref
 from typing import TYPE_CHECKING, Iterable, Sequence
@@ -20,6 +21,8 @@ from google.protobuf.message import DecodeError, Message
 
 from deep500lite.errors import FeedError, ModelError, UserKeyError, UserTypeError
 from deep500lite.lv0.tensordesc import TensorDescriptor
+from deep500lite.utils import check_allocation
+from deep500lite.lv1.model_checks import check_model_proto
 from deep500lite.lv1.value_info import ValueInfo
 
 if TYPE_CHECKING:
@@ -37,11 +40,22 @@ def _value_info_desc(vi: onnx.ValueInfoProto) -> TensorDescriptor | None:
     t = vi.type
     if not t.HasField("tensor_type") or t.tensor_type.elem_type == 0:
         return None
-    dtype = onnx.helper.tensor_dtype_to_np_dtype(t.tensor_type.elem_type)
+    dtype = _np_dtype(t.tensor_type.elem_type, f"value '{vi.name}'")
     if not t.tensor_type.HasField("shape"):
         return TensorDescriptor(dtype, None)
     dims = tuple(d.dim_value if d.HasField("dim_value") else None for d in t.tensor_type.shape.dim)
     return TensorDescriptor(dtype, dims)
+
+
+def _np_dtype(elem_type: int, what: str) -> np.dtype:
+    """The numpy dtype of an ONNX element type; ModelError for a type onnx does not define."""
+    try:
+        return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
+    except (KeyError, TypeError, ValueError):
+        names = ", ".join(sorted(onnx.TensorProto.DataType.keys())[:8])
+        raise ModelError(f"The model's {what} has element type {elem_type}, which onnx {onnx.__version__} does not "
+                         f"define (types are TensorProto.DataType values: {names}, ...). "
+                         f"Received: elem_type {elem_type}") from None
 
 
 def _short(exc: BaseException) -> str:
@@ -112,7 +126,7 @@ class Network(Deep500NetworkNames):
         self._model = structure
         self._values: dict[str, np.ndarray] = {}
         for init in model.graph.initializer:
-            self._values[init.name] = numpy_helper.to_array(init)
+            self._values[init.name] = _initializer_value(init, source)
         # Initializer data lives in _values from now on; the graph keeps the structure only.
         if len(structure.graph.initializer):
             del structure.graph.initializer[:]
@@ -485,6 +499,10 @@ class Network(Deep500NetworkNames):
                                 "random inputs cannot be made for it. Pass inputs explicitly. "
                                 f"Received: {'no type' if desc is None else desc.dtype.name + ' with no shape'}")
             shape = [d if d is not None else (batch_size if i == 0 else 1) for i, d in enumerate(desc.shape)]
+            # Normal values are drawn as float64 before the cast, so that is the size to check.
+            itemsize = 8 if desc.dtype.kind == "f" else desc.dtype.itemsize
+            check_allocation(math.prod(shape) * (itemsize + desc.dtype.itemsize),
+                             f"A random feed for input '{name}' of shape {shape}", error=FeedError)
             if desc.dtype.kind == "f":
                 feeds[name] = rng.standard_normal(shape).astype(desc.dtype)
             else:
@@ -513,6 +531,23 @@ class Network(Deep500NetworkNames):
     def __repr__(self) -> str:
         return (f"Network(source={self.source!r}, inputs={self.inputs}, outputs={self.outputs}, "
                 f"parameters={len(self.parameters)}, nodes={len(self.graph.node)})")
+
+
+def _initializer_value(init: onnx.TensorProto, source: str | None) -> np.ndarray:
+    """An initializer's array; ModelError naming it when its type or data cannot make one."""
+    where = f"ONNX model {source!r}" if source else "The ONNX model"
+    _np_dtype(init.data_type, f"initializer '{init.name}'")
+    count = math.prod(init.dims)
+    if any(d < 0 for d in init.dims):
+        raise ModelError(f"{where}: initializer '{init.name}' has a negative dimension; dimensions must be >= 0. "
+                         f"Received: dims {list(init.dims)}")
+    check_allocation(count * 16, f"{where}: initializer '{init.name}' of dims {list(init.dims)}", error=ModelError)
+    try:
+        return numpy_helper.to_array(init)
+    except Exception as exc:  # noqa: BLE001 - onnx raises ValueError, TypeError or KeyError on bad tensor data
+        raise ModelError(f"{where}: initializer '{init.name}' cannot be read: its data must hold the "
+                         f"{count} values its dims {list(init.dims)} give, in its element type. "
+                         f"Received: {_short(exc)}") from None
 
 
 def gradient_name(param: str) -> str:
@@ -590,6 +625,9 @@ def load_model(model, base_dir: str | None = None, check: bool = True) -> Networ
             raise ModelError(f"{where} does not exist; give the path of an .onnx file. Received: {source!r}")
         if os.path.isdir(source):
             raise ModelError(f"{where} is a folder; expected an .onnx file. Received: {source!r}")
+        if not os.path.isfile(source):  # a FIFO or a device would block or never end
+            raise ModelError(f"{where} is not a regular file (a pipe, socket or device); expected an .onnx file. "
+                             f"Received: {source!r}")
         try:
             with open(source, "rb") as f:
                 data = f.read()
@@ -619,11 +657,7 @@ def load_model(model, base_dir: str | None = None, check: bool = True) -> Networ
                          "Received: ir_version 0")
     _check_external_data(proto, base_dir, where)
     if check:
-        try:
-            onnx.checker.check_model(proto)
-        except onnx.checker.ValidationError as exc:
-            raise ModelError(f"{where} is not a valid ONNX model: onnx.checker rejects it; fix the model (or load it "
-                             f"with check=False). Received: {_short(exc)}") from exc
+        check_model_proto(proto, where)
     return Network._own(proto, source=source)
 
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 
 from deep500lite.errors import FeedError, UserError, UserKeyError
 from deep500lite.metrics.accuracy import L2Error, MaxError, RelativeL2Error
+from deep500lite.utils import check_allocation
 
 __all__ = ["ExecutorComparison", "InferenceResults", "test_executor_inference", "test_executor_backprop"]
 
@@ -165,6 +167,8 @@ def _random_inputs(executor, given: dict) -> dict:
             raise FeedError(f"Input '{name}' declares no {'type' if desc is None else 'shape'}, so no random value "
                             f"can be made for it; pass it in inputs. Received: inputs for {sorted(given)}")
         shape = [1 if d is None else d for d in desc.shape]
+        check_allocation(math.prod(shape) * (8 + desc.dtype.itemsize), f"A random input for '{name}' of shape {shape}",
+                         error=FeedError)
         feeds[name] = np.asarray(np.random.rand(*shape)).astype(desc.dtype)
     return feeds
 

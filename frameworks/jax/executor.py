@@ -280,11 +280,18 @@ class JaxExecutor(GraphExecutor):
             return compiled
         start = time.perf_counter()
         self._index_checks = []
+        error = None
         try:
             with jax.default_matmul_precision(self.options["matmul_precision"]):
                 compiled = jax.jit(fn, donate_argnums=donate).lower(*args).compile()
+        except Deep500Error:
+            raise
+        except Exception as exc:  # noqa: BLE001 - XLA refusing to compile a node's attributes
+            error = execution_error("jax", exc)
         finally:
             self.compile_seconds += time.perf_counter() - start
+        if error is not None:
+            raise error
         self._compiled[cache_key] = compiled
         self._checks[cache_key] = self._index_checks
         return compiled

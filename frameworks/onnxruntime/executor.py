@@ -9,12 +9,12 @@ import onnx
 import onnx.numpy_helper
 import onnxruntime as ort
 
-from deep500lite.errors import DeviceError, UnsupportedOperatorError, UserError, UserTypeError, format_choices
+from deep500lite.errors import Deep500Error, DeviceError, UnsupportedOperatorError, UserError, UserTypeError, format_choices
 from deep500lite.frameworks.onnxruntime.custom import extensions_available, session_options_for
 from deep500lite.frameworks.onnxruntime.ops import SUPPORTED_OPS, unsupported_reason
 from deep500lite.lv0.custom import CUSTOM_DOMAIN
 from deep500lite.lv1.device import Device
-from deep500lite.lv1.execution_errors import execution_error, framework_cause, shape_of
+from deep500lite.lv1.execution_errors import execution_error, framework_cause, session_error, shape_of
 from deep500lite.lv1.host import HostGraphExecutor
 from deep500lite.lv1.network import iter_nodes
 
@@ -163,11 +163,13 @@ class OnnxRuntimeExecutor(HostGraphExecutor):
                 return ort.InferenceSession(model.SerializeToString(), sess_options=options,
                                             providers=self._providers(),
                                             disabled_optimizers=_disabled_optimizers(model))
-            except Exception as exc:  # noqa: BLE001 - adapted and retried, or re-raised
-                if not _adapt_to_runtime(model, str(exc)):
-                    raise
+            except Exception as exc:  # noqa: BLE001 - adapted and retried, or reported naming the node
+                if isinstance(exc, Deep500Error) or not _adapt_to_runtime(model, str(exc)):
+                    error = exc if isinstance(exc, Deep500Error) else session_error("onnxruntime", exc, model)
+                    break
             finally:
                 self.compile_seconds += time.perf_counter() - started
+        raise error
 
     def inference(self, feeds):
         """Run the network forward (see :meth:`GraphExecutor.inference`).

@@ -9,7 +9,7 @@ import onnx
 from onnx.reference import ReferenceEvaluator
 
 from deep500lite.errors import Deep500Error
-from deep500lite.lv1.execution_errors import execution_error, shape_of
+from deep500lite.lv1.execution_errors import execution_error, session_error, shape_of
 from deep500lite.lv1.host import HostGraphExecutor
 from deep500lite.frameworks.reference.custom import op_run_classes
 from deep500lite.frameworks.reference.ops import FAST_OPS, SUPPORTED_OPS
@@ -65,7 +65,16 @@ class ReferenceExecutor(HostGraphExecutor):
         return {name: r if r is None or isinstance(r, list) else np.asarray(r) for name, r in zip(outputs, results)}
 
     def _compile(self, model, where="training graph"):
-        run = ReferenceEvaluator(model, new_ops=op_run_classes(model) + FAST_OPS).run
+        try:
+            run = ReferenceEvaluator(model, new_ops=op_run_classes(model) + FAST_OPS).run
+        except Deep500Error:
+            raise
+        except Exception as exc:  # noqa: BLE001 - onnx.reference refusing a node's attributes while building
+            error = session_error("reference", exc, model, where)
+        else:
+            error = None
+        if error is not None:
+            raise error
 
         def checked_run(names, feeds):
             try:

@@ -42,7 +42,7 @@ import numpy as np
 from deep500lite.errors import CompilationError, UserError, UserTypeError
 from deep500lite.lv0.cppop.op import ABI_VERSION, CppOp, check_descriptors
 from deep500lite.lv0.tensordesc import TensorDescriptor
-from deep500lite.utils import atomic_write_text
+from deep500lite.utils import atomic_write_text, file_stem
 
 __all__ = ["compile_custom_cppop", "compile_custom_cppop_inline", "include_dir", "default_build_dir"]
 
@@ -377,12 +377,12 @@ def _build(name: str, source_path: str, flags: list[str], comp: _Compiler, build
         "version": comp.version,
         "flags": flags,
     }, sort_keys=True).encode()).hexdigest()
-    library = os.path.join(build_dir, f"{name}-{key[:24]}.so")
+    library = os.path.join(build_dir, f"{file_stem(name)}-{key[:24]}.so")
     if os.path.exists(library) and not force:
         if live_output:
             print(f"C++ operator '{name}': up to date, loaded from the build cache: {library}", flush=True)
         return library, key, True, ""
-    with tempfile.TemporaryDirectory(prefix=f".build-{name}-", dir=build_dir) as tmp:
+    with tempfile.TemporaryDirectory(prefix=f".build-{file_stem(name)}-", dir=build_dir) as tmp:
         out = os.path.join(tmp, os.path.basename(library))
         cmd = [*comp.argv, *flags, source_path, *other_sources, "-o", out, *_link_flags(comp)]
         try:
@@ -609,7 +609,7 @@ def compile_custom_cppop_inline(name: str, source: str, input_descs: Sequence[Te
         raise UserTypeError(f"is_cuda must be True or False. Received: {is_cuda!r}")
     folder = os.path.abspath(os.fspath(build_dir)) if build_dir is not None else default_build_dir()
     digest = hashlib.sha256(source.encode("utf-8")).hexdigest()[:16]
-    path = os.path.join(folder, "src", f"{name}-{digest}.{'cu' if is_cuda else 'cpp'}")
+    path = os.path.join(folder, "src", f"{file_stem(name)}-{digest}.{'cu' if is_cuda else 'cpp'}")
     if not os.path.exists(path):
         atomic_write_text(path, source)
     return compile_custom_cppop(name, path, input_descs, output_descs, additional_definitions, is_cuda=bool(is_cuda),
