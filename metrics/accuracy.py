@@ -34,6 +34,9 @@ class _ErrorMetric(TestMetric):
     higher_is_better = False
 
     def measure(self, inputs, outputs, reference_outputs):
+        if reference_outputs is None:
+            raise UserError(f"{type(self).__name__} compares outputs with reference outputs, so it needs them; give "
+                            "the reference outputs (a test with a reference). Received: reference_outputs=None")
         pairs = _pairs(outputs, reference_outputs)
         _check_shapes(pairs)
         return max((self._error(o, r) for o, r in pairs), default=0.0)

@@ -21,11 +21,14 @@ class TestMetric(abc.ABC):
             :func:`deep500lite.lv2.sampler_validation.test_sampler`).
 
     Attributes:
-        higher_is_better: the metric's direction, used when a recipe gives only a threshold.
+        higher_is_better: the metric's direction, used when a recipe gives only a threshold:
+            True (accuracy, throughput), False (time, memory, error), or None (the default: not
+            stated, so a recipe that judges the metric must give the direction itself, as
+            ``(metric, threshold, 'higher')``; a subclass should set it).
     """
 
     __test__ = False  # not a pytest test class despite the name
-    higher_is_better: bool = True
+    higher_is_better: bool | None = None
     name: str = ""
 
     def __init__(self, reruns: int = 1):

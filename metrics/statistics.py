@@ -88,7 +88,13 @@ class Summary:
 
 def summarize(samples: Sequence[float], confidence: float = 0.95) -> Summary:
     """Summarize raw samples: median and its CI, mean, standard deviation, extremes, quartiles."""
-    x = np.asarray(samples, dtype=np.float64)
+    try:
+        x = np.asarray(samples, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise UserError(f"summarize takes a sequence of numbers (seconds, samples per second, ...). Received: "
+                        f"{repr(samples)[:80]}") from exc
+    if x.ndim != 1:
+        raise UserError(f"summarize takes a flat sequence of numbers. Received: an array of shape {list(x.shape)}")
     if x.size == 0:
         raise UserError("summarize needs at least one sample. Received: no samples")
     lo, hi, cov = median_ci(x, confidence)

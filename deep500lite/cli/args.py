@@ -1,14 +1,40 @@
-"""Argument types shared by the subcommands: the one positive-integer and non-negative-integer type.
+"""Argument types shared by the subcommands: positive and non-negative integers, positive seconds.
 
-They live in :mod:`deep500lite.utils`, so the recipe worker (below the CLI) uses the same ones.
+The integer types live in :mod:`deep500lite.utils`, so the recipe worker (below the CLI) uses the
+same ones; :func:`positive_seconds` is for time limits (``--max-time``, ``--timeout``).
 
-Both report a bad value through argparse (a one-line usage error, exit status 2) in one wording::
+Each reports a bad value through argparse (a one-line usage error, exit status 2) in one wording::
 
     deep500lite infer: error: argument --batch-size: must be a positive integer (1, 2, 3, ...). Received: '0'
+    deep500lite infer: error: argument --max-time: must be a finite number of seconds > 0 (0.5, 2, 60). Received: 'nan'
 """
 
 from __future__ import annotations
 
+import argparse
+import math
+
 from deep500lite.utils import nonnegative_int, positive_int
 
-__all__ = ["positive_int", "nonnegative_int"]
+__all__ = ["positive_int", "nonnegative_int", "positive_seconds"]
+
+
+def positive_seconds(text: str) -> float:
+    """An argparse type: a finite number of seconds > 0 (``-1``, ``0``, ``nan`` and ``inf`` are refused).
+
+    Args:
+        text: the command-line value.
+
+    Returns:
+        The number of seconds.
+
+    Raises:
+        argparse.ArgumentTypeError: anything else (argparse reports it as a usage error).
+    """
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0 (0.5, 2, 60). Received: {text!r}")
+    return value

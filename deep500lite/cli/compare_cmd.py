@@ -13,7 +13,8 @@ __all__ = ["add_parser", "run"]
 def _frameworks(text: str) -> list[str]:
     names = [t.strip() for t in text.split(",") if t.strip()]
     if not names:
-        raise argparse.ArgumentTypeError("give a comma-separated list such as torch,tensorflow,onnxruntime,reference")
+        raise argparse.ArgumentTypeError("give a comma-separated list such as torch,tensorflow,onnxruntime,reference. "
+                                         f"Received: {text!r}")
     return names
 
 

@@ -41,7 +41,8 @@ Keys (the same in ``FIXED`` and ``MUTABLE``; a key appears in at most one of the
                             data-parallel over MPI ranks (``deep500lite run RECIPE -n N``)
 ``communicator``            ``'mpi'`` (default) or ``'torch'`` (torch.distributed), or a callable
                             returning a :class:`~deep500lite.lv3.communication.CommunicationNetwork`
-``epochs``, ``batch_size``  integers
+``epochs``, ``batch_size``  integers: epochs from 0 to 1,000,000 (more is a typo, not a plan),
+                            batch size from 1 to 2**31 - 1
 ``<key>_args``              positional arguments of the component (a list or tuple)
 ``<key>_kwargs``            keyword arguments of the component (a dict)
 ==========================  ====================================================================
@@ -71,7 +72,9 @@ ranks writes its results to ``OUT/rank<r>/`` (``deep500lite run -n`` aggregates 
 Acceptable metrics: ``(metric, threshold)`` holds when the measured value is at least the
 threshold for a metric where higher is better (``metric.higher_is_better``: accuracy,
 throughput) and at most the threshold where lower is better (time, memory);
-``(metric, threshold, 'higher')`` or ``'lower'`` states the direction explicitly. Accuracy
+``(metric, threshold, 'higher')`` or ``'lower'`` states the direction explicitly; a metric
+whose class does not set ``higher_is_better`` (a custom one) must state it, or the recipe is
+refused. Accuracy
 metrics (:class:`~deep500lite.metrics.training.TestAccuracy`,
 :class:`~deep500lite.metrics.training.TrainingAccuracy`) measure percent, so Deep500's
 ``(d5.TestAccuracy(), 90)`` means 90%; a threshold from 0 to 1 for them is read as a fraction
@@ -93,6 +96,8 @@ The package, one module per job (each imports only the ones before it):
 :mod:`.loading`        recipe files and bundled recipes (:func:`load_recipe`), ``--set``
 :mod:`.components`     building the dataset, network, executor, samplers, optimizer, events
 :mod:`.divergence`     the first step's differences from the reference executor
+:mod:`.results_schema` the JSON Schema of results files, checked before any reader uses one
+:mod:`.staging`        a run's results folder written aside and swapped in whole at the end
 :mod:`.results`        results files (JSON) and MLPerf-style log lines
 :mod:`.running`        :func:`train_recipe` and :func:`run_recipe`
 :mod:`.determinism`    :func:`check_determinism`

@@ -108,6 +108,14 @@ def load_recipe(path_or_name) -> Recipe:
                         f"file. Received: {(exc.text or '').strip()!r}") from exc
     except UserError as exc:
         raise UserError(f"Recipe '{path}' failed while loading: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise UserError(f"Recipe '{path}' is not UTF-8 text (byte {exc.start} cannot be decoded); a recipe is a "
+                        f"Python source file. Received: the byte {exc.object[exc.start:exc.start + 1]!r}") from exc
+    except SystemExit as exc:
+        line = _user_line(exc, path)
+        raise UserError(f"Recipe '{path}' exited while loading{line} (sys.exit or exit() at module level); a recipe "
+                        "file is imported, so put the run in an `if __name__ == '__main__':` block. Received: exit "
+                        f"status {exc.code!r}") from exc
     except Exception as exc:  # noqa: BLE001 - any error in the user's file is the user's to fix
         line = _user_line(exc, path)
         raise UserError(f"Recipe '{path}' failed while loading{line}: {type(exc).__name__}; a recipe file must run "

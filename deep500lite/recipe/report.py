@@ -163,7 +163,11 @@ def write_plots(results: Sequence[dict], folder, comparison: dict | None = None)
     if not results:
         raise UserError("No results to plot: give at least one results file. Received: 0 results")
     folder = os.fspath(folder)
-    os.makedirs(folder, exist_ok=True)
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"Cannot make the plots folder '{folder}' ({exc.strerror or exc}); give a writable folder for "
+                        f"the plots. Received: {folder!r}") from exc
     comparison = comparison or compare_results(results)
     groups = _groups(results)
     paths = []

@@ -50,6 +50,8 @@ import time
 import numpy as np
 
 from deep500lite.errors import UserError
+from deep500lite.recipe.results_schema import check_results, check_sections
+from deep500lite.recipe.staging import is_staging_name, recover, restore_aside
 from deep500lite.recipe.verdicts import metric_name
 from deep500lite.utils import atomic_write_text
 
@@ -204,11 +206,19 @@ def write_results(path, results: dict) -> str:
     return os.fspath(path)
 
 
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a JSON number; results files write non-finite numbers as null")
+
+
 def read_results(path) -> dict:
     """Read one results file (or ``DIR/results.json``).
 
+    The file is checked against :data:`deep500lite.recipe.results_schema.RESULTS_SCHEMA` (jsonschema)
+    before anything reads it.
+
     Raises:
-        UserError: the file is missing, not JSON, or not a deep500lite results file.
+        UserError: the file is missing, not JSON, not a deep500lite results file, of a newer
+            version, or not of the shape of a results file (the field and the value are named).
     """
     path = given = os.fspath(path)
     if os.path.isdir(path):
@@ -219,10 +229,16 @@ def read_results(path) -> dict:
                         f"Received: {given!r}")
     try:
         with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise UserError(f"Results file '{path}' is not valid JSON ({exc}); it may be truncated. Give a results.json "
-                        f"written by `deep500lite run` or `deep500lite compare`. Received: {given!r}") from exc
+            data = json.load(f, parse_constant=_no_constant)
+    except UnicodeDecodeError as exc:
+        raise UserError(f"Results file '{path}' is not UTF-8 text (byte {exc.start}); a results file is JSON. Give a "
+                        f"results.json written by `deep500lite run` or `deep500lite compare`. Received: {given!r}"
+                        ) from exc
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, an over-long integer, too deep nesting
+        reason = str(exc) if not isinstance(exc, RecursionError) else "nested too deeply"
+        raise UserError(f"Results file '{path}' is not valid JSON ({reason}); it may be truncated. Give a "
+                        f"results.json written by `deep500lite run` or `deep500lite compare`. Received: {given!r}"
+                        ) from exc
     except OSError as exc:
         raise UserError(f"Results file '{path}' cannot be read ({exc.strerror or exc}); give a readable results.json. "
                         f"Received: {given!r}") from exc
@@ -230,9 +246,15 @@ def read_results(path) -> dict:
         found = f"format {data.get('format')!r}" if isinstance(data, dict) else f"a JSON {type(data).__name__}"
         raise UserError(f"'{path}' is not a deep500lite results file (its \"format\" is not '{RESULTS_FORMAT}'). "
                         f"Received: {found}")
-    if data.get("version", 0) > RESULTS_VERSION:
-        raise UserError(f"Results file '{path}' has version {data.get('version')}; this deep500lite reads up to "
-                        f"version {RESULTS_VERSION}. Upgrade deep500lite. Received: version {data.get('version')}")
+    check_sections(data, path)
+    version = data.get("version")
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise UserError(f"Results file '{path}' has no valid \"version\": it must be an integer from 1 to "
+                        f"{RESULTS_VERSION}. Received: version {version!r}")
+    if version > RESULTS_VERSION:
+        raise UserError(f"Results file '{path}' has version {version}; this deep500lite reads up to "
+                        f"version {RESULTS_VERSION}. Upgrade deep500lite. Received: version {version}")
+    check_results(data, path)
     data["_path"] = path
     return data
 
@@ -246,10 +268,21 @@ def find_results(paths) -> list[str]:
     found = []
     for p in paths:
         p = os.fspath(p)
+        if not os.path.exists(p):
+            recover(p, delete=False)  # a run killed between its two renames left the old set aside
         if os.path.isfile(p):
             found.append(p)
         elif os.path.isdir(p):
-            inside = sorted(os.path.join(root, RESULTS_FILE) for root, _, files in os.walk(p) if RESULTS_FILE in files)
+            inside = []
+            for root, dirs, files in os.walk(p):
+                # Staging folders of running or killed runs hold partial outputs (deep500lite.recipe.staging).
+                if any(is_staging_name(d) for d in dirs):
+                    restore_aside(root)
+                    dirs[:] = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d))
+                                     and not is_staging_name(d))
+                if RESULTS_FILE in files:
+                    inside.append(os.path.join(root, RESULTS_FILE))
+            inside.sort()
             if not inside:
                 raise UserError(f"Folder '{p}' holds no {RESULTS_FILE} (searched recursively); give results files "
                                 "written by `deep500lite run` or `deep500lite compare`, or folders holding them. "

@@ -105,11 +105,18 @@ def _acceptable(item, index: int) -> AcceptableMetric:
                             f"Received: {threshold!r}")
         threshold = float(threshold) if isinstance(threshold, (np.floating, float)) else int(threshold)
     if direction is None:
-        direction_name, explicit = ("higher" if getattr(metric, "higher_is_better", True) else "lower"), False
+        stated = getattr(metric, "higher_is_better", None)
+        if stated is None and threshold is not None:
+            raise UserError(f"{where}: {metric_name(metric)} does not say whether higher or lower is better, so the "
+                            f"threshold {threshold!r} cannot be judged; write ({metric_name(metric)}, {threshold!r}, "
+                            f"'higher') or ({metric_name(metric)}, {threshold!r}, 'lower'), or set higher_is_better "
+                            f"on the metric class. Allowed directions: 'higher', 'lower'. Received: no direction")
+        direction_name, explicit = ("lower" if stated is False else "higher"), False
     else:
         key = str(direction).strip().lower()
         if key not in _DIRECTIONS:
-            raise UserError(f"{where}: the direction must be 'higher' or 'lower'. Received: {direction!r}")
+            raise UserError(f"{where}: the direction must be 'higher' or 'lower' (or '>=', '<=') for "
+                            f"{metric_name(metric)}. Received: {direction!r}")
         direction_name, explicit = _DIRECTIONS[key], True
     required = None if threshold is None else float(threshold)
     if required is not None and _percent_metric(metric):

@@ -21,6 +21,7 @@ on any rank names the rank and ends the whole MPI job.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Sequence
 
@@ -28,6 +29,7 @@ from deep500lite.errors import Deep500Error
 from deep500lite.recipe.loading import load_recipe, parse_set
 from deep500lite.recipe.resolution import ResolvedRecipe
 from deep500lite.recipe.running import RecipeRun, train_recipe
+from deep500lite.recipe.staging import staged_folder
 from deep500lite.utils import nonnegative_int, positive_int
 
 __all__ = ["main", "run_single", "run_rank", "header_line", "PROGRESS"]
@@ -44,7 +46,8 @@ def header_line(resolved: ResolvedRecipe, seed: int, sets: Sequence[str] = ()) -
 
 
 def run_single(resolved: ResolvedRecipe, seed: int, out, *, sets: Sequence[str] = (), progress: str | None = None,
-               divergence: bool = False, mllog=None, events: Sequence = ()) -> RecipeRun:
+               divergence: bool = False, mllog=None, events: Sequence = (), plots: bool = False,
+               staged: bool = False) -> RecipeRun:
     """Train a resolved recipe once and print what ``deep500lite run`` prints.
 
     Prints :func:`header_line`, the progress, one line per acceptable metric, the first step's
@@ -57,15 +60,36 @@ def run_single(resolved: ResolvedRecipe, seed: int, out, *, sets: Sequence[str] 
         sets: the ``--set`` texts, for the first line.
         progress: as for :func:`~deep500lite.recipe.running.train_recipe`.
         divergence: also measure the first step against the reference executor.
-        mllog: a file for MLPerf-style log lines, or None.
+        mllog: a file for MLPerf-style log lines, or None (a file inside ``out`` is staged with it).
         events: more training events.
+        plots: also write ``loss.png`` and ``accuracy.png`` to ``out``.
+        staged: write every output into a staging folder that replaces ``out`` whole at the end
+            (:func:`deep500lite.recipe.staging.staged_folder`), so an interrupted run leaves the old
+            results as they were.
 
     Returns:
         The :class:`~deep500lite.recipe.running.RecipeRun`.
     """
     print(header_line(resolved, seed, sets), flush=True)
-    result = train_recipe(resolved, seed, progress=progress, out=out, mllog=mllog, divergence=divergence,
-                          events=events)
+
+    def train(folder):
+        log = mllog
+        if mllog is not None and folder != out and _inside(mllog, out):
+            log = os.path.join(folder, os.path.relpath(os.path.abspath(mllog), os.path.abspath(out)))
+        more = list(events)
+        if plots:
+            from deep500lite.lv2.events import PlotWriter
+
+            more.append(PlotWriter(folder))
+        return train_recipe(resolved, seed, progress=progress, out=folder, mllog=log, divergence=divergence,
+                            events=more)
+
+    if staged and out is not None:
+        with staged_folder(out) as work:
+            result = train(work)
+        result.results_path = os.path.join(os.fspath(out), "results.json")
+    else:
+        result = train(out)
     for line in result.lines():
         print(line)
     div = result.results.get("divergence")
@@ -76,6 +100,11 @@ def run_single(resolved: ResolvedRecipe, seed: int, out, *, sets: Sequence[str] 
               f"max |gradients diff| {div['gradients']:.3g} ({div['worst_gradient']})")
     print(f"results: {result.results_path}" + (f"; MLPerf log: {mllog}" if mllog else ""), flush=True)
     return result
+
+
+def _inside(path, folder) -> bool:
+    path, folder = os.path.abspath(os.fspath(path)), os.path.abspath(os.fspath(folder))
+    return os.path.commonpath([path, folder]) == folder
 
 
 def run_rank(resolved: ResolvedRecipe, seed: int, out, *, progress: str | None = None,
