@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from deep500lite.cli.args import nonnegative_int, positive_int
+from deep500lite.cli.args import nonnegative_int, positive_int, positive_seconds
 
 __all__ = ["add_parser", "run", "default_out"]
 
@@ -29,7 +29,8 @@ def add_parser(subparsers):
                         "KEY may be dotted: optimizer_kwargs.learning_rate=0.1")
     p.add_argument("--out", metavar="DIR", default=None,
                    help="folder for results.json, epochs.csv, steps.csv (default d5-results/RECIPE/FRAMEWORK; "
-                        "a variant such as torch:compile gets torch-compile)")
+                        "a variant such as torch:compile gets torch-compile); written whole at the end, so an "
+                        "interrupted run leaves the old results as they were")
     p.add_argument("--seed", type=nonnegative_int, default=0, metavar="N",
                    help="run seed for every component whose seed the recipe leaves open (default 0)")
     p.add_argument("--check-determinism", action="store_true",
@@ -49,9 +50,15 @@ def add_parser(subparsers):
                    help="with -n N > 1: skip the 1-rank baseline run (no speedup or scaling efficiency)")
     d.add_argument("--mpiexec", default=None, metavar="PATH",
                    help="with -n: the MPI launcher (default: the mpiexec beside this Python, else on PATH)")
-    d.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
-                   help="with -n: kill a job running longer than this (default: no limit)")
-    d.add_argument("--comm-timeout", type=float, default=None, metavar="SECONDS",
+    d.add_argument("--timeout", type=positive_seconds, default=None, metavar="SECONDS",
+                   help="with -n: kill a job running longer than this (default: $DEEP500LITE_JOB_TIMEOUT, else 21600 "
+                        "= 6 hours)")
+    d.add_argument("--startup-timeout", type=positive_seconds, default=None, metavar="SECONDS",
+                   help="with -n: a rank not at MPI initialisation after this long is named and the job killed "
+                        "(default: $DEEP500LITE_STARTUP_TIMEOUT, else 120)")
+    d.add_argument("--oversubscribe", action="store_true",
+                   help="with -n: allow more than 4 ranks per usable core (at least 16 are always allowed)")
+    d.add_argument("--comm-timeout", type=positive_seconds, default=None, metavar="SECONDS",
                    help="with -n: a communication waiting longer ends the job with an error naming the rank and "
                         "operation (default 300)")
     p.set_defaults(func=run)
@@ -93,6 +100,9 @@ def _run_ranks(args, resolved, out: str, progress) -> int:
         raise UserError(f"-n {args.ranks} needs a recipe with a 'distributed' component (a distributed optimizer such "
                         f"as 'ConsistentDecentralized'; see recipes/digits_mlp_distributed.py). Received: recipe "
                         f"{resolved.name} has none")
+    from deep500lite.recipe.parallelism import check_distributed
+
+    check_distributed(resolved.config)  # a bad scheme or option: one line before any rank starts
     for flag, on in (("--check-determinism", args.check_determinism), ("--mllog", args.mllog),
                      ("--divergence", args.divergence), ("--plots", args.plots)):
         if on:
@@ -103,39 +113,56 @@ def _run_ranks(args, resolved, out: str, progress) -> int:
     comm_timeout = DEFAULT_COMM_TIMEOUT if args.comm_timeout is None else args.comm_timeout
     result = run_distributed(args.recipe, args.ranks, out, sets=args.sets, seed=args.seed,
                              progress="lines" if progress == "auto" else progress, baseline=not args.no_baseline,
-                             mpiexec=args.mpiexec, timeout=args.timeout, comm_timeout=comm_timeout)
+                             mpiexec=args.mpiexec, timeout=args.timeout, comm_timeout=comm_timeout,
+                             startup_timeout=args.startup_timeout, oversubscribe=args.oversubscribe)
     for line in result.lines():
         print(line)
     print(f"results: {result.results_path}")
     return 0 if result.passed else 1
 
 
+def _terminated(signum, frame):
+    raise SystemExit(128 + signum)
+
+
 def run(args) -> int:
-    from deep500lite.recipe.determinism import check_determinism
-    from deep500lite.recipe.worker import header_line, run_single
+    import signal
 
     resolved = _resolve(args)
     out = args.out or default_out(resolved.name, _folder_name(resolved))
     progress = None if args.progress == "none" else args.progress
     if args.ranks is not None:
         return _run_ranks(args, resolved, out, progress)
+    # SIGTERM unwinds like Ctrl-C, so the staging folder is removed and the old results stay whole.
+    try:
+        previous = signal.signal(signal.SIGTERM, _terminated)
+    except ValueError:  # not the main thread: nothing to install
+        previous = None
+    try:
+        return _run_single(args, resolved, out, progress)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _run_single(args, resolved, out: str, progress) -> int:
+    from deep500lite.recipe.determinism import check_determinism
+    from deep500lite.recipe.staging import staged_folder
+    from deep500lite.recipe.worker import header_line, run_single
+
     mllog = os.path.join(out, "mllog.log") if args.mllog else None
     if args.check_determinism:
         print(header_line(resolved, args.seed, args.sets), flush=True)
-        report = check_determinism(resolved, args.seed, progress=progress, out=out)
+        with staged_folder(out) as work:
+            report = check_determinism(resolved, args.seed, progress=progress, out=work)
         first = report.runs[0]
         for line in first.lines():
             print(line)
         print(report.describe())
-        print(f"results: {first.results_path}")
+        print(f"results: {os.path.join(out, 'results.json')}")
         return 0 if first.passed and report.identical else 1
-    events = []
-    if args.plots:
-        from deep500lite.lv2.events import PlotWriter
-
-        events.append(PlotWriter(out))
     result = run_single(resolved, args.seed, out, sets=args.sets, progress=progress, mllog=mllog,
-                        divergence=args.divergence, events=events)
+                        divergence=args.divergence, plots=args.plots, staged=True)
     if args.plots:
         print(f"plots: {os.path.join(out, 'loss.png')}, {os.path.join(out, 'accuracy.png')}")
     return 0 if result.passed else 1

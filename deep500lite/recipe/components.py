@@ -17,10 +17,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from deep500lite.errors import UserError, format_choices
+from deep500lite.errors import Deep500Error, UserError, format_choices
 from deep500lite.recipe.keys import _fresh, _qualified
-from deep500lite.recipe.resolution import (ResolvedRecipe, _distributed_class, _event_class, _optimizer_class,
-                                           _sampler_class)
+from deep500lite.recipe.resolution import (_COMMUNICATOR_NAMES, ResolvedRecipe, _distributed_class, _event_class,
+                                           _optimizer_class, _sampler_class)
 
 __all__ = ["COMMUNICATORS"]
 
@@ -56,6 +56,8 @@ def _call_filling(fn, args: Sequence, kwargs: dict, fill: dict, what: str):
                 used[name] = value
     try:
         return fn(*args, **kwargs), used
+    except Deep500Error:
+        raise
     except TypeError as exc:
         if sig is not None:
             try:
@@ -63,10 +65,27 @@ def _call_filling(fn, args: Sequence, kwargs: dict, fill: dict, what: str):
             except TypeError as bind_exc:
                 raise UserError(f"{what}: the arguments do not fit {_qualified(fn)}{sig}: {bind_exc}. Received: "
                                 f"{len(args)} positional, keywords {format_choices(kwargs) or 'none'}") from exc
+        _reraise_user_code(fn, exc, what)
+        raise
+    except Exception as exc:  # noqa: BLE001 - only the recipe's own callables are blamed (below)
+        _reraise_user_code(fn, exc, what)
         raise
 
 
-COMMUNICATORS = ("mpi", "torch")
+def _reraise_user_code(fn, exc: Exception, what: str) -> None:
+    """An error raised inside a callable the recipe itself defines is the recipe's to fix: say so in one line.
+
+    Errors inside deep500lite's own components are left alone (they are deep500lite's bugs).
+    """
+    module = getattr(fn, "__module__", None) or getattr(type(fn), "__module__", "") or ""
+    if module == "deep500lite" or module.startswith("deep500lite."):
+        return
+    text = " ".join(str(exc).split())[:300] or "(no message)"
+    raise UserError(f"{what}: the recipe's callable {_qualified(fn)} raised {type(exc).__name__}; fix the callable "
+                    f"or its '{what}_args'/'{what}_kwargs'. Received: {text}") from exc
+
+
+COMMUNICATORS = _COMMUNICATOR_NAMES
 
 
 def _build_communicator(cfg: dict):
@@ -202,6 +221,7 @@ def _build_executor(cfg: dict, network, seed: int, seeds: dict):
             raise UserError(f"'executor_args' for a framework name takes at most the device. Received: {args!r}")
         kwargs.setdefault("seed", seed)
         seeds["executor"] = kwargs["seed"]
+        _check_executor_arguments(network, spec, args, kwargs)
         return make_executor(network, spec, *args, **kwargs)
     ex, used = _call_filling(spec, [network, *args], kwargs, {"seed": seed}, "executor")
     if "seed" in used or "seed" in kwargs:
@@ -210,6 +230,25 @@ def _build_executor(cfg: dict, network, seed: int, seeds: dict):
         raise UserError(f"The executor callable {_qualified(spec)} must return a d5.GraphExecutor. "
                         f"Received: {type(ex).__name__}")
     return ex
+
+
+def _check_executor_arguments(network, spec: str, args: list, kwargs: dict) -> None:
+    """Refuse ``executor_args``/``executor_kwargs`` the framework's ``from_model`` does not take, before calling it."""
+    from deep500lite.registry import import_framework, split_executor_spelling
+
+    key, variant_kwargs = split_executor_spelling(spec)
+    from_model = getattr(import_framework(key), "from_model", None)
+    sig = _signature(from_model) if from_model is not None else None
+    if sig is None:
+        return
+    try:
+        sig.bind(network, device=args[0] if args else None, **{**variant_kwargs, **kwargs})
+    except TypeError as exc:
+        options = [n for n, p in sig.parameters.items() if n not in ("network", "model", "device")
+                   and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        raise UserError(f"executor: the '{key}' executor does not take these arguments ({exc}); its options: "
+                        f"{format_choices(options) or 'none'}. Received: executor_kwargs "
+                        f"{format_choices(k for k in kwargs if k != 'seed') or 'none'}") from exc
 
 
 def _variant_of(spec, executor, framework: str) -> str:
@@ -265,13 +304,32 @@ def _build_events(cfg: dict) -> list:
                 except TypeError as exc:
                     raise UserError(f"events[{i}]: {item.__name__} needs arguments ({exc}); construct it in the "
                                     f"list, as {item.__name__}(...). Received: the class {item.__name__}") from exc
+            if not _is_event(item):
+                raise UserError(f"events[{i}] is not a training event (an object with hooks such as after_epoch, or "
+                                f"an event class or name). Received: {type(item).__name__} {item!r}")
             out.append(_fresh(item))
         return out
     item = _event_class(spec)
     if not callable(item):
         raise UserError(f"'events' must be events or a callable that builds them. Received: {item!r}")
     built = item(*args, **kwargs)
-    return list(built) if isinstance(built, (list, tuple)) else [built]
+    built = list(built) if isinstance(built, (list, tuple)) else [built]
+    for i, event in enumerate(built):
+        if not _is_event(event):
+            raise UserError(f"'events' ({_qualified(item)}) built something that is not a training event (an object "
+                            f"with hooks such as after_epoch). Received: item {i}, {type(event).__name__}")
+    return built
+
+
+_HOOKS = ("before_training", "after_training", "before_epoch", "after_epoch", "before_sampling", "after_sampling",
+          "before_training_batch", "after_training_batch", "before_optimizer_step", "after_optimizer_step",
+          "before_test_set", "after_test_set", "before_test_batch", "after_test_batch")
+
+
+def _is_event(item) -> bool:
+    from deep500lite.metrics.events import TrainingEvent
+
+    return isinstance(item, TrainingEvent) or any(callable(getattr(item, h, None)) for h in _HOOKS)
 
 
 def _build(resolved: ResolvedRecipe, seed: int, with_optimizer: bool = True) -> _Components:
@@ -284,6 +342,9 @@ def _build(resolved: ResolvedRecipe, seed: int, with_optimizer: bool = True) -> 
     for ds in (train, test):
         if ds is not None and getattr(ds, "input_node", input_node) != input_node:
             ds.input_node = input_node  # the network's data input has another name than the dataset's default
+    from deep500lite.recipe.parallelism import microbatch_network, microbatch_optimizer
+
+    net = microbatch_network(net, cfg)  # the 'microbatches' key: any batch size
     parts = _Components(train, test, classes, shape, net, input_node, output_node, seeds=seeds)
     from deep500lite.lv2.sampler import OrderedSampler, ShuffleSampler
 
@@ -310,6 +371,7 @@ def _build(resolved: ResolvedRecipe, seed: int, with_optimizer: bool = True) -> 
         if not hasattr(opt, "step"):
             raise UserError(f"'optimizer' built a {type(opt).__name__}, which has no step(); it must be a "
                             f"d5.Optimizer. Received: {type(opt).__name__}")
+        opt = microbatch_optimizer(opt, cfg)  # the 'microbatches' key: one step as n micro-batches
         if distributed:
             wrapper = _distributed_class(cfg["distributed"])
             args, kwargs = _args_of(cfg, "distributed")

@@ -18,13 +18,13 @@ import numpy as np
 
 from deep500lite.errors import UserError, UserTypeError, format_choices
 
-__all__ = ["RECIPE_KEYS", "COMPONENT_KEYS", "REQUIRED_KEYS"]
+__all__ = ["RECIPE_KEYS", "COMPONENT_KEYS", "REQUIRED_KEYS", "MAX_EPOCHS", "MAX_BATCH_SIZE"]
 
 #: Keys whose value names or builds a component (each also takes ``<key>_args`` and ``<key>_kwargs``).
 COMPONENT_KEYS = ("dataset", "model", "executor", "train_sampler", "validation_sampler", "optimizer", "events",
                   "distributed", "communicator")
 #: Every key a recipe may set.
-RECIPE_KEYS = ("epochs", "batch_size") + COMPONENT_KEYS + tuple(
+RECIPE_KEYS = ("epochs", "batch_size", "microbatches") + COMPONENT_KEYS + tuple(
     f"{c}_{s}" for c in COMPONENT_KEYS for s in ("args", "kwargs"))
 #: Keys a recipe must set (in FIXED or MUTABLE).
 REQUIRED_KEYS = ("dataset", "model", "executor", "optimizer", "epochs", "batch_size")
@@ -54,13 +54,25 @@ def _normalize_keys(d: dict, where: str) -> dict:
     return out
 
 
+#: The most epochs a recipe may ask for: a million epochs of even one step each is days of training;
+#: a larger number is a typo (``epochs=10**30``) rather than a plan.
+MAX_EPOCHS = 1_000_000
+#: The largest batch: 2**31 - 1 samples, what the executors' int32 shape fields hold.
+MAX_BATCH_SIZE = 2**31 - 1
+
+
 def _check_value(key: str, value) -> None:
     if key == "epochs":
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-            raise UserError(f"'epochs' must be an integer >= 0. Received: {value!r}")
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value <= MAX_EPOCHS:
+            raise UserError(f"'epochs' must be an integer from 0 to {MAX_EPOCHS:,}. Received: {_short(value)}")
     elif key == "batch_size":
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise UserError(f"'batch_size' must be an integer >= 1. Received: {value!r}")
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= value <= MAX_BATCH_SIZE:
+            raise UserError(f"'batch_size' must be an integer from 1 to {MAX_BATCH_SIZE:,}. Received: "
+                            f"{_short(value)}")
+    elif key == "microbatches":  # d5.transforms.microbatch(optimizer, n) (recipe.components)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1):
+            raise UserError(f"'microbatches' must be an integer >= 1 (micro-batches per step). Received: "
+                            f"{_short(value)}")
     elif key.endswith("_args"):
         if not isinstance(value, (list, tuple)):
             raise UserError(f"'{key}' must be a list or tuple of positional arguments. Received: "
@@ -76,6 +88,15 @@ def _check_value(key: str, value) -> None:
         if not (isinstance(value, str) or callable(value)) and value is not None:
             raise UserError(f"'{key}' must be a name (string) or a callable that builds it. Received: "
                             f"{type(value).__name__} {value!r}")
+
+
+def _short(value, limit: int = 80) -> str:
+    """``repr(value)`` cut to ``limit`` characters (an integer with thousands of digits stays readable)."""
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - a user object whose repr fails (or an int past the digit limit)
+        text = f"a {type(value).__name__}"
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _qualified(obj) -> str:

@@ -19,6 +19,9 @@ from deep500lite.recipe.verdicts import _acceptable
 
 __all__ = ["ResolvedRecipe", "resolve_recipe"]
 
+# The communicator names (components.COMMUNICATORS, which imports this module, repeats them).
+_COMMUNICATOR_NAMES = ("mpi", "torch")
+
 def _set_dotted(target: dict, key: str, value, allowed_base: set, fixed: dict, recipe: str) -> None:
     base, _, sub = key.partition(".")
     base_norm = _normalize_keys({base: None}, "--set")
@@ -32,6 +35,9 @@ def _set_dotted(target: dict, key: str, value, allowed_base: set, fixed: dict, r
     if not sub:
         target[base] = value
         return
+    if not sub.isidentifier():
+        raise UserError(f"Cannot set '{key}': after the dot comes one keyword name (such as "
+                        f"optimizer_kwargs.learning_rate=0.1). Received: {sub!r}")
     if not base.endswith("_kwargs"):
         raise UserError(f"Cannot set '{key}': a dotted key sets one entry of a *_kwargs dict (such as "
                         f"optimizer_kwargs.learning_rate=0.1); '{base}' is not one. Received: {key!r}")
@@ -146,6 +152,10 @@ def resolve_recipe(fixed: dict, mutable: dict, metrics: Sequence, overrides: dic
                         f"{format_choices(k for k in config if config[k] is not None)}")
     for key, value in config.items():
         _check_value(key, value)
+    comm = config.get("communicator")
+    if isinstance(comm, str) and comm not in _COMMUNICATOR_NAMES:
+        raise UserError(f"Unknown communicator {comm!r}. Allowed values are {format_choices(_COMMUNICATOR_NAMES)}, or "
+                        f"a callable returning a CommunicationNetwork. Received: {comm!r}")
     if isinstance(metrics, (str, bytes)) or not isinstance(metrics, (list, tuple)):
         raise UserError(f"METRICS must be a list of (metric, threshold). Received: {type(metrics).__name__}")
     acceptable = [_acceptable(item, i) for i, item in enumerate(metrics)]
@@ -246,12 +256,15 @@ def _distributed_class(value):
     if not isinstance(value, str):
         return value
     known = _distributed_names()
+    if value == "data":  # the data-parallel scheme (deep500lite.recipe.parallelism.SCHEMES)
+        value = "ConsistentDecentralized"
     if value in known:
         return known[value]
     found = _import_path(value, "distributed") if "." in value or ":" in value else None
     if found is None:
-        raise UserError(f"Unknown distributed optimizer {value!r}. Known ones: {format_choices(known)}, or a class, "
-                        f"or an import path 'module.Class'. Received: {value!r}")
+        raise UserError(f"Unknown distributed optimizer {value!r}. Known ones: {format_choices(known)}; the parallel "
+                        "schemes 'data', 'spatial', 'pipeline', 'tensor', 'hybrid'; or a class, or an import path "
+                        f"'module.Class'. Received: {value!r}")
     return found
 
 

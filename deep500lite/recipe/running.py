@@ -193,6 +193,10 @@ def train_recipe(recipe, seed: int | None = None, *, events: Sequence = (), prog
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise UserError(f"seed must be an integer >= 0. Received: {seed!r}")
     seed = int(seed)
+    from deep500lite.recipe.parallelism import scheme_of, train_parallel
+
+    if scheme_of(recipe.config) is not None:  # spatial / pipeline / tensor parallelism
+        return train_parallel(recipe, seed, events=events, progress=progress, out=out)
     started = time.time()
     div = None
     if divergence:

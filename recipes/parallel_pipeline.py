@@ -1,0 +1,52 @@
+"""Pipeline parallelism from a recipe: a few seconds of training, the same losses on any number of ranks.
+
+What it measures: the synthetic-data MLP (two hidden layers of 32) cut into one stage per rank, each
+batch of 32 streamed as 4 micro-batches with the 1F1B schedule (``schedule='gpipe'`` is the other);
+each rank's step time splits into compute, p2p (sending activations and their gradients) and idle
+(the bubble, reported beside the model (P-1)/(M+P-1)). Two epochs of 8 steps (256 training samples,
+batch 32), momentum SGD (the reference ``MomentumOptimizer``, applied on each rank to the parameters
+it holds). Every rank reads the same batches, so the losses equal those of a one-process run of this
+recipe within float32 round-off. The acceptable metric is a final test accuracy of at least 40% (4
+classes).
+
+How to run it:
+
+    deep500lite run recipes/parallel_pipeline.py -n 2
+    deep500lite run recipes/parallel_pipeline.py -n 3 --set communicator=torch
+    deep500lite run recipes/parallel_pipeline.py            # one rank, in this process
+
+The bundled copy runs by name too: ``deep500lite run parallel_pipeline -n 2``.
+"""
+
+import deep500lite as d5
+from deep500lite.frameworks import reference as d5ref
+from deep500lite.recipe import run_recipe
+
+# Fixed components: what every run of this benchmark shares.
+FIXED = {
+    'dataset': 'synthetic',
+    'dataset_kwargs': dict(shape=(1, 12, 12), classes=4, train_size=256, test_size=64, separation=2.0),
+    'model': 'mlp',
+    'model_kwargs': dict(hidden=(32, 32)),
+}
+
+# Mutable components: what a run may change (deep500lite run --set KEY=VALUE).
+MUTABLE = {
+    'epochs': 2,
+    'batch_size': 32,  # the whole batch, on every rank
+    'executor': 'torch',
+    'optimizer': d5ref.MomentumOptimizer,
+    'optimizer_kwargs': dict(learning_rate=0.05, momentum=0.9),
+    'distributed': 'pipeline',
+    'distributed_kwargs': dict(micro_batches=4, schedule='1f1b'),
+    'communicator': 'mpi',
+    'microbatches': 1,  # with distributed=None or 'data': each step as n micro-batches
+}
+
+# Acceptable metrics: the final test accuracy must reach 40% on every rank (higher is better).
+METRICS = [
+    (d5.TestAccuracy(), 40),
+]
+
+if __name__ == '__main__':
+    run_recipe(FIXED, MUTABLE, METRICS) or exit(1)
