@@ -36,11 +36,12 @@ MODES = ("sample", "spatial", "spatial-no-overlap")
 
 
 def mesh_network(channels: int = 18, size: int = 256, width: int = 16, layers: int = 4, classes: int = 2,
-                 seed: int = 0):
+                 seed: int = 0, batchnorm: bool = False):
     """A segmentation-like ONNX model: ``layers - 1`` 3x3 Conv+Relu, a 1x1 Conv, per-pixel cross-entropy.
 
     Inputs ``x`` (N, channels, size, size) float32 and ``label`` (N, size, size) int64; scalar
-    output ``loss``. The batch dimension is symbolic.
+    output ``loss``. The batch dimension is symbolic. ``batchnorm`` puts a BatchNormalization
+    (scale 1, bias 0, running mean 0 and variance 1) between each 3x3 Conv and its Relu.
     """
     if layers < 2:
         raise UserError(f"The mesh network needs at least 2 layers (3x3 convolutions, then a 1x1). Received: {layers}")
@@ -50,9 +51,15 @@ def mesh_network(channels: int = 18, size: int = 256, width: int = 16, layers: i
         w = (rng.standard_normal((width, cin, 3, 3)) * np.sqrt(2.0 / (cin * 9))).astype(np.float32)
         inits += [numpy_helper.from_array(w, f"conv{i}.weight"),
                   numpy_helper.from_array(np.zeros(width, np.float32), f"conv{i}.bias")]
-        nodes += [helper.make_node("Conv", [prev, f"conv{i}.weight", f"conv{i}.bias"], [f"c{i}"], kernel_shape=[3, 3],
-                                   pads=[1, 1, 1, 1]),
-                  helper.make_node("Relu", [f"c{i}"], [f"r{i}"])]
+        nodes.append(helper.make_node("Conv", [prev, f"conv{i}.weight", f"conv{i}.bias"], [f"c{i}"],
+                                      kernel_shape=[3, 3], pads=[1, 1, 1, 1]))
+        act = f"c{i}"
+        if batchnorm:
+            stats = [f"bn{i}.{k}" for k in ("scale", "bias", "mean", "var")]
+            inits += [numpy_helper.from_array(np.full(width, v, np.float32), k) for k, v in zip(stats, (1, 0, 0, 1))]
+            nodes.append(helper.make_node("BatchNormalization", [act] + stats, [f"n{i}"]))
+            act = f"n{i}"
+        nodes.append(helper.make_node("Relu", [act], [f"r{i}"]))
         prev, cin = f"r{i}", width
     w = (rng.standard_normal((classes, cin, 1, 1)) * np.sqrt(1.0 / cin)).astype(np.float32)
     inits += [numpy_helper.from_array(w, "head.weight"), numpy_helper.from_array(np.zeros(classes, np.float32),
@@ -74,7 +81,7 @@ class SpatialBenchmark:
     ``steps`` (every step time), ``split`` (mean seconds per step per :data:`TIME_KEYS` over ranks),
     ``activation_bytes`` (largest over ranks: the activations a rank keeps for the backward pass,
     halo copies and gathered tensors included), ``loss`` (the mini-batch loss of the last step: the
-    same in every mode).
+    same in every mode, except ``sample`` with BatchNormalization, whose statistics are per rank).
     """
 
     rows: list
@@ -97,7 +104,7 @@ class SpatialBenchmark:
 def run_spatial_benchmark(ranks=(2, 4), batch: int | None = None, size: int = 256, channels: int = 18,
                           width: int = 16, layers: int = 4, steps: int = 3, framework: str = "torch",
                           modes=MODES, threads: int | None = None, mpiexec: str | None = None, grid=None,
-                          job_timeout: float | None = 1800) -> SpatialBenchmark:
+                          job_timeout: float | None = 1800, batchnorm: str | None = None) -> SpatialBenchmark:
     """Launch one MPI job per rank count and return the rows of every mode.
 
     Args:
@@ -113,7 +120,13 @@ def run_spatial_benchmark(ranks=(2, 4), batch: int | None = None, size: int = 25
         grid: ``(rows, columns)`` of ranks for the spatial modes (height and width split); needs a
             single rank count equal to ``rows * columns``. Default: the height split only.
         job_timeout: seconds after which a job is killed.
+        batchnorm: ``None`` (no BatchNormalization), or ``"batch"`` / ``"running"``: the
+            :func:`mesh_network` with BatchNormalization, trained by the spatial modes with batch
+            statistics (allreduced over the ranks) or running statistics. ``sample`` mode's
+            executors normalize with each rank's own batch statistics.
     """
+    if batchnorm not in (None, "batch", "running"):
+        raise UserError(f"batchnorm must be None, 'batch' or 'running'. Received: {batchnorm!r}")
     ranks = [int(r) for r in ranks]
     if not ranks or any(r < 2 for r in ranks):
         raise UserError(f"bench spatial needs rank counts of at least 2. Received: {ranks}")
@@ -137,7 +150,7 @@ def run_spatial_benchmark(ranks=(2, 4), batch: int | None = None, size: int = 25
     launcher = find_mpiexec(mpiexec, "bench spatial")
     rows = []
     config = {"size": size, "channels": channels, "width": width, "layers": layers, "steps": steps,
-              "framework": framework, "modes": list(modes), "grid": grid}
+              "framework": framework, "modes": list(modes), "grid": grid, "batchnorm": batchnorm}
     with tempfile.TemporaryDirectory(prefix="d5-spatial-") as tmp:
         for r in ranks:
             job = dict(config, batch=batch or r, output=os.path.join(tmp, f"result{r}.json"))
@@ -204,7 +217,8 @@ def worker_main(config_path: str) -> int:
         cfg = json.load(f)
     comm = MPICommunicator()
     p, n = comm.size, cfg["batch"]
-    model = mesh_network(cfg["channels"], cfg["size"], cfg["width"], cfg["layers"])
+    bn = cfg.get("batchnorm")
+    model = mesh_network(cfg["channels"], cfg["size"], cfg["width"], cfg["layers"], batchnorm=bn is not None)
     feeds = _feeds(n, cfg["channels"], cfg["size"], seed=1)
     rows = []
     for mode in cfg["modes"]:
@@ -217,7 +231,7 @@ def worker_main(config_path: str) -> int:
                 return (*_sample_step(comm, ex, local), acts)
         else:
             spn = SpatialParallelNetwork(comm, model, "x", cfg["framework"], overlap=mode == "spatial",
-                                         grid=cfg.get("grid"))
+                                         grid=cfg.get("grid"), batchnorm=bn or "batch")
 
             def step(spn=spn):
                 res = spn.forward_backward(feeds, "loss")

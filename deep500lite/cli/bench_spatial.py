@@ -36,6 +36,9 @@ def add_subparser(sub):
     p.add_argument("--grid", default=None, metavar="RxC",
                    help="split height and width over R x C ranks in the spatial modes, e.g. 2x2 with -n 4 "
                         "(default: height only)")
+    p.add_argument("--batchnorm", choices=("batch", "running"), default=None,
+                   help="add a BatchNormalization after each 3x3 convolution, trained with batch statistics "
+                        "(allreduced over the ranks) or running statistics in the spatial modes (default: none)")
     p.add_argument("--threads", type=int, default=None,
                    help="intra-op threads per rank (default: CPU count // ranks)")
     p.add_argument("--mpiexec", default=None, help="the MPI launcher (default: the one beside this Python, else PATH)")
@@ -64,7 +67,7 @@ def run(args) -> int:
     result = bench.run_spatial_benchmark(ranks, batch=args.batch, size=args.size, channels=args.channels,
                                          width=args.width, layers=args.layers, steps=args.steps,
                                          framework=args.framework, modes=modes, threads=args.threads,
-                                         mpiexec=args.mpiexec, grid=grid)
+                                         mpiexec=args.mpiexec, grid=grid, batchnorm=args.batchnorm)
     print(result.table())
     if args.json:
         atomic_write_text(args.json, json.dumps({"rows": result.rows, "config": result.config}, indent=1))

@@ -15,7 +15,11 @@ The local computations are small ONNX models run by a deep500lite executor of an
 (:mod:`deep500lite.lv3.spatial_graph` builds them); executors differentiate them through
 ``inference_and_backprop`` with the inputs made parameters.
 
-BatchNormalization is applied with its running statistics (inference mode) also when training.
+BatchNormalization, when training (``batchnorm="batch"``, the default), normalizes with the batch
+statistics of the whole sample set (mean and biased variance over N, H, W of every rank's block:
+per-channel sums allreduced, two passes) and its backward allreduces the per-channel sums of dy and
+dy * xhat, as ONNX's ``training_mode=1``; the new running statistics are returned and kept.
+``batchnorm="running"`` applies the running statistics also when training (the statistics fixed).
 """
 
 from __future__ import annotations
@@ -32,15 +36,18 @@ from deep500lite.lv3.spatial_graph import (_GRAD_INPUT, _LOSS, SpatialPlan, expa
                                            node_model, plan_spatial, row_bounds, tail_model)
 
 __all__ = ["SpatialParallelNetwork", "SpatialResult", "run_spatial", "expand_batchnorm", "row_bounds",
-           "TIME_KEYS"]
+           "TIME_KEYS", "BATCHNORM_MODES"]
 
 #: The keys of :attr:`SpatialResult.times` (seconds): executor calls and array assembly; halo
 #: exchange (posting and waiting, forward and backward); the allreduce of the parameter
-#: gradients; the allgather of the split tensors the tail reads; waiting at a barrier before the
-#: allreduce (load imbalance); and everything else of the call.
+#: gradients and of BatchNormalization's per-channel batch sums; the allgather of the split tensors
+#: the tail reads; waiting at a barrier before the parameter allreduce (load imbalance); and
+#: everything else of the call.
 TIME_KEYS = ("compute", "halo", "allreduce", "gather", "idle", "other", "total")
 
 _BN_STATS = {("BatchNormalization", 3), ("BatchNormalization", 4)}
+#: The values of the ``batchnorm`` argument.
+BATCHNORM_MODES = ("batch", "running")
 
 
 @dataclasses.dataclass
@@ -57,6 +64,10 @@ class SpatialResult:
             halo-extended inputs of convolutions and pools, its rows of the elementwise nodes'
             inputs, and the gathered tensors.
         block: ``(row0, row1, col0, col1)``, the block of the input this rank owns.
+        running_stats: after a training call with ``batchnorm="batch"``, the new running mean and
+            variance of each split BatchNormalization (initializer name -> value, ONNX's rule
+            ``running * momentum + batch_stat * (1 - momentum)``, biased batch variance); the
+            network keeps them for its next calls. Else empty.
     """
 
     outputs: dict
@@ -65,6 +76,7 @@ class SpatialResult:
     times: dict
     activation_bytes: int
     block: tuple
+    running_stats: dict = dataclasses.field(default_factory=dict)
 
 
 def _intersect(a, b):
@@ -106,6 +118,10 @@ class SpatialParallelNetwork:
         overlap: compute the output rows that need no halo while the halo is in flight.
         tag: the first message tag used (two per node after it).
         grid: ``(rows, columns)`` of ranks, their product the communicator's size.
+        batchnorm: ``"batch"`` (default; the unsplit network's training semantics):
+            :meth:`forward_backward` normalizes BatchNormalization with the batch statistics over
+            every rank's block and updates the running statistics, :meth:`forward` uses the
+            running statistics; ``"running"``: the running statistics in both, never updated.
 
     >>> spn = SpatialParallelNetwork(MPICommunicator(), "net.onnx")       # doctest: +SKIP
     >>> res = spn.forward_backward({"x": x, "label": y}, "loss")          # doctest: +SKIP
@@ -113,8 +129,11 @@ class SpatialParallelNetwork:
     """
 
     def __init__(self, comm, network, input_name: str | None = None, framework: str = "torch",
-                 overlap: bool = True, tag: int = 1000, grid: tuple | None = None):
+                 overlap: bool = True, tag: int = 1000, grid: tuple | None = None, batchnorm: str = "batch"):
         self.comm = comm
+        if batchnorm not in BATCHNORM_MODES:
+            raise UserError(f"batchnorm must be one of {', '.join(BATCHNORM_MODES)}. Received: {batchnorm!r}")
+        self.batchnorm = batchnorm
         grid = (comm.size, 1) if grid is None else tuple(int(g) for g in grid)
         if len(grid) != 2 or min(grid) < 1 or grid[0] * grid[1] != comm.size:
             raise UserError(f"grid must be (rows, columns) of ranks whose product is the number of ranks, "
@@ -177,24 +196,38 @@ class SpatialParallelNetwork:
         return ex
 
     # ------------------------------------------------------------- local calls
-    def _fwd(self, plan, i, inputs: dict, pads=None):
+    def _stats(self, plan, i, stats):
+        """The (C, 1, 1) mean and variance fed to BatchNormalization node ``i``: ``stats`` (the batch
+        statistics) or its running statistics; empty for other nodes."""
+        node = plan.nodes[i]
+        if node.op_type != "BatchNormalization":
+            return {}
+        if stats is None:
+            stats = [plan.params[t] for t in node.input[3:5]]
+        return {t: np.ascontiguousarray(np.asarray(v, plan.params[t].dtype).reshape(-1, 1, 1))
+                for t, v in zip(node.input[3:5], stats)}
+
+    def _fwd(self, plan, i, inputs: dict, pads=None, stats=None):
         node = plan.nodes[i]
         shape_key = tuple((k, v.shape) for k, v in inputs.items())
         ex, _ = self._executor(("f", i, shape_key, pads),
-                               lambda: node_model(node, plan.params, inputs, plan.model.opset_import, pads))
-        return ex.inference(inputs)[node.output[0]]
+                               lambda: node_model(node, plan.params, inputs, plan.model.opset_import, pads,
+                                                  stats_inputs=True))
+        return ex.inference({**inputs, **self._stats(plan, i, stats)})[node.output[0]]
 
-    def _bwd(self, plan, i, inputs: dict, gy: np.ndarray, pads=None):
-        """Gradients of sum(y * gy) for the split inputs and parameters of node ``i``."""
+    def _bwd(self, plan, i, inputs: dict, gy: np.ndarray, pads=None, stats=None):
+        """Gradients of sum(y * gy) for the split inputs and parameters of node ``i`` (the
+        BatchNormalization statistics ``stats``, batch or running, held constant)."""
         node = plan.nodes[i]
         shape_key = tuple((k, v.shape) for k, v in inputs.items())
         ex, reshaped = self._executor(
             ("b", i, shape_key, pads),
-            lambda: node_model(node, plan.params, inputs, plan.model.opset_import, pads, grad_shape=gy.shape))
+            lambda: node_model(node, plan.params, inputs, plan.model.opset_import, pads, grad_shape=gy.shape,
+                               stats_inputs=True))
         net = ex.network
         for k, v in inputs.items():
             net.feed_tensor(k, np.ascontiguousarray(v))
-        ex.inference_and_backprop({_GRAD_INPUT: np.ascontiguousarray(gy)}, _LOSS)
+        ex.inference_and_backprop({_GRAD_INPUT: np.ascontiguousarray(gy), **self._stats(plan, i, stats)}, _LOSS)
         names = list(inputs) + [t for j, t in enumerate(node.input)
                                 if t in plan.params and t not in inputs and (node.op_type, j) not in _BN_STATS]
         grads = dict(zip(names, net.fetch_tensors([n + "_grad" for n in names])))
@@ -366,13 +399,21 @@ class SpatialParallelNetwork:
             local = {self.input_name: x}
         else:
             local = {self.input_name: x[:, :, block[0]:block[1], block[2]:block[3]]}
-        saved = {}
+        saved, batch_stats, running = {}, {}, {}
         t0 = time.perf_counter()
         for i, node in enumerate(plan.nodes):
             data = [t for t in node.input if t in plan.spatial]
             if i in plan.geometry:
                 y, ext = self._halo_forward(plan, i, local[data[0]], clock)
                 saved[i] = {data[0]: ext}
+            elif node.op_type == "BatchNormalization" and loss is not None and self.batchnorm == "batch":
+                x_bn = local[data[0]]
+                batch_stats[i], new = self._bn_statistics(plan, i, x_bn, clock)
+                running.update(new)
+                t0 = time.perf_counter()
+                y = self._fwd(plan, i, {data[0]: x_bn}, stats=batch_stats[i])
+                saved[i] = {data[0]: x_bn}
+                clock.add("compute", t0)
             else:
                 t0 = time.perf_counter()
                 inputs = {t: local[t] for t in data}
@@ -409,7 +450,7 @@ class SpatialParallelNetwork:
                     b = self.block(plan.shapes[k])
                     grad_local[k] = np.ascontiguousarray(values.pop(k)[:, :, b[0]:b[1], b[2]:b[3]])
             clock.add("compute", t0)
-            partial = self._backward(plan, saved, grad_local, clock)
+            partial = self._backward(plan, saved, grad_local, clock, batch_stats)
             dx = grad_local.get(self.input_name)
             t0 = time.perf_counter()
             if self.size > 1:
@@ -427,12 +468,89 @@ class SpatialParallelNetwork:
             t0 = clock.add("allreduce", t0)
             for k, v in values.items():
                 gradients[k] = gradients[k] + v if k in gradients else v
+        if running:
+            self._keep_statistics(running)
         total = time.perf_counter() - start
         clock.t["total"] = total
         clock.t["other"] = max(0.0, total - sum(clock.t[k] for k in TIME_KEYS if k not in ("other", "total")))
-        return SpatialResult(outputs, gradients, dx, dict(clock.t), int(activation_bytes), block)
+        return SpatialResult(outputs, gradients, dx, dict(clock.t), int(activation_bytes), block, running)
 
-    def _backward(self, plan, saved, grad_local, clock):
+    # ------------------------------------------------------ batch normalization
+    def _sum_over_ranks(self, x, clock, t0):
+        """``x`` summed over the ranks (float64), timed as allreduce from ``t0``."""
+        t0 = clock.add("compute", t0)
+        if self.size > 1:
+            x = self.comm.allreduce(np.ascontiguousarray(x, np.float64), "sum")
+        clock.add("allreduce", t0)
+        return x
+
+    def _bn_statistics(self, plan, i, x, clock):
+        """The batch mean and biased variance of BatchNormalization node ``i`` over every rank's
+        block (two passes: the mean, then the centred sum of squares; float32 elements summed in
+        float64), and the new running statistics by ONNX's rule."""
+        node = plan.nodes[i]
+        full = plan.shapes[node.input[0]]
+        count = float(np.prod(full)) / full[1]
+        axes = (0,) + tuple(range(2, x.ndim))
+        t0 = time.perf_counter()
+        mean = self._sum_over_ranks(x.sum(axis=axes, dtype=np.float64), clock, t0) / count
+        t0 = time.perf_counter()
+        centred = x - mean.astype(x.dtype).reshape((1, -1) + (1,) * (x.ndim - 2))
+        var = self._sum_over_ranks(np.square(centred).sum(axis=axes, dtype=np.float64), clock, t0) / count
+        t0 = time.perf_counter()
+        momentum = 0.9
+        for a in node.attribute:
+            if a.name == "momentum":
+                momentum = float(onnx.helper.get_attribute_value(a))
+        new = {}
+        for t, stat in zip(node.input[3:5], (mean, var)):
+            old = plan.params[t]
+            new[t] = (old.astype(np.float64) * momentum + stat.reshape(old.shape) * (1 - momentum)).astype(old.dtype)
+        clock.add("compute", t0)
+        return (mean, var), new
+
+    def _bn_backward(self, plan, i, x, gy, stats, clock):
+        """The gradients of BatchNormalization node ``i`` with batch statistics: the executor's
+        gradients with the statistics held constant, then the input's gradient corrected by the
+        per-channel sums of dy and dy * xhat over every rank (the statistics' dependence on x)."""
+        node = plan.nodes[i]
+        t0 = time.perf_counter()
+        grads = self._bwd(plan, i, {node.input[0]: x}, gy, stats=stats)
+        full = plan.shapes[node.input[0]]
+        count = float(np.prod(full)) / full[1]
+        axes = (0,) + tuple(range(2, x.ndim))
+        shape = (1, -1) + (1,) * (x.ndim - 2)
+        eps = 1e-5
+        for a in node.attribute:
+            if a.name == "epsilon":
+                eps = float(onnx.helper.get_attribute_value(a))
+        mean, var = (np.asarray(v, x.dtype) for v in stats)
+        inv_std = (1 / np.sqrt(var + x.dtype.type(eps))).astype(x.dtype)
+        xhat = (x - mean.reshape(shape)) * inv_std.reshape(shape)
+        sums = np.concatenate([gy.sum(axis=axes, dtype=np.float64), (gy * xhat).sum(axis=axes, dtype=np.float64)])
+        sums = self._sum_over_ranks(sums, clock, t0).astype(x.dtype)
+        t0 = time.perf_counter()
+        c = mean.size
+        k = (np.asarray(plan.params[node.input[1]], x.dtype).reshape(-1) * inv_std / x.dtype.type(count)).reshape(shape)
+        dx = grads[node.input[0]] - k * (sums[:c].reshape(shape) + xhat * sums[c:].reshape(shape))
+        grads[node.input[0]] = dx.astype(x.dtype, copy=False)
+        clock.add("compute", t0)
+        return grads
+
+    def _keep_statistics(self, values: dict) -> None:
+        """Store new running statistics in the model and every cached plan (the BatchNormalization
+        models read them as inputs, so no executor is rebuilt)."""
+        from onnx import numpy_helper
+
+        for init in self.model.graph.initializer:
+            if init.name in values:
+                init.CopyFrom(numpy_helper.from_array(values[init.name], init.name))
+        for plan in self._plans.values():
+            for k, v in values.items():
+                if k in plan.params:
+                    plan.params[k] = v
+
+    def _backward(self, plan, saved, grad_local, clock, batch_stats):
         partial: dict = {}
         for i in range(len(plan.nodes) - 1, -1, -1):
             node = plan.nodes[i]
@@ -443,6 +561,8 @@ class SpatialParallelNetwork:
                 (ext,) = saved[i].values()
                 dx, grads = self._halo_backward(plan, i, ext, gy, clock)
                 grads[node.input[0]] = dx
+            elif i in batch_stats:
+                grads = self._bn_backward(plan, i, saved[i][node.input[0]], gy, batch_stats[i], clock)
             else:
                 t0 = time.perf_counter()
                 grads = self._bwd(plan, i, saved[i], gy)
@@ -472,7 +592,8 @@ class SpatialParallelNetwork:
 
 
 def run_spatial(comm, network, batches, framework: str = "torch", loss: str | None = "loss",
-                input_name: str | None = None, overlap: bool = True, grid: tuple | None = None) -> tuple[list, dict]:
+                input_name: str | None = None, overlap: bool = True, grid: tuple | None = None,
+                batchnorm: str = "batch") -> tuple[list, dict]:
     """Run ``network`` spatially split over ``comm`` on each batch (the entry point for workers).
 
     Args:
@@ -484,12 +605,14 @@ def run_spatial(comm, network, batches, framework: str = "torch", loss: str | No
         input_name: the input to split (default: the first graph input).
         overlap: overlap the interior computation with the halo exchange.
         grid: ``(rows, columns)`` of ranks (default: split the height only).
+        batchnorm: ``"batch"`` or ``"running"`` statistics when training (see
+            :class:`SpatialParallelNetwork`).
 
     Returns:
         ``(results, times)``: one :class:`SpatialResult` per batch and the summed time split
         (:data:`TIME_KEYS`) of this rank.
     """
-    spn = SpatialParallelNetwork(comm, network, input_name, framework, overlap, grid=grid)
+    spn = SpatialParallelNetwork(comm, network, input_name, framework, overlap, grid=grid, batchnorm=batchnorm)
     results = []
     totals = dict.fromkeys(TIME_KEYS, 0.0)
     for feeds in batches:

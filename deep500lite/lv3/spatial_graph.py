@@ -248,11 +248,16 @@ def _dtype(arr: np.ndarray) -> int:
     return helper.np_dtype_to_tensor_dtype(arr.dtype)
 
 
-def _bn_nodes(node, x, out, params, values):
-    """BatchNormalization with its running statistics as Sub/Div/Sqrt/Mul/Add (an affine map per channel)."""
+def _bn_nodes(node, x, out, params, values, stats_as_inputs=False):
+    """BatchNormalization as Sub/Div/Sqrt/Mul/Add (an affine map per channel) with given statistics.
+
+    The mean and variance are the node's running statistics (initializers in ``values``), or with
+    ``stats_as_inputs`` graph inputs of shape ``(C, 1, 1)`` that the caller feeds (the batch
+    statistics when training, the running ones otherwise); they are never differentiated.
+    """
     scale, bias, mean, var = node.input[1:5]
     eps = float(_attr(node, "epsilon", 1e-5))
-    for name in (scale, bias, mean, var):
+    for name in (scale, bias) if stats_as_inputs else (scale, bias, mean, var):
         values[name] = np.asarray(params[name]).reshape(-1, 1, 1)
     eps_name = f"{out}__eps"
     values[eps_name] = np.array(eps, dtype=np.asarray(params[var]).dtype)
@@ -286,7 +291,7 @@ def _model(nodes, inputs, outputs, initializers, opset_imports) -> onnx.ModelPro
 
 
 def node_model(node, params: dict, spatial_inputs: dict, opset_imports, pads=None,
-               grad_shape=None) -> tuple[onnx.ModelProto, dict]:
+               grad_shape=None, stats_inputs: bool = False) -> tuple[onnx.ModelProto, dict]:
     """A one-node ONNX model for the local computation of a spatial node.
 
     Args:
@@ -298,6 +303,9 @@ def node_model(node, params: dict, spatial_inputs: dict, opset_imports, pads=Non
             model then takes the split inputs as initializers (so executors differentiate them)
             and a graph input ``__spatial_gy``, and outputs the scalar ``__spatial_loss`` =
             sum(output * gy), whose gradients are the vector-Jacobian products.
+        stats_inputs: for BatchNormalization, take the mean and variance as graph inputs of
+            shape ``(C, 1, 1)`` (named as the node's mean and variance inputs) instead of
+            initializers, so one model serves batch and running statistics.
 
     Returns:
         ``(model, reshaped)``: the model, and the parameters whose value shape in the model
@@ -305,22 +313,28 @@ def node_model(node, params: dict, spatial_inputs: dict, opset_imports, pads=Non
     """
     out = node.output[0]
     values: dict = {}
+    stats = []
     if node.op_type == "BatchNormalization":
-        nodes = _bn_nodes(node, node.input[0], out, params, values)
+        nodes = _bn_nodes(node, node.input[0], out, params, values, stats_inputs)
+        if stats_inputs:
+            channels = int(np.asarray(params[node.input[1]]).size)
+            stats = [helper.make_tensor_value_info(t, _dtype(np.asarray(params[t])), [channels, 1, 1])
+                     for t in node.input[3:5]]
     elif pads is not None:
         nodes = [_local_node(node, pads)]
     else:
         nodes = [node]
+    fed = {t for t in node.input[3:5]} if stats else set()
     for t in node.input:
-        if t in params and t not in values:
+        if t in params and t not in values and t not in fed:
             values[t] = params[t]
     reshaped = {k: np.asarray(params[k]).shape for k in values if k in params and values[k].shape != params[k].shape}
     example = next(iter(spatial_inputs.values()))
     outputs = [helper.make_tensor_value_info(out, _dtype(example), None)]
     if grad_shape is None:
-        inputs = [helper.make_tensor_value_info(k, _dtype(v), list(v.shape)) for k, v in spatial_inputs.items()]
+        inputs = [helper.make_tensor_value_info(k, _dtype(v), list(v.shape)) for k, v in spatial_inputs.items()] + stats
     else:
-        inputs = [helper.make_tensor_value_info(_GRAD_INPUT, _dtype(example), list(grad_shape))]
+        inputs = [helper.make_tensor_value_info(_GRAD_INPUT, _dtype(example), list(grad_shape))] + stats
         values.update({k: np.zeros(v.shape, v.dtype) for k, v in spatial_inputs.items()})
         nodes = nodes + [helper.make_node("Mul", [out, _GRAD_INPUT], [_LOSS + "_m"]),
                          helper.make_node("ReduceSum", [_LOSS + "_m"], [_LOSS], keepdims=0)]
@@ -352,10 +366,10 @@ def tail_model(plan: SpatialPlan, gathered: dict, trainable: bool) -> onnx.Model
 def expand_batchnorm(model: onnx.ModelProto) -> onnx.ModelProto:
     """A copy of ``model`` with every BatchNormalization written as its inference-mode affine map.
 
-    The spatial network applies BatchNormalization with its running statistics (inference mode)
-    also when training, so its scale and bias get gradients and the statistics stay fixed; this
-    gives the unsplit network with the same semantics, to compare against. The per-channel
-    initializers become shape ``(C, 1, 1)``.
+    With ``batchnorm="running"`` the spatial network applies BatchNormalization with its running
+    statistics (inference mode) also when training, so its scale and bias get gradients and the
+    statistics stay fixed; this gives the unsplit network with the same semantics, to compare
+    against. The per-channel initializers become shape ``(C, 1, 1)``.
     """
     out = onnx.ModelProto()
     out.CopyFrom(model)

@@ -1,11 +1,16 @@
 """Run on every rank by test_spatial_parallel.py: spatially split networks against the unsplit one.
 
 Usage: ``mpiexec -n P python -m mpi4py spatial_check.py COMM FRAMEWORK CASES [RxC]``, COMM ``mpi``
-or ``torch``, CASES ``grid``, ``net`` or ``grid,net``, RxC the grid of ranks (default Px1: height
+or ``torch``, CASES a comma list of ``grid`` (single convolutions), ``net`` (the network, training-mode
+BatchNormalization), ``bn`` (three BatchNormalizations, one on the input, uneven blocks) and
+``netrun`` (the network with ``batchnorm="running"``), RxC the grid of ranks (default Px1: height
 split only; 2x2 splits height and width). Rank 0 prints one JSON line: per case, the
 largest absolute error of the outputs and of every gradient (inputs and parameters, the input's
 gathered from every rank) against the unsplit network run by the same executor, and the scale of
-the values compared.
+the values compared. With batch statistics the unsplit network is the original model trained by the
+executor (its own training-mode BatchNormalization: batch mean and biased variance, running
+statistics updated by ONNX's rule); the new running statistics and the inference loss after the
+step are compared too.
 """
 
 from __future__ import annotations
@@ -82,8 +87,42 @@ def net_case(rng, h=13):
     return model, feeds
 
 
+def bn_case(rng, h=11, w=7):
+    """BatchNormalization on the input, after a Conv and after a strided Conv (momentum 0.8), a linear loss."""
+    x_shape = (2, 3, h, w)
+    c = 4
+    ho, wo = (h - 1) // 2 + 1, (w - 1) // 2 + 1
+    inits = {"s0": 1 + rng.standard_normal(3) * 0.1, "b0": rng.standard_normal(3) * 0.1,
+             "m0": rng.standard_normal(3) * 0.1, "v0": 1 + rng.random(3),
+             "w1": rng.standard_normal((c, 3, 3, 3)) * 0.3,
+             "s1": 1 + rng.standard_normal(c) * 0.1, "b1": rng.standard_normal(c) * 0.1,
+             "m1": rng.standard_normal(c) * 0.1, "v1": 1 + rng.random(c),
+             "w2": rng.standard_normal((c, c, 3, 3)) * 0.3,
+             "s2": 1 + rng.standard_normal(c) * 0.1, "b2": rng.standard_normal(c) * 0.1,
+             "m2": rng.standard_normal(c) * 0.1, "v2": 1 + rng.random(c),
+             "r": rng.standard_normal((2, c, ho, wo))}
+    nodes = [
+        helper.make_node("BatchNormalization", ["x", "s0", "b0", "m0", "v0"], ["n0"]),
+        helper.make_node("Conv", ["n0", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["c1", "s1", "b1", "m1", "v1"], ["n1"], epsilon=1e-3),
+        helper.make_node("Relu", ["n1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1], strides=[2, 2]),
+        helper.make_node("BatchNormalization", ["c2", "s2", "b2", "m2", "v2"], ["n2"], epsilon=1e-4,
+                         momentum=0.8),
+        helper.make_node("Mul", ["n2", "r"], ["m"]),
+        helper.make_node("ReduceSum", ["m"], ["loss"], keepdims=0),
+    ]
+    return _model(nodes, x_shape, inits), {"x": (rng.standard_normal(x_shape) * 2 + 0.5).astype(np.float32)}
+
+
+def running_statistics(model):
+    """The running mean and variance initializers of every BatchNormalization in ``model``."""
+    return [t for n in model.graph.node if n.op_type == "BatchNormalization" for t in n.input[3:5]]
+
+
 def reference(model, feeds, framework):
-    """The unsplit network's loss and gradients (the input made a parameter), run by ``framework``."""
+    """The unsplit network's loss and gradients (the input made a parameter), run by ``framework``;
+    also its running statistics after the step and its inference loss then."""
     m = onnx.ModelProto()
     m.CopyFrom(model)
     kept = [i for i in m.graph.input if i.name != "x"]
@@ -94,12 +133,16 @@ def reference(model, feeds, framework):
     ex = d5.executor(net, framework)
     out = ex.inference_and_backprop({k: v for k, v in feeds.items() if k != "x"}, "loss")
     names = [p for p, _ in net.gradient("loss")]
-    return out["loss"], dict(zip(names, net.fetch_tensors([n + "_grad" for n in names])))
+    grads = dict(zip(names, net.fetch_tensors([n + "_grad" for n in names])))
+    stats = {t: np.array(net.fetch_tensor(t)) for t in running_statistics(model)}
+    after = ex.inference({k: v for k, v in feeds.items() if k != "x"})["loss"]
+    return out["loss"], grads, stats, after
 
 
-def compare(comm, model, feeds, framework, overlap, grid):
-    ref_loss, ref_grads = reference(expand_batchnorm(model), feeds, framework)
-    spn = SpatialParallelNetwork(comm, model, "x", framework, overlap=overlap, grid=grid)
+def compare(comm, model, feeds, framework, overlap, grid, batchnorm="batch"):
+    unsplit = model if batchnorm == "batch" else expand_batchnorm(model)
+    ref_loss, ref_grads, ref_stats, ref_after = reference(unsplit, feeds, framework)
+    spn = SpatialParallelNetwork(comm, model, "x", framework, overlap=overlap, grid=grid, batchnorm=batchnorm)
     res = spn.forward_backward(feeds, "loss")
     fwd = spn.forward(feeds)
     # The input's gradient, gathered by hand from every rank's block (row_bounds per axis).
@@ -110,9 +153,18 @@ def compare(comm, model, feeds, framework, overlap, grid):
     dx = np.concatenate([np.concatenate([parts[qh * grid[1] + qw][:, :, :rows[qh + 1] - rows[qh], :cols[qw + 1] - cols[qw]]
                                          for qw in range(grid[1])], axis=3) for qh in range(grid[0])], axis=2)
     errors = {"loss": float(abs(res.outputs["loss"] - ref_loss)),
-              "loss_forward": float(abs(fwd.outputs["loss"] - ref_loss)),
+              "loss_forward": float(abs(fwd.outputs["loss"] - (ref_after if batchnorm == "batch" else ref_loss))),
               "x": float(np.max(np.abs(dx - ref_grads["x"])))}
-    scale = {"loss": float(abs(ref_loss)), "x": float(np.max(np.abs(ref_grads["x"])))}
+    scale = {"loss": float(abs(ref_loss)), "loss_forward": float(abs(ref_after)),
+             "x": float(np.max(np.abs(ref_grads["x"])))}
+    if batchnorm == "batch":
+        # New running statistics: returned, equal to the unsplit executor's, and kept by the network.
+        if set(res.running_stats) != set(ref_stats):
+            errors["running_stats_names"] = float("inf")
+        for name, value in ref_stats.items():
+            got = res.running_stats.get(name, np.full_like(value, np.inf))
+            errors["new " + name] = float(np.max(np.abs(got - value)))
+            scale["new " + name] = float(np.max(np.abs(value)))
     missing = sorted(set(ref_grads) - {"x"} - set(res.gradients))
     for name, g in res.gradients.items():
         r = ref_grads[name].reshape(g.shape)
@@ -138,10 +190,16 @@ def main():
                 continue
             model, feeds = conv_case(rng, k, s, p, d, h=9 + 2 * grid[0], w=7 + 2 * grid[1])
             report[f"conv k{k} s{s} p{p} d{d}"] = compare(comm, model, feeds, framework, (k + p) % 2 == 0, grid)
-    if "net" in cases:
+    if "net" in cases or "netrun" in cases:
         model, feeds = net_case(rng)
-        report["net overlap"] = compare(comm, model, feeds, framework, True, grid)
-        report["net no-overlap"] = compare(comm, model, feeds, framework, False, grid)
+        if "net" in cases:
+            report["net overlap"] = compare(comm, model, feeds, framework, True, grid)
+            report["net no-overlap"] = compare(comm, model, feeds, framework, False, grid)
+        if "netrun" in cases:
+            report["net running-stats"] = compare(comm, model, feeds, framework, True, grid, "running")
+    if "bn" in cases:
+        model, feeds = bn_case(rng)
+        report["bn"] = compare(comm, model, feeds, framework, True, grid)
     if comm.rank == 0:
         print("SPATIAL " + json.dumps(report), flush=True)
     if kind == "torch":

@@ -4,9 +4,12 @@ Height split over P = 2, 3, 4 ranks, and height and width over a 2x2 grid.
 
 Each job runs ``spatial_check.py`` on P ranks; it compares, per configuration, the loss and the
 gradients of the input and of every parameter with the unsplit network run by the same
-executor (the input made a parameter so the executor differentiates it). Tolerance: float32
-round-off, ``|split - unsplit| <= 1e-5 * max|unsplit| + 1e-6`` per tensor (sums of a few hundred
-float32 products, added in a different order).
+executor (the input made a parameter so the executor differentiates it). BatchNormalization trains
+with batch statistics by default: the unsplit network is then the original model trained by the
+executor (its own training-mode BatchNormalization), and the new running statistics and the
+inference loss after the step are compared too; ``netrun`` checks ``batchnorm="running"``.
+Tolerance: float32 round-off, ``|split - unsplit| <= 1e-5 * max|unsplit| + 1e-6`` per tensor
+(sums of a few hundred float32 products, added in a different order).
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ from support import mpirun, requires_mpi, run_cli
 HERE = os.path.dirname(os.path.abspath(__file__))
 CHECK = os.path.join(HERE, "spatial_check.py")
 GRID = 30  # k 1/3/5 x stride 1/2 x pad 0/1/2 x dilation 1/2, without k=1 with dilation 2
-BN_STATS = {"mu", "var", "n1__eps"}
+BN_STATS = {"mu", "var", "n1__eps"}  # not parameters of the expanded unsplit network of ``netrun``
+NET, BN, NETRUN = 2, 1, 1  # cases per job: "net" (overlap and not), "bn", "netrun"
 
 
 def _report(rc, out):
@@ -39,7 +43,9 @@ def _report(rc, out):
 def _assert_equal_to_unsplit(report, expected_cases):
     assert len(report) == expected_cases, sorted(report)
     for case, entry in report.items():
-        assert set(entry["missing"]) <= BN_STATS, (case, entry["missing"])
+        assert set(entry["missing"]) <= (BN_STATS if case.endswith("running-stats") else set()), (case, entry["missing"])
+        if case.startswith("net ") and not case.endswith("running-stats") or case == "bn":
+            assert any(k.startswith("new ") for k in entry["errors"]), case  # running statistics compared
         for name, err in entry["errors"].items():
             scale = entry["scale"].get(name, entry["scale"]["loss"])
             assert err <= 1e-5 * scale + 1e-6, (case, name, err, scale)
@@ -49,33 +55,33 @@ def _assert_equal_to_unsplit(report, expected_cases):
 @requires_mpi
 @pytest.mark.parametrize("p", [2, 3, 4])
 def test_conv_grid_and_network_equal_unsplit_under_mpi(p):
-    # The grid at P = 4 runs on the 2x2 grid below (to keep the CI time).
-    cases = "grid,net" if p < 4 else "net"
+    # The grid at P = 4 runs on the 2x2 grid below (to keep the CI time); running statistics at P = 2.
+    cases = {2: "grid,net,bn,netrun", 3: "grid,net,bn", 4: "net,bn"}[p]
     rc, out, _ = mpirun(p, CHECK, "mpi", "torch", cases, timeout=180)
-    _assert_equal_to_unsplit(_report(rc, out), GRID + 2 if p < 4 else 2)
+    _assert_equal_to_unsplit(_report(rc, out), {2: GRID + NET + BN + NETRUN, 3: GRID + NET + BN, 4: NET + BN}[p])
 
 
 @pytest.mark.mpi
 @requires_mpi
 def test_height_and_width_split_on_a_2x2_grid_equals_unsplit():
     """Corners of the halo come from the diagonal rank; every block is uneven in both axes."""
-    rc, out, _ = mpirun(4, CHECK, "mpi", "torch", "grid,net", "2x2", timeout=180)
-    _assert_equal_to_unsplit(_report(rc, out), GRID + 2)
+    rc, out, _ = mpirun(4, CHECK, "mpi", "torch", "grid,net,bn", "2x2", timeout=180)
+    _assert_equal_to_unsplit(_report(rc, out), GRID + NET + BN)
 
 
 @pytest.mark.mpi
 @requires_mpi
 def test_network_equals_unsplit_on_the_reference_executor():
-    rc, out, _ = mpirun(3, CHECK, "mpi", "reference", "net", timeout=180)
-    _assert_equal_to_unsplit(_report(rc, out), 2)
+    rc, out, _ = mpirun(3, CHECK, "mpi", "reference", "net,bn", timeout=180)
+    _assert_equal_to_unsplit(_report(rc, out), NET + BN)
 
 
 @pytest.mark.mpi
 @requires_mpi
 def test_network_equals_unsplit_over_torch_distributed():
     pytest.importorskip("torch")
-    rc, out, _ = mpirun(2, CHECK, "torch", "torch", "net", timeout=180)
-    _assert_equal_to_unsplit(_report(rc, out), 2)
+    rc, out, _ = mpirun(2, CHECK, "torch", "torch", "net,bn", timeout=180)
+    _assert_equal_to_unsplit(_report(rc, out), NET + BN)
 
 
 # ------------------------------------------------------------ single process
@@ -182,3 +188,44 @@ def test_one_rank_forward_and_set_parameters_match_the_executor():
     np.testing.assert_allclose(spn.forward({"x": x}).outputs["y"], 2 * expected, rtol=1e-5)
     with pytest.raises(UserError, match=r"grid must be \(rows, columns\).*Received: grid=\(2, 2\)"):
         SpatialParallelNetwork(_OneRank(), model, grid=(2, 2))
+
+
+def test_one_rank_batch_statistics_match_the_onnx_formula():
+    """One rank, BatchNormalization on the input: numpy's ONNX training-mode formula, by hand."""
+    from deep500lite.lv3.spatial import SpatialParallelNetwork
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 3, 4, 5)).astype(np.float32) * 2 + 1
+    r = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
+    scale, bias = np.array([1.0, 2.0, 0.5], np.float32), np.array([0.1, -0.2, 0.3], np.float32)
+    mean0, var0 = np.array([0.5, 0.0, -1.0], np.float32), np.array([1.0, 2.0, 3.0], np.float32)
+    nodes = [helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], epsilon=1e-3, momentum=0.7),
+             helper.make_node("Mul", ["y", "r"], ["ry"]), helper.make_node("ReduceSum", ["ry"], ["loss"], keepdims=0)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4, 5])],
+                              [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])],
+                              [numpy_helper.from_array(v, k) for k, v in
+                               {"s": scale, "b": bias, "m": mean0, "v": var0, "r": r}.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    spn = SpatialParallelNetwork(_OneRank(), model, framework="reference")
+    res = spn.forward_backward({"x": x}, "loss")
+    x64, r64 = x.astype(np.float64), r.astype(np.float64)
+    mu, var = x64.mean(axis=(0, 2, 3)), x64.var(axis=(0, 2, 3))  # biased, as ONNX
+    xhat = (x64 - mu[:, None, None]) / np.sqrt(var[:, None, None] + 1e-3)
+    loss = np.sum((xhat * scale[:, None, None] + bias[:, None, None]) * r64)
+    g = r64 * scale[:, None, None]
+    dx = (g - g.mean(axis=(0, 2, 3))[:, None, None] - xhat * (g * xhat).mean(axis=(0, 2, 3))[:, None, None]) \
+        / np.sqrt(var[:, None, None] + 1e-3)
+    np.testing.assert_allclose(res.outputs["loss"], loss, rtol=1e-5)
+    np.testing.assert_allclose(res.input_gradient, dx, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(res.gradients["s"], (r64 * xhat).sum(axis=(0, 2, 3)), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(res.gradients["b"], r64.sum(axis=(0, 2, 3)), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(res.running_stats["m"], 0.7 * mean0 + 0.3 * mu, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(res.running_stats["v"], 0.7 * var0 + 0.3 * var, rtol=1e-6)
+    # Kept: inference now normalizes with the new running statistics.
+    new_hat = (x64 - res.running_stats["m"][:, None, None]) / np.sqrt(res.running_stats["v"][:, None, None] + 1e-3)
+    expected = np.sum((new_hat * scale[:, None, None] + bias[:, None, None]) * r64)
+    np.testing.assert_allclose(spn.forward({"x": x}).outputs["loss"], expected, rtol=1e-5)
+    frozen = SpatialParallelNetwork(_OneRank(), model, framework="reference", batchnorm="running")
+    assert frozen.forward_backward({"x": x}, "loss").running_stats == {}
+    with pytest.raises(UserError, match="batchnorm must be one of batch, running. Received: 'train'"):
+        SpatialParallelNetwork(_OneRank(), model, batchnorm="train")
