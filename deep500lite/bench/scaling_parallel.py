@@ -21,6 +21,11 @@ uses the algorithm :func:`~deep500lite.lv3.allreduce.choose_algorithm` picks):
 The figures are ideal (equal stages and blocks, no contention); what they leave out is stated in
 each function. ``deep500lite run RECIPE -n N`` measures the same split (compute / communication /
 idle) to compare with.
+
+:func:`predict_model` and :func:`sweep` apply these to a network of the data-parallel scaling model
+(a :class:`~deep500lite.bench.scaling_networks.ModelDescription`, its per-layer roofline compute
+from :func:`deep500lite.bench.scaling.compute_times`); ``deep500lite model scaling --scheme
+pipeline|spatial|tensor`` prints them.
 """
 
 from __future__ import annotations
@@ -30,7 +35,11 @@ import dataclasses
 from deep500lite.errors import UserError
 from deep500lite.lv3.allreduce import AlphaBeta, allreduce_cost, choose_algorithm
 
-__all__ = ["ParallelPrediction", "predict_pipeline", "predict_spatial", "predict_tensor"]
+__all__ = ["ParallelPrediction", "predict_pipeline", "predict_spatial", "predict_tensor", "MODEL_SCHEMES",
+           "balanced_cuts", "predict_model", "sweep"]
+
+#: The schemes :func:`predict_model` predicts for a network.
+MODEL_SCHEMES = ("pipeline", "spatial", "tensor")
 
 _F32 = 4
 
@@ -150,3 +159,125 @@ def predict_tensor(split_compute: float, replicated_compute: float, ranks: int, 
     sent = float(sum(allreduce_bytes(n, p) for n in sizes))
     compute = split_compute / p + replicated_compute
     return ParallelPrediction("tensor", p, compute + comm, compute, comm, 0.0, sent)
+
+
+# ------------------------------------------------------------------------------ a network of the scaling model
+def balanced_cuts(times, ranks: int) -> list[int]:
+    """Where to cut a chain of layers into ``ranks`` stages of about equal time.
+
+    Args:
+        times: seconds per layer, in forward order.
+        ranks: the number of stages (at most the number of layers).
+
+    Returns:
+        The index of the last layer of each of the first ``ranks - 1`` stages: stage ``k`` ends at
+        the first layer where the running total reaches ``(k + 1) / ranks`` of the whole (every
+        stage keeps at least one layer).
+    """
+    total, cuts, running = float(sum(times)), [], 0.0
+    n = len(times)
+    for i, t in enumerate(times):
+        running += t
+        k = len(cuts)
+        if k == ranks - 1:
+            break
+        # cut here when the share is reached, or when the remaining layers are just enough for the stages left
+        if (running >= total * (k + 1) / ranks or n - 1 - i == ranks - 1 - k) and n - 1 - i >= ranks - 1 - k:
+            cuts.append(i)
+    return cuts
+
+
+def _split_part(model) -> int:
+    """The number of leading layers before the first fully connected one (the part a spatial split divides)."""
+    return next((i for i, layer in enumerate(model.layers) if layer.kind == "fc"), len(model.layers))
+
+
+def predict_model(model, scheme: str, ranks: int, batch: float, accelerator, link: AlphaBeta, *,
+                  micro_batches: int = 4, activation_bytes: float | None = None, halo_bytes=None,
+                  gathered_bytes: float | None = None, compute_scale: float = 1.0) -> ParallelPrediction:
+    """One step of ``scheme`` on ``ranks`` ranks for a network of the scaling model.
+
+    The single-process compute is the roofline of :func:`deep500lite.bench.scaling.compute_times`
+    for the whole ``batch`` (forward, backward and update), times ``compute_scale``.
+
+    Args:
+        model: a :class:`~deep500lite.bench.scaling_networks.ModelDescription`.
+        scheme: ``pipeline``, ``spatial`` or ``tensor``.
+        ranks: ``P``.
+        batch: the global batch (every scheme splits this one batch: strong scaling).
+        accelerator: a :class:`~deep500lite.bench.scaling_networks.Accelerator`.
+        link: the alpha-beta costs of a message between ranks.
+        micro_batches: pipeline: ``M``.
+        activation_bytes: pipeline: bytes of a cut activation per sample; None: the mean of the
+            outputs of the layers the stages are cut after (balanced by compute time, float32).
+        halo_bytes: spatial (required): per convolution or pool with a halo, the bytes one
+            neighbour sends per sample.
+        gathered_bytes: spatial: bytes per sample of the last split activation; None: the output
+            of the last layer before the first fully connected one (float32).
+        compute_scale: multiplies the roofline compute (a measured step over the roofline's).
+
+    The weights the spatial scheme allreduces are the parameters before the first fully connected
+    layer; the tensor scheme splits the fully connected layers two by two (Megatron pairs, a
+    last odd one replicated) and their share of the update; the rest runs replicated.
+
+    Raises:
+        UserError: an unknown scheme, a pipeline with more stages than layers, a spatial
+            prediction without ``halo_bytes``, or a tensor prediction for a network with fewer than
+            two fully connected layers.
+    """
+    from deep500lite.bench.scaling import compute_times
+    from deep500lite.errors import format_choices
+
+    if scheme not in MODEL_SCHEMES:
+        raise UserError(f"scheme must be one of {format_choices(MODEL_SCHEMES)}. Received: {scheme!r}")
+    _check(ranks, batch=batch, compute_scale=compute_scale)
+    fwd, bwd, update = compute_times(model, batch, accelerator, compute_scale)
+    per_layer = [f + b for f, b in zip(fwd, bwd)]
+    compute = sum(per_layer) + update
+    layers = model.layers
+    if scheme == "pipeline":
+        if ranks > len(layers):
+            raise UserError(f"A pipeline of {model.name} has at most one stage per layer ({len(layers)}). "
+                            f"Received: {ranks} stages")
+        if activation_bytes is None:
+            cuts = balanced_cuts(per_layer, ranks)
+            activation_bytes = (sum(layers[c].out_elems for c in cuts) / len(cuts)) * _F32 if cuts else 0.0
+        return predict_pipeline(compute, ranks, micro_batches, float(activation_bytes) * batch, link)
+    if scheme == "spatial":
+        if halo_bytes is None:
+            raise UserError("The spatial prediction needs halo_bytes: per convolution or pool, the bytes of the "
+                            "halo rows one neighbour sends per sample (e.g. 2 rows x width x channels x 4). "
+                            "Received: halo_bytes=None")
+        head = _split_part(model)
+        weights = sum(layer.params for layer in layers[:head]) * _F32
+        if gathered_bytes is None:
+            gathered_bytes = layers[head - 1].out_elems * _F32 if head > 0 else 0.0
+        return predict_spatial(compute, ranks, [float(h) * batch for h in halo_bytes], float(weights),
+                               float(gathered_bytes) * batch, link)
+    fcs = [i for i, layer in enumerate(layers) if layer.kind == "fc"]
+    split = fcs[:len(fcs) - len(fcs) % 2]
+    if not split:
+        raise UserError(f"Tensor parallelism splits pairs of fully connected layers; {model.name} has "
+                        f"{len(fcs)}. Received: model {model.name!r}")
+    pairs = [(layers[a].in_elems, layers[b].out_elems) for a, b in zip(split[0::2], split[1::2])]
+    split_params = sum(layers[i].params for i in split)
+    split_update = update * split_params / model.params if model.params else 0.0
+    split_compute = sum(per_layer[i] for i in split) + split_update
+    if not float(batch).is_integer():
+        raise UserError(f"batch must be a whole number of samples. Received: batch={batch!r}")
+    return predict_tensor(split_compute, compute - split_compute, ranks, int(batch), pairs, link)
+
+
+def sweep(model, scheme: str, ranks, batch: float, accelerator, link: AlphaBeta, **options) -> list:
+    """:func:`predict_model` for each rank count.
+
+    Returns:
+        A list of ``(P, ParallelPrediction)``; a pipeline's P larger than the number of layers is
+        left out.
+    """
+    rows = []
+    for p in ranks:
+        if scheme == "pipeline" and p > len(model.layers):
+            continue
+        rows.append((p, predict_model(model, scheme, p, batch, accelerator, link, **options)))
+    return rows

@@ -1,5 +1,7 @@
 """``deep500lite model``: performance models. ``model scaling`` predicts data-parallel training from 1 to thousands
-of nodes; ``model allreduce`` predicts each allreduce algorithm over message sizes and their crossover.
+of nodes (``--scheme pipeline|spatial|tensor``: those schemes' step split instead, from
+:mod:`deep500lite.bench.scaling_parallel`); ``model allreduce`` predicts each allreduce algorithm over
+message sizes and their crossover.
 
 The work is in :mod:`deep500lite.bench.scaling` (the model) and
 :mod:`deep500lite.bench.scaling_networks` (built-in networks, interconnects and accelerators).
@@ -30,7 +32,10 @@ def add_parser(sub):
                      "layer with a batch-dependent GEMM efficiency), communication (allreduce per algorithm, with "
                      "tensor fusion and overlap with the backward pass) and I/O, for each node count; the speedup "
                      "and efficiency of strong scaling (fixed global batch) or weak scaling (fixed per-accelerator "
-                     "batch); and the node count where scaling stops, with the reason."))
+                     "batch); and the node count where scaling stops, with the reason. With --scheme pipeline, "
+                     "spatial or tensor: the predicted step of that model-parallel scheme on P ranks (P from --nodes, "
+                     "one rank per node, the global batch split: strong scaling), split into compute, communication "
+                     "and idle (the pipeline bubble, (P-1)/(M+P-1) of the step)."))
     s.add_argument("target", metavar="MODEL_OR_RECIPE",
                    help="a built-in network (alexnet, googlenet, resnet50, resnet101, vgg16), an .onnx file, or a "
                         "recipe (file or bundled name) whose model is a zoo name or an .onnx file")
@@ -79,6 +84,22 @@ def add_parser(sub):
                    help="scaling has stopped where the efficiency falls below this (default 0.5; 0: never)")
     s.add_argument("--min-gain", type=float, default=1.05,
                    help="...or where the next node count multiplies the speedup by less than this (default 1.05)")
+    s.add_argument("--scheme", default="data",
+                   help="data (the default: data parallelism, everything above), pipeline (one stage per rank, "
+                        "--micro-batches), spatial (every sample split by rows, --halo-bytes) or tensor (Megatron "
+                        "pairs of the fully connected layers); with these, --measured-step is the one-process step at the "
+                        "global --batch")
+    s.add_argument("--micro-batches", type=int, default=None, metavar="M",
+                   help="pipeline: micro-batches per step (default 4)")
+    s.add_argument("--activation-bytes", type=float, default=None, metavar="BYTES",
+                   help="pipeline: bytes per sample of the activation sent between stages (default: the mean "
+                        "output of the layers the stages are cut after, cut by compute time, float32)")
+    s.add_argument("--halo-bytes", default=None, metavar="B1,B2,...",
+                   help="spatial (required): per convolution or pool, the bytes of the halo rows one neighbour "
+                        "sends per sample")
+    s.add_argument("--gathered-bytes", type=float, default=None, metavar="BYTES",
+                   help="spatial: bytes per sample of the last split activation, gathered on every rank (default: "
+                        "the output of the last layer before the first fully connected one, float32)")
     s.add_argument("--format", default="table", help="table, markdown or csv (default table)")
     s.add_argument("--json", default=None, metavar="FILE", help="write the prediction as JSON")
     s.add_argument("--plot", default=None, metavar="FILE",
@@ -315,6 +336,8 @@ def run(args) -> int:
         raise UserError(f"--host-cores must be at least 1. Received: {args.host_cores!r}")
     if args.per_node < 1:
         raise UserError(f"--per-node must be at least 1. Received: {args.per_node!r}")
+    if _check_scheme(args) != "data":
+        return _run_scheme(args)
     nodes = scaling.parse_nodes(args.nodes)
     network, acc, intra = parse_interconnect(args.network, "--network"), None, parse_interconnect(args.intra, "--intra")
     model, default_batch = describe_target(args.target)
@@ -390,6 +413,117 @@ def run(args) -> int:
         print(f"wrote {args.json}", file=text)
     if args.plot:
         print(f"wrote {_plot(result, args.plot)}", file=text)
+    return 0
+
+
+_SCHEME_FLAGS = {"micro_batches": ("pipeline",), "activation_bytes": ("pipeline",), "halo_bytes": ("spatial",),
+                 "gathered_bytes": ("spatial",)}
+
+
+def _check_scheme(args) -> str:
+    """``--scheme``, after checking it and that every scheme option given belongs to it."""
+    from deep500lite.bench.scaling_parallel import MODEL_SCHEMES
+    from deep500lite.errors import UserError, format_choices
+
+    scheme = args.scheme
+    if scheme not in ("data", *MODEL_SCHEMES):
+        raise UserError(f"--scheme must be one of {format_choices(('data', *MODEL_SCHEMES))}. Received: {scheme!r}")
+    for name, schemes in _SCHEME_FLAGS.items():
+        if getattr(args, name) is not None and scheme not in schemes:
+            raise UserError(f"--{name.replace('_', '-')} belongs to --scheme {' or '.join(schemes)}. "
+                            f"Received: --scheme {scheme}")
+    if scheme == "data":
+        return scheme
+    if args.mode == "weak":
+        raise UserError(f"--scheme {scheme} splits one global batch over the ranks (strong scaling); --weak is "
+                        f"for data parallelism. Received: --weak --scheme {scheme}")
+    if args.per_node != 1:
+        raise UserError(f"--scheme {scheme} predicts one rank per node over --network; use --per-node 1. "
+                        f"Received: --per-node {args.per_node}")
+    if args.micro_batches is not None and args.micro_batches < 1:
+        raise UserError(f"--micro-batches must be an integer >= 1. Received: {args.micro_batches!r}")
+    for name in ("activation_bytes", "gathered_bytes"):
+        value = getattr(args, name)
+        if value is not None and not (value >= 0 and math.isfinite(value)):
+            raise UserError(f"--{name.replace('_', '-')} must be a finite number >= 0. Received: {value!r}")
+    if scheme == "spatial" and args.halo_bytes is None:
+        raise UserError("--scheme spatial needs --halo-bytes B1,B2,...: per convolution or pool, the bytes of the "
+                        "halo rows one neighbour sends per sample. Received: no --halo-bytes")
+    return scheme
+
+
+def _halo_list(text: str) -> list[float]:
+    from deep500lite.errors import UserError
+
+    try:
+        values = [float(v) for v in str(text).split(",")]
+    except ValueError:
+        values = None
+    if not values or not all(v >= 0 and math.isfinite(v) for v in values):
+        raise UserError(f"--halo-bytes must be comma-separated finite numbers >= 0 (bytes per sample, one per "
+                        f"convolution or pool). Received: {text!r}")
+    return values
+
+
+def _run_scheme(args) -> int:
+    """``model scaling --scheme pipeline|spatial|tensor``: the predicted step split per rank count."""
+    from deep500lite.bench import scaling
+    from deep500lite.bench.scaling_parallel import sweep
+    from deep500lite.errors import UserError
+    from deep500lite.lv3.allreduce import AlphaBeta
+    from deep500lite.metrics.tables import format_seconds, format_table
+    from deep500lite.utils import atomic_write_text
+
+    ranks = scaling.parse_nodes(args.nodes)
+    net = parse_interconnect(args.network, "--network")
+    link = AlphaBeta(net.alpha, 1.0 / net.bandwidth if net.bandwidth > 0 else 0.0)
+    model, default_batch = describe_target(args.target)
+    acc = parse_accelerator(args.accelerator)
+    batch = args.batch if args.batch is not None else float(default_batch or 32)
+    scale = 1.0
+    if args.measured_step is not None:
+        if not (args.measured_step > 0 and math.isfinite(args.measured_step)):
+            raise UserError(f"--measured-step must be a positive number of seconds. Received: {args.measured_step!r}")
+        fwd, bwd, update = scaling.compute_times(model, batch, acc)
+        scale = args.measured_step / (sum(fwd) + sum(bwd) + update)
+    options = {}
+    if args.scheme == "pipeline":
+        options = {"micro_batches": args.micro_batches or 4, "activation_bytes": args.activation_bytes}
+    elif args.scheme == "spatial":
+        options = {"halo_bytes": _halo_list(args.halo_bytes), "gathered_bytes": args.gathered_bytes}
+    kwargs = dict(options, compute_scale=scale)
+    base = sweep(model, args.scheme, [1], batch, acc, link, **kwargs)[0][1]
+    rows = sweep(model, args.scheme, ranks, batch, acc, link, **kwargs)
+    if not rows:
+        raise UserError(f"A pipeline of {model.name} has at most {len(model.layers)} stages (one per layer). "
+                        f"Received: --nodes {args.nodes}")
+    text = sys.stderr if args.format == "csv" else sys.stdout
+    print(f"{model.name}: {args.scheme} parallelism, global batch {batch:g} split over the ranks (strong scaling); "
+          f"network {net.name}: alpha {net.alpha * 1e6:.3g} us, {net.bandwidth / 1e9:.3g} GB/s; accelerator "
+          f"{acc.name}" + (f"; compute scaled by {scale:.3g} to the measured step" if scale != 1.0 else "")
+          + (f"; M = {options['micro_batches']} micro-batches" if args.scheme == "pipeline" else ""), file=text)
+    headers = ["ranks", "step", "compute", "communication", "idle", "idle %", "sent/rank", "speedup"]
+    table = []
+    for p, r in rows:
+        table.append([p, format_seconds(r.step), format_seconds(r.compute), format_seconds(r.communication),
+                      format_seconds(r.idle) if r.idle else "-", f"{100 * r.idle_fraction:.1f}%",
+                      f"{r.bytes_per_rank:.4g} B", f"{base.step / r.step:.3g}"])
+    print(format_table(headers, table, args.format), flush=True)
+    if args.scheme == "pipeline":
+        print("idle is the bubble: (P-1)/(M+P-1) of the step", file=text)
+        dropped = [p for p in ranks if p > len(model.layers)]
+        if dropped:
+            print(f"left out (more stages than the {len(model.layers)} layers): {', '.join(map(str, dropped))} ranks",
+                  file=text)
+    if args.json:
+        data = {"scheme": args.scheme, "model": model.name, "batch": batch, "network": net.name,
+                "alpha": link.alpha, "beta": link.beta, "compute_scale": scale,
+                "options": {k: v for k, v in options.items() if v is not None},
+                "rows": [{"ranks": p, "step": r.step, "compute": r.compute, "communication": r.communication,
+                          "idle": r.idle, "idle_fraction": r.idle_fraction, "bytes_per_rank": r.bytes_per_rank,
+                          "speedup": base.step / r.step} for p, r in rows]}
+        atomic_write_text(args.json, json.dumps(data, indent=1))
+        print(f"wrote {args.json}", file=text)
     return 0
 
 

@@ -26,7 +26,11 @@ Public names:
 - :class:`MicrobatchOptimizer`: wraps any reference/ONNX Runtime optimizer
   (a :class:`~deep500lite.ThreeStepOptimizer`) or a native torch, TensorFlow or JAX optimizer; it
   is a :class:`~deep500lite.Optimizer`, so :func:`~deep500lite.test_training`, the
-  :class:`~deep500lite.Trainer` and the recipe runner take it unchanged.
+  :class:`~deep500lite.Trainer` and the recipe runner take it unchanged. Inside a Level 3
+  distributed optimizer it is gradient accumulation under data parallelism: its
+  :meth:`~MicrobatchOptimizer.exchange_step` (or :meth:`~MicrobatchOptimizer.accumulate` and
+  :meth:`~MicrobatchOptimizer.apply_gradients`) lets the gradient exchange run once per step on
+  the accumulated gradients.
 - :class:`MicrobatchExecutor`: wraps an executor; ``inference_and_backprop`` leaves the
   accumulated gradients readable through ``executor.network.fetch_tensors``.
 - :func:`split_batch`, :func:`combine_outputs`, :func:`loss_reduction`,
@@ -287,18 +291,56 @@ class MicrobatchOptimizer(Optimizer):
         Returns:
             The full batch's outputs (see :func:`combine_outputs`), computed before the update.
         """
+        return self.exchange_step(inputs, None)
+
+    def exchange_step(self, inputs, exchange=None):
+        """One step whose accumulated gradients pass once through ``exchange`` before the single update.
+
+        This is the seam a Level 3 distributed optimizer uses for data parallelism with gradient
+        accumulation: the ``n`` micro-batches' gradients are summed first, then ``exchange`` (an
+        allreduce, say) sees the whole accumulated set once, then the wrapped optimizer updates.
+
+        Args:
+            inputs: the feeds of the whole (per-rank) batch.
+            exchange: None, or ``exchange(names, params, grads) -> grads`` called once per step
+                on the accumulated gradients of every trainable parameter.
+
+        Returns:
+            The full batch's outputs (see :func:`combine_outputs`), computed before the update.
+        """
         parts = split_batch(inputs, self.n, self.inputs)
         self.last_sizes = [b for _, b in parts]
-        if len(parts) == 1:
+        if len(parts) == 1 and exchange is None:
             return self.optimizer.step(parts[0][0])
         if isinstance(self.optimizer, ThreeStepOptimizer):
-            outs = self._three_step(parts)
-        else:
-            outs = self._native_step(parts)
+            outputs, names, params, grads = self.accumulate(inputs)
+            if exchange is not None:
+                grads = exchange(names, params, grads)
+            self.apply_gradients(names, params, grads)
+            return outputs
+        outs = self._native_step(parts, exchange)
         return combine_outputs(outs, self.last_sizes, self.loss, self.reduction)
 
-    def _three_step(self, parts):
+    def accumulate(self, inputs):
+        """Forward and backward over the ``n`` micro-batches, without an update.
+
+        Only for a wrapped :class:`~deep500lite.ThreeStepOptimizer` (its ``new_input`` and
+        ``prepare_param`` hooks run once, as in its own step).
+
+        Returns:
+            ``(outputs, names, params, grads)``: the full batch's outputs, the trainable
+            parameters' names and values, and their accumulated gradients (in the parameters'
+            dtypes).
+
+        Raises:
+            UserTypeError: the wrapped optimizer is a native one (it has no separate update).
+        """
         opt, net = self.optimizer, self.network
+        if not isinstance(opt, ThreeStepOptimizer):
+            raise UserTypeError("microbatch: accumulate() needs a wrapped ThreeStepOptimizer (reference, onnxruntime "
+                                f"or your own); use exchange_step() for a native one. Received: {type(opt).__name__}")
+        parts = split_batch(inputs, self.n, self.inputs)
+        self.last_sizes = [b for _, b in parts]
         opt.new_input()
         pairs = net.gradient(self.loss)
         for pname, _ in pairs:
@@ -307,15 +349,24 @@ class MicrobatchOptimizer(Optimizer):
         for (feeds, _), w in zip(parts, _weights(self.last_sizes, self.reduction)):
             outs.append(self.executor.inference_and_backprop(feeds, self.loss))
             _accumulate(acc, [p for p, _ in pairs], net.fetch_tensors([g for _, g in pairs]), w)
-        params = net.fetch_tensors([p for p, _ in pairs])
-        for (pname, _), param in zip(pairs, params):
-            grad = acc[pname].astype(param.dtype)
+        names = [p for p, _ in pairs]
+        params = net.fetch_tensors(names)
+        grads = [acc[name].astype(param.dtype) for name, param in zip(names, params)]
+        return combine_outputs(outs, self.last_sizes, self.loss, self.reduction), names, params, grads
+
+    def apply_gradients(self, names, params, grads) -> None:
+        """The wrapped :class:`~deep500lite.ThreeStepOptimizer`'s update on given (accumulated) gradients.
+
+        Its ``gradient_modifier``, if any, runs on each gradient first.
+        """
+        opt = self.optimizer
+        for pname, param, grad in zip(names, params, grads):
+            grad = np.asarray(grad, dtype=param.dtype)
             if opt.gradient_modifier is not None:
                 grad = opt.gradient_modifier(pname, param, grad)
-            net.feed_tensor(pname, np.asarray(opt.update_rule(grad, param, pname), dtype=param.dtype))
-        return outs
+            self.network.feed_tensor(pname, np.asarray(opt.update_rule(grad, param, pname), dtype=param.dtype))
 
-    def _native_step(self, parts):
+    def _native_step(self, parts, exchange=None):
         opt, net = self.optimizer, self.network
         weights = _weights(self.last_sizes, self.reduction)
         pairs = net.gradient(self.loss)
@@ -323,12 +374,21 @@ class MicrobatchOptimizer(Optimizer):
         for (feeds, _), w in zip(parts[:-1], weights[:-1]):
             outs.append(self.executor.inference_and_backprop(feeds, self.loss))
             _accumulate(acc, [p for p, _ in pairs], net.fetch_tensors([g for _, g in pairs]), w)
-        user, seen, last = opt.gradient_modifier, set(), weights[-1]
+        user, seen, last, done = opt.gradient_modifier, set(), weights[-1], {}
 
         def combine(name, param, grad):
             seen.add(name)
-            total = acc.get(name, 0.0) + np.asarray(grad, dtype=np.float64) * last
-            total = np.asarray(total).astype(np.asarray(grad).dtype)
+            if exchange is not None:
+                if not done:  # the first call: the whole accumulated set, exchanged once
+                    names = [p for p, _ in pairs]
+                    values = net.fetch_tensors([n for pair in pairs for n in pair])
+                    totals = [np.asarray(acc.get(n, 0.0) + np.asarray(g, dtype=np.float64) * last).astype(g.dtype)
+                              for n, g in zip(names, values[1::2])]
+                    done.update(zip(names, exchange(names, values[0::2], totals)))
+                total = np.asarray(done[name]).astype(np.asarray(grad).dtype)
+            else:
+                total = acc.get(name, 0.0) + np.asarray(grad, dtype=np.float64) * last
+                total = np.asarray(total).astype(np.asarray(grad).dtype)
             return total if user is None else user(name, param, total)
 
         opt.gradient_modifier = combine

@@ -1,4 +1,10 @@
-"""Level 3: distributed optimizers wrap a base optimizer and a communicator."""
+"""Level 3: distributed optimizers wrap a base optimizer and a communicator.
+
+A base optimizer micro-batched with ``d5.transforms.microbatch`` (a
+:class:`~deep500lite.lv2.microbatch.MicrobatchOptimizer`) is data-parallel with gradient
+accumulation: its micro-batches' gradients are summed first, then exchanged once per step (one
+allreduce per step, not per micro-batch), then the single update runs.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +14,7 @@ import time
 import numpy as np
 
 from deep500lite.errors import UserError, UserTypeError
+from deep500lite.lv2.microbatch import MicrobatchOptimizer
 from deep500lite.lv2.optimizer import Optimizer, ThreeStepOptimizer
 from deep500lite.lv3.communication import CommunicationNetwork
 
@@ -124,19 +131,25 @@ class DistributedOptimizer(Optimizer, abc.ABC):
         self.steps += 1
 
     def _three_step(self) -> ThreeStepOptimizer:
-        if not isinstance(self.base_optimizer, ThreeStepOptimizer):
+        base = self.base_optimizer
+        if isinstance(base, MicrobatchOptimizer):
+            base = base.optimizer  # its update rule and hooks; the gradients are accumulated by the wrapper
+        if not isinstance(base, ThreeStepOptimizer):
             raise UserError(f"{type(self).__name__} exchanges gradients, so its base optimizer must be a "
                             "ThreeStepOptimizer or UpdateRuleOptimizer (such as the reference optimizers of "
-                            f"deep500lite.frameworks.reference). Received: {type(self.base_optimizer).__name__}")
-        return self.base_optimizer
+                            f"deep500lite.frameworks.reference). Received: {type(base).__name__}")
+        return base
 
     def _gradients(self, inputs):
         """Forward and backward pass with the base optimizer's hooks.
 
         Returns:
-            ``(outputs, names, params, grads)`` for the trainable parameters.
+            ``(outputs, names, params, grads)`` for the trainable parameters (with a micro-batched
+            base: the gradients accumulated over its micro-batches).
         """
         base = self._three_step()
+        if isinstance(self.base_optimizer, MicrobatchOptimizer):
+            return self.base_optimizer.accumulate(inputs)
         base.new_input()
         pairs = self.network.gradient(self.loss)
         for pname, _ in pairs:
@@ -149,6 +162,11 @@ class DistributedOptimizer(Optimizer, abc.ABC):
     def _apply(self, names, params, grads) -> None:
         """The base optimizer's update on (already communicated) gradients."""
         base = self._three_step()
+        if isinstance(self.base_optimizer, MicrobatchOptimizer):
+            if self.gradient_modifier is not None:
+                grads = [self.gradient_modifier(n, p, g) for n, p, g in zip(names, params, grads)]
+            self.base_optimizer.apply_gradients(names, params, grads)  # the wrapped optimizer's modifier, then rule
+            return
         for pname, param, grad in zip(names, params, grads):
             if self.gradient_modifier is not None:
                 grad = self.gradient_modifier(pname, param, grad)
@@ -173,6 +191,15 @@ class DistributedOptimizer(Optimizer, abc.ABC):
                 exchanged).
         """
         base = self.base_optimizer
+        if isinstance(base, MicrobatchOptimizer):
+            user = self.gradient_modifier
+            if user is not None:  # as _apply does: this optimizer's modifier after the exchange
+                inner = exchange
+
+                def exchange(names, params, grads):
+                    return [user(n, p, g) for n, p, g in zip(names, params, inner(names, params, grads))]
+
+            return base.exchange_step(inputs, exchange)  # accumulate, exchange once, update once
         if isinstance(base, ThreeStepOptimizer):
             outputs, names, params, grads = self._gradients(inputs)
             self._apply(names, params, exchange(names, params, grads))

@@ -13,7 +13,9 @@ files into ``OUT/results.json``:
   communication share, bytes per step over all ranks, the global batch and the job's
   throughput (global batch / median slowest step time);
 - ``baseline``, ``speedup`` (job throughput / 1-rank throughput) and ``scaling_efficiency``
-  (speedup / N): weak scaling, the batch per rank being fixed.
+  (speedup / N). Data parallelism is weak scaling (the batch per rank is fixed); a model-parallel
+  scheme recorded in the results (``distributed.scheme``: spatial, pipeline, tensor, hybrid) splits
+  the same global batch over the ranks, which is strong scaling; :func:`describe` says which.
 
 The job passes when every rank's acceptable metrics hold. Every job has a job timeout and a
 start-up timeout (:func:`deep500lite.lv3.launch.resolve_timeouts`); when the baseline fails or
@@ -30,8 +32,9 @@ import sys
 import numpy as np
 
 from deep500lite.errors import UserError, format_choices
+from deep500lite.recipe.parallelism import MODEL_SCHEMES
 
-__all__ = ["DistributedRun", "aggregate", "run_distributed", "rank_command", "DEFAULT_COMM_TIMEOUT"]
+__all__ = ["DistributedRun", "aggregate", "run_distributed", "rank_command", "scaling_label", "DEFAULT_COMM_TIMEOUT"]
 
 #: Seconds one communication may wait in a ``run -n`` job before the job ends with an error naming it.
 DEFAULT_COMM_TIMEOUT = 300.0
@@ -255,6 +258,20 @@ def _fmt_bytes(n) -> str:
     return f"{n:.0f} B"
 
 
+def scaling_label(distributed: dict) -> str:
+    """How a job's speedup scales, from the scheme recorded in its ``distributed`` results section.
+
+    Returns:
+        ``"strong scaling: ..."`` for a model-parallel scheme (spatial, pipeline, tensor, hybrid:
+        the ranks split one global batch), else ``"weak scaling: ..."`` (data parallelism: every
+        rank steps its own batch).
+    """
+    scheme = distributed.get("scheme")
+    if scheme in MODEL_SCHEMES:
+        return f"strong scaling: the {scheme} ranks split one global batch"
+    return "weak scaling: batch per rank fixed"
+
+
 def describe(results: dict) -> list[str]:
     """Terminal lines for an aggregated results dict: the per-rank table, the job and the verdicts."""
     from deep500lite.metrics.tables import format_seconds, format_table
@@ -285,7 +302,7 @@ def describe(results: dict) -> list[str]:
         lines.append(f"1-rank baseline: step {sec(base['step_time']['median'])} (batch {base['batch_size']}), "
                      f"{base['samples_per_second']:.4g} samples/s; speedup {d['speedup']:.3g}x on "
                      f"{len(d['per_rank'])} ranks, scaling efficiency {100 * d['scaling_efficiency']:.1f}% "
-                     "(weak scaling: batch per rank fixed)")
+                     f"({scaling_label(d)})")
     for v in results.get("verdicts", []):
         values = ", ".join("n/a" if x is None else f"{x:.4g}" for x in v["per_rank"])
         if v.get("required") is None:

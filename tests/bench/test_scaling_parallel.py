@@ -52,3 +52,35 @@ def test_bad_arguments_name_the_value():
         predict_tensor(1.0, 0.0, 0, 8, [(4, 4)], FREE)
     with pytest.raises(ValueError, match=r"halo_bytes\[1\] must be a number >= 0"):
         predict_spatial(1.0, 2, [10, -1], 0, 0, FREE)
+
+
+# ------------------------------------------------------------------ a network of the scaling model
+def test_balanced_cuts_split_the_time_evenly_and_keep_a_layer_per_stage():
+    from deep500lite.bench.scaling_parallel import balanced_cuts
+
+    assert balanced_cuts([1, 1, 1, 1], 2) == [1]
+    assert balanced_cuts([1, 1, 1, 1], 4) == [0, 1, 2]
+    assert balanced_cuts([10, 1, 1, 1], 3) == [0, 1]  # the heavy layer alone, then one layer at least each
+    assert balanced_cuts([1, 1, 1, 10], 3) == [1, 2]
+    assert balanced_cuts([3.0], 1) == []
+
+
+def test_predict_model_pipeline_uses_the_cut_layers_outputs():
+    from deep500lite.bench import scaling_networks as sn
+    from deep500lite.bench.scaling import compute_times
+    from deep500lite.bench.scaling_parallel import balanced_cuts, predict_model
+
+    model, acc = sn.model_description("alexnet"), sn.accelerator("v100")
+    fwd, bwd, update = compute_times(model, 32, acc)
+    per_layer = [f + b for f, b in zip(fwd, bwd)]
+    cuts = balanced_cuts(per_layer, 3)
+    act = sum(model.layers[c].out_elems for c in cuts) / 2 * 4 * 32
+    got = predict_model(model, "pipeline", 3, 32, acc, FREE, micro_batches=2)
+    want = predict_pipeline(sum(per_layer) + update, 3, 2, act, FREE)
+    assert got == want and got.idle_fraction == pytest.approx(2 / 4)
+    with pytest.raises(ValueError, match="at most one stage per layer"):
+        predict_model(model, "pipeline", 12, 32, acc, FREE)
+    with pytest.raises(ValueError, match="needs halo_bytes"):
+        predict_model(model, "spatial", 2, 32, acc, FREE)
+    with pytest.raises(ValueError, match="scheme must be one of"):
+        predict_model(model, "data", 2, 32, acc, FREE)

@@ -107,3 +107,89 @@ def test_io_measured_by_bench_dataset_makes_small_files_the_bottleneck(tmp_path,
     assert rows[0]["io_exposed"] == pytest.approx(rows[0]["io"] - rows[0]["forward"] - rows[0]["backward"]
                                                   - rows[0]["update"])
     assert rows[0]["step"] == pytest.approx(rows[0]["io"])  # reading, not computing, sets the pace
+
+
+# ------------------------------------------------------------------ --scheme pipeline|spatial|tensor
+LINK = ["--network", "1e-5,1e9", "--measured-step", "0.1", "--batch", "64", "--nodes", "1,2,4"]
+
+
+def _scheme_json(tmp_path, capsys, *argv):
+    out_json = tmp_path / "scheme.json"
+    rc = main(["model", "scaling", "alexnet", *LINK, *argv, "--json", str(out_json)])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    return json.loads(out_json.read_text()), out
+
+
+def test_scheme_pipeline_prints_the_gpipe_formula(tmp_path, capsys):
+    data, out = _scheme_json(tmp_path, capsys, "--scheme", "pipeline", "--micro-batches", "4",
+                             "--activation-bytes", "1000")
+    assert data["scheme"] == "pipeline" and "pipeline parallelism" in out and "strong scaling" in out
+    rows = {r["ranks"]: r for r in data["rows"]}
+    assert sorted(rows) == [1, 2, 4]
+    m, alpha, beta, a = 4, 1e-5, 1e-9, 1000 * 64
+    for p, r in rows.items():
+        message = 2 * (alpha + beta * a / m) if p > 1 else 0.0
+        assert r["step"] == pytest.approx((m + p - 1) * (0.1 / (p * m) + message), rel=1e-9)
+        assert r["idle_fraction"] == pytest.approx((p - 1) / (m + p - 1), rel=1e-9)  # the bubble
+        assert r["compute"] == pytest.approx(0.1 / p, rel=1e-9)
+        assert r["communication"] == pytest.approx(m * message, rel=1e-9)
+        assert r["bytes_per_rank"] == (a if p > 1 else 0)
+        assert r["speedup"] == pytest.approx(rows[1]["step"] / r["step"])
+        # the table shows the same step and idle share
+        line = next(x for x in out.splitlines() if x.split()[:1] == [str(p)])
+        assert f"{100 * r['idle_fraction']:.1f}%" in line
+
+
+def test_scheme_spatial_and_tensor_equal_the_formulas(tmp_path, capsys):
+    from deep500lite.bench import scaling_networks as sn
+    from deep500lite.lv3.allreduce import AlphaBeta, allreduce_cost, choose_algorithm
+    from deep500lite.lv3.tensor_parallel import allreduce_bytes
+
+    link = AlphaBeta(1e-5, 1e-9)
+
+    def allreduce(n, p):
+        return allreduce_cost(choose_algorithm(n, p, link), n, p, link)
+
+    model = sn.model_description("alexnet")
+    conv_weights = sum(layer.params for layer in model.layers[:8]) * 4  # conv1..pool5, before fc6
+    data, _ = _scheme_json(tmp_path, capsys, "--scheme", "spatial", "--halo-bytes", "100,50", "--gathered-bytes",
+                           "200")
+    for r in data["rows"]:
+        p = r["ranks"]
+        comm = 0.0 if p == 1 else (4 * (1e-5 + 1e-9 * 6400) + 4 * (1e-5 + 1e-9 * 3200) + allreduce(conv_weights, p)
+                                   + (p - 1) * (1e-5 + 1e-9 * 12800 / p))
+        assert r["compute"] == pytest.approx(0.1 / p, rel=1e-9)
+        assert r["communication"] == pytest.approx(comm, rel=1e-9) and r["idle"] == 0
+        assert r["step"] == pytest.approx(0.1 / p + comm, rel=1e-9)
+    data, _ = _scheme_json(tmp_path, capsys, "--scheme", "tensor")
+    rows = {r["ranks"]: r for r in data["rows"]}
+    assert rows[1]["compute"] == pytest.approx(0.1, rel=1e-9) and rows[1]["communication"] == 0
+    # fc6 + fc7 form the Megatron pair (9216 -> 4096); fc8 runs replicated
+    sizes = [64 * 9216 * 4, 64 * 4096 * 4]
+    for p in (2, 4):
+        r = rows[p]
+        assert r["bytes_per_rank"] == sum(allreduce_bytes(n, p) for n in sizes)
+        assert r["communication"] == pytest.approx(sum(allreduce(n, p) for n in sizes), rel=1e-9)
+        assert r["step"] == pytest.approx(r["compute"] + r["communication"], rel=1e-12)
+    # compute = replicated + split / P, so it falls linearly in 1/P
+    split = 2 * (rows[1]["compute"] - rows[2]["compute"])
+    assert rows[4]["compute"] == pytest.approx(rows[1]["compute"] - 0.75 * split, rel=1e-9)
+
+
+@pytest.mark.parametrize("argv,allowed", [
+    (["--scheme", "pipe"], "--scheme must be one of 'data', 'pipeline', 'spatial', 'tensor'"),
+    (["--scheme", "pipeline", "--micro-batches", "0"], "--micro-batches must be an integer >= 1"),
+    (["--micro-batches", "4"], "--micro-batches belongs to --scheme pipeline"),
+    (["--scheme", "tensor", "--halo-bytes", "10"], "--halo-bytes belongs to --scheme spatial"),
+    (["--scheme", "spatial"], "--scheme spatial needs --halo-bytes"),
+    (["--scheme", "spatial", "--halo-bytes", "10,x"], "--halo-bytes must be comma-separated finite numbers"),
+    (["--scheme", "tensor", "--weak"], "strong scaling"),
+    (["--scheme", "pipeline", "--activation-bytes", "-1"], "--activation-bytes must be a finite number >= 0"),
+    (["--scheme", "pipeline", "--nodes", "64"], "at most 11 stages"),
+])
+def test_bad_scheme_input_is_one_line_with_exit_2(argv, allowed, capsys):
+    rc = main(["model", "scaling", "alexnet", *argv])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith("deep500lite model: error:") and allowed in err and "Received:" in err, err

@@ -155,3 +155,39 @@ def test_asynchronous_optimizers_run_as_recipes_and_record_staleness(tmp_path, o
         # Peer gradients applied during the 21 steps (those still in flight at the end are applied
         # by finalize() and not recorded): with bound 1, at least those of steps 0..19.
         assert all(21 - bound <= len(d["staleness"]) <= 21 for d in ranks), [len(d["staleness"]) for d in ranks]
+
+
+def _aggregated(scheme):
+    """A minimal aggregated results dict of a 2-rank job with a 1-rank baseline (what describe reads)."""
+    summary = {"median": 0.01, "ci_low": 0.009, "ci_high": 0.011}
+    row = {"step_time": 0.01, "compute_time": 0.008, "communication_time": 0.002, "bytes_per_step": 100.0,
+           "final_test_accuracy": 90.0, "passed": True}
+    d = {"per_rank": [dict(row, rank=0), dict(row, rank=1)], "optimizer": "x.ConsistentDecentralized",
+         "communicator": "x.MPICommunicator",
+         "aggregate": {"step_time": summary, "communication_fraction": 0.2, "bytes_per_step": {"median": 200.0},
+                       "global_batch_size": 32, "samples_per_second": 3200.0},
+         "baseline": {"step_time": summary, "batch_size": 32, "samples_per_second": 3200.0},
+         "speedup": 1.0, "scaling_efficiency": 0.5, "rank_files": None}
+    if scheme is not None:
+        d["scheme"] = scheme
+    return {"distributed": d, "verdicts": [], "error": None, "samples": {"steps": []}}
+
+
+@pytest.mark.parametrize("scheme,label", [
+    (None, "(weak scaling: batch per rank fixed)"),
+    ("data", "(weak scaling: batch per rank fixed)"),
+    ("pipeline", "(strong scaling: the pipeline ranks split one global batch)"),
+    ("spatial", "(strong scaling: the spatial ranks split one global batch)"),
+    ("tensor", "(strong scaling: the tensor ranks split one global batch)"),
+    ("hybrid", "(strong scaling: the hybrid ranks split one global batch)"),
+])
+def test_the_baseline_line_names_the_scaling_of_the_recorded_scheme(scheme, label):
+    from deep500lite.recipe.distributed import describe
+    from deep500lite.recipe.parallelism import describe_lines
+
+    results = _aggregated(scheme)
+    lines = [line for line in describe(results) if line.startswith("1-rank baseline:")]
+    assert len(lines) == 1 and lines[0].endswith(label), lines
+    assert ("weak" in lines[0]) != ("strong" in lines[0])
+    # the model-parallel lines no longer add a second, corrective scaling line
+    assert not any("scaling" in line for line in describe_lines(results, "results.json"))

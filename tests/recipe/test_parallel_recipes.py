@@ -118,18 +118,40 @@ def test_hybrid_recipe_two_groups_of_two_ranks_equals_single_process(tmp_path):
     assert all(res["distributed"]["time_split"]["halo"] > 0 for res in per_rank)
 
 
-def test_microbatches_key_equals_the_whole_batch_and_is_refused_with_a_distributed_optimizer():
+def test_microbatches_key_equals_the_whole_batch_and_is_refused_with_a_model_parallel_scheme():
     one = _single_process_losses("tensor", {"epochs": 1, "microbatches": 1})
     resolved = load_recipe(_recipe("tensor")).resolve({"epochs": 1, "microbatches": 4, "distributed": None,
                                                       "distributed_kwargs": {}, "communicator": None})
     run = train_recipe(resolved, 0, environment=False)
     assert run.results["components"]["optimizer"].endswith("MicrobatchOptimizer")
     np.testing.assert_allclose([s["loss"] for s in run.stats.steps], one, rtol=RTOL, atol=ATOL)
-    with pytest.raises(ValueError, match="'microbatches' > 1 works in single-process runs only for now"):
-        train_recipe(load_recipe(_recipe("tensor")).resolve({"microbatches": 2, "distributed": "data",
-                                                            "distributed_kwargs": {}}), 0, environment=False)
+    with pytest.raises(ValueError, match="'microbatches' applies to single-process and data-parallel runs; the "
+                                         "'tensor' scheme"):
+        check_distributed({"microbatches": 2, "distributed": "tensor", "distributed_kwargs": {}})
     with pytest.raises(ValueError, match="'microbatches' must be an integer >= 1"):
         load_recipe(_recipe("tensor")).resolve({"microbatches": 0})
+
+
+@pytest.mark.mpi
+@requires_mpi
+def test_microbatches_key_under_data_parallelism_equals_the_plain_job(tmp_path):
+    """run -n 2 with distributed=data: microbatches=4 accumulates, then one allreduce per step."""
+    jobs = {}
+    for n in (1, 4):
+        out = tmp_path / f"data{n}"
+        rc, text = _cli("run", _recipe("tensor"), "-n", "2", "--set", "distributed='data'", "--set",
+                        f"microbatches={n}", "--set", "epochs=1", "--out", str(out), "--progress", "none",
+                        "--no-baseline")
+        assert rc == 0, text
+        jobs[n] = [json.load(open(out / f"rank{r}" / "results.json")) for r in range(2)]
+    for r in range(2):
+        plain, micro = jobs[1][r], jobs[4][r]
+        np.testing.assert_allclose([s["loss"] for s in micro["samples"]["steps"]],
+                                   [s["loss"] for s in plain["samples"]["steps"]], rtol=1e-5, atol=1e-6)
+        sent = [s["bytes_sent"] for s in micro["samples"]["steps"]]
+        assert sent == [s["bytes_sent"] for s in plain["samples"]["steps"]] and min(sent) > 0
+        assert micro["summaries"]["final_test_accuracy"] == plain["summaries"]["final_test_accuracy"]
+        assert micro["components"]["global_batch_size"] == 64
 
 
 def test_bad_distributed_value_is_one_line_naming_the_schemes():
