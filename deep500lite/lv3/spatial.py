@@ -167,7 +167,11 @@ class SpatialParallelNetwork:
         return self.comm.size
 
     def set_parameters(self, values: dict) -> None:
-        """Replace parameter values (e.g. after an optimizer step); executors are rebuilt on next use."""
+        """Replace parameter values (e.g. after an optimizer step).
+
+        The model, every cached plan and every built executor get the new values in place (fed
+        through the executor's network), so a training step does not rebuild executors.
+        """
         from onnx import numpy_helper
 
         for init in self.model.graph.initializer:
@@ -175,8 +179,17 @@ class SpatialParallelNetwork:
                 init.CopyFrom(numpy_helper.from_array(np.asarray(values[init.name], dtype=np.float32)
                                                       if init.data_type == onnx.TensorProto.FLOAT
                                                       else np.asarray(values[init.name]), init.name))
-        self._plans.clear()
-        self._executors.clear()
+        for plan in self._plans.values():
+            for k, v in values.items():
+                if k in plan.params:
+                    plan.params[k] = np.asarray(v, plan.params[k].dtype).reshape(plan.params[k].shape)
+        for ex, _ in self._executors.values():
+            net = ex.network
+            held = set(net.initializers)
+            for k, v in values.items():
+                if k in held:
+                    current = net.fetch_tensor(k)
+                    net.feed_tensor(k, np.ascontiguousarray(np.asarray(v, current.dtype).reshape(current.shape)))
 
     def plan(self, input_shape) -> SpatialPlan:
         """The split for a full input of ``input_shape`` (cached per shape)."""

@@ -34,8 +34,9 @@ adds ``scheme``, the options, the summed ``time_split`` and, for a pipeline, ``b
 step time) beside ``bubble_model`` = (P-1)/(M+P-1); :func:`describe_lines` prints them after a job.
 
 The recipe key ``microbatches`` (:func:`microbatch_network`, :func:`microbatch_optimizer`, called by
-:mod:`deep500lite.recipe.components`) runs each step of a single-process run as ``n`` micro-batches
-with ``d5.transforms.microbatch``.
+:mod:`deep500lite.recipe.components`) runs each step of a single-process or data-parallel run as
+``n`` micro-batches with ``d5.transforms.microbatch`` (data parallel: the accumulated gradient is
+exchanged once per step).
 """
 
 from __future__ import annotations
@@ -106,7 +107,7 @@ def check_distributed(config: dict) -> None:
         raise UserError(f"'distributed_kwargs' of the '{value}' scheme take {format_choices(allowed) or 'nothing'}. "
                         f"Received: {format_choices(unknown)}")
     if config.get("microbatches") not in (None, 1):
-        raise UserError("'microbatches' applies to single-process runs (not yet to data parallelism); the "
+        raise UserError("'microbatches' applies to single-process and data-parallel runs; the "
                         f"'{value}' scheme steps the whole batch (a pipeline takes distributed_kwargs.micro_batches). "
                         f"Received: microbatches={config.get('microbatches')!r}")
 
@@ -154,19 +155,14 @@ def microbatch_network(network, config: dict):
 def microbatch_optimizer(optimizer, config: dict):
     """``d5.transforms.microbatch(optimizer, n)`` for a recipe's ``microbatches: n`` (n > 1), else ``optimizer``.
 
-    Raises:
-        UserError: ``microbatches`` > 1 with a data-parallel ``distributed`` optimizer (not supported yet:
-            its gradient exchange reads the executor's gradients of the last micro-batch, not the
-            accumulated ones).
+    With a data-parallel ``distributed`` optimizer (which then wraps the returned optimizer) this is
+    gradient accumulation under data parallelism: each rank sums its ``n`` micro-batches'
+    gradients, the distributed optimizer exchanges the sum once per step, then one update runs
+    (:meth:`~deep500lite.lv2.microbatch.MicrobatchOptimizer.exchange_step`).
     """
     n = config.get("microbatches")
     if n in (None, 1):
         return optimizer
-    if config.get("distributed") is not None:
-        raise UserError("'microbatches' > 1 works in single-process runs only for now: a distributed optimizer "
-                        "would exchange the last micro-batch's gradients instead of the accumulated ones. Set "
-                        f"microbatches=1 or distributed=None. Received: microbatches={n}, "
-                        f"distributed={config.get('distributed')!r}")
     from deep500lite.lv2.microbatch import microbatch
 
     return microbatch(optimizer, int(n))
@@ -311,6 +307,8 @@ class _Spatial:
         t = time.perf_counter()
         new = {p: self.rule(g, self.values[p], p) for p, g in res.gradients.items() if p in self.values}
         self.values.update(new)
+        # BatchNorm's running statistics (batch statistics in training) are kept for evaluation
+        self.values.update({k: np.asarray(v) for k, v in res.running_stats.items()})
         self.spn.set_parameters(new)
         update = time.perf_counter() - t
         times = {k: res.times[k] for k in ("compute", "halo", "allreduce", "gather", "idle")}
@@ -369,6 +367,8 @@ class _Hybrid(_Spatial):
             new[p] = self.rule(flat[off:off + n].reshape(self.values[p].shape), self.values[p], p)
             off += n
         self.values.update(new)
+        # BatchNorm's running statistics (batch statistics in training) are kept for evaluation
+        self.values.update({k: np.asarray(v) for k, v in res.running_stats.items()})
         self.spn.set_parameters(new)
         times = {k: res.times[k] for k in ("compute", "halo", "allreduce", "gather", "idle")}
         times["compute"] += time.perf_counter() - t
@@ -577,9 +577,6 @@ def describe_lines(results: dict, path: str) -> list[str]:
     files = d.get("rank_files") or []
     folder = os.path.dirname(os.fspath(path))
     lines = []
-    if d.get("speedup") is not None:
-        lines.append(f"({d['scheme']} parallelism: all ranks share one batch, so the speedup above is strong "
-                     "scaling against one process)")
     for r, name in enumerate(files):
         path = os.path.join(folder, name)
         if not os.path.exists(path):
