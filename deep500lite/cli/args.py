@@ -16,7 +16,7 @@ import math
 
 from deep500lite.utils import nonnegative_int, positive_int
 
-__all__ = ["positive_int", "nonnegative_int", "positive_seconds"]
+__all__ = ["positive_int", "nonnegative_int", "positive_seconds", "add_job_limit_options"]
 
 
 def positive_seconds(text: str) -> float:
@@ -38,3 +38,22 @@ def positive_seconds(text: str) -> float:
     if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0 (0.5, 2, 60). Received: {text!r}")
     return value
+
+
+def add_job_limit_options(parser, job_flag: str = "--timeout", when: str = "") -> None:
+    """Add the job timeout, start-up timeout and ``--oversubscribe`` options of a multi-rank command.
+
+    Args:
+        parser: the subcommand's parser (or argument group).
+        job_flag: the flag of the whole-job limit (``--job-timeout`` where ``--timeout`` means another limit).
+        when: a prefix for the help texts (``"with -n: "`` for options that only apply with ranks).
+    """
+    parser.add_argument(job_flag, type=positive_seconds, default=None, metavar="SECONDS",
+                        dest=job_flag.lstrip("-").replace("-", "_"),
+                        help=f"{when}kill the whole job after this many seconds (default: $DEEP500LITE_JOB_TIMEOUT, "
+                             "else 21600 = 6 hours)")
+    parser.add_argument("--startup-timeout", type=positive_seconds, default=None, metavar="SECONDS",
+                        help=f"{when}a rank not at MPI initialisation after this long is named and the job killed "
+                             "(default: $DEEP500LITE_STARTUP_TIMEOUT, else 120)")
+    parser.add_argument("--oversubscribe", action="store_true",
+                        help=f"{when}allow more than 4 ranks per usable core (at least 16 are always allowed)")

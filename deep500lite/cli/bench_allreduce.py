@@ -11,7 +11,7 @@ import math
 import os
 import sys
 
-from deep500lite.cli.args import positive_int, positive_seconds
+from deep500lite.cli.args import add_job_limit_options, positive_int, positive_seconds
 
 __all__ = ["add_subparser", "run", "load_calibration_file"]
 
@@ -38,14 +38,7 @@ def add_subparser(sub):
     p.add_argument("--timeout", type=positive_seconds, default=120.0, metavar="SECONDS",
                    help="a rank waiting longer than this in one communication ends the job with an error naming "
                         "it (default 120)")
-    p.add_argument("--job-timeout", type=positive_seconds, default=None, metavar="SECONDS",
-                   help="kill the whole job after this many seconds (default: $DEEP500LITE_JOB_TIMEOUT, else 21600 "
-                        "= 6 hours)")
-    p.add_argument("--startup-timeout", type=positive_seconds, default=None, metavar="SECONDS",
-                   help="a rank not at MPI initialisation after this long is named and the job killed (default: "
-                        "$DEEP500LITE_STARTUP_TIMEOUT, else 120)")
-    p.add_argument("--oversubscribe", action="store_true",
-                   help="allow more than 4 ranks per usable core (at least 16 are always allowed)")
+    add_job_limit_options(p, job_flag="--job-timeout")
     p.add_argument("--mpiexec", default=None, help="the MPI launcher (default: the one beside this Python, else PATH)")
     p.add_argument("--model", default=None, metavar="FILE",
                    help="use this calibration file (from --save-model) instead of calibrating first")

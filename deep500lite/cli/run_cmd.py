@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from deep500lite.cli.args import nonnegative_int, positive_int, positive_seconds
+from deep500lite.cli.args import add_job_limit_options, nonnegative_int, positive_int, positive_seconds
 
 __all__ = ["add_parser", "run", "default_out"]
 
@@ -50,14 +50,7 @@ def add_parser(subparsers):
                    help="with -n N > 1: skip the 1-rank baseline run (no speedup or scaling efficiency)")
     d.add_argument("--mpiexec", default=None, metavar="PATH",
                    help="with -n: the MPI launcher (default: the mpiexec beside this Python, else on PATH)")
-    d.add_argument("--timeout", type=positive_seconds, default=None, metavar="SECONDS",
-                   help="with -n: kill a job running longer than this (default: $DEEP500LITE_JOB_TIMEOUT, else 21600 "
-                        "= 6 hours)")
-    d.add_argument("--startup-timeout", type=positive_seconds, default=None, metavar="SECONDS",
-                   help="with -n: a rank not at MPI initialisation after this long is named and the job killed "
-                        "(default: $DEEP500LITE_STARTUP_TIMEOUT, else 120)")
-    d.add_argument("--oversubscribe", action="store_true",
-                   help="with -n: allow more than 4 ranks per usable core (at least 16 are always allowed)")
+    add_job_limit_options(d, when="with -n: ")
     d.add_argument("--comm-timeout", type=positive_seconds, default=None, metavar="SECONDS",
                    help="with -n: a communication waiting longer ends the job with an error naming the rank and "
                         "operation (default 300)")
