@@ -104,13 +104,37 @@ def _run_ranks(args, resolved, out: str, progress) -> int:
         if value is not None and not value > 0:
             raise UserError(f"{flag} must be a number of seconds > 0. Received: {flag} {value}")
     comm_timeout = DEFAULT_COMM_TIMEOUT if args.comm_timeout is None else args.comm_timeout
-    result = run_distributed(args.recipe, args.ranks, out, sets=args.sets, seed=args.seed,
-                             progress="lines" if progress == "auto" else progress, baseline=not args.no_baseline,
-                             mpiexec=args.mpiexec, timeout=args.timeout, comm_timeout=comm_timeout,
-                             startup_timeout=args.startup_timeout, oversubscribe=args.oversubscribe)
-    for line in result.lines():
-        print(line)
-    print(f"results: {result.results_path}")
+    import os
+
+    from deep500lite.errors import Deep500Error
+    from deep500lite.recipe.staging import staged_folder
+
+    # The job writes into a staging folder swapped in at the end (as a one-process run does), so an
+    # interrupted or failed job leaves the previous results whole. A job whose ranks finished but
+    # whose baseline failed has written its results: those are swapped in before the error is raised.
+    kept = None
+    with staged_folder(out) as work:
+        try:
+            result = run_distributed(args.recipe, args.ranks, work, sets=args.sets, seed=args.seed,
+                                     progress="lines" if progress == "auto" else progress,
+                                     baseline=not args.no_baseline, mpiexec=args.mpiexec, timeout=args.timeout,
+                                     comm_timeout=comm_timeout, startup_timeout=args.startup_timeout,
+                                     oversubscribe=args.oversubscribe)
+            lines = result.lines()  # reads the rank folders: before they move
+        except Deep500Error as exc:
+            if not os.path.isfile(os.path.join(work, "results.json")):
+                raise
+            kept = exc
+    if kept is not None:
+        message = str(kept).replace(work, os.path.abspath(out))
+        try:
+            renamed = type(kept)(message)
+        except Exception:  # noqa: BLE001 - an error class with another constructor is raised as it was
+            raise kept from None
+        raise renamed from None
+    for line in lines:
+        print(line.replace(work, os.path.abspath(out)))
+    print(f"results: {os.path.join(os.path.abspath(out), 'results.json')}")
     return 0 if result.passed else 1
 
 

@@ -37,7 +37,7 @@ __all__ = ["staged_folder", "recover", "restore_aside", "is_staging_name", "RUN_
 
 #: Names a run writes into its results folder; a folder holding only these is a run's folder.
 RUN_OUTPUTS = ("results.json", "epochs.csv", "steps.csv", "loss.png", "accuracy.png", "mllog.log", "second-run",
-               "stderr.log", "step_times.png")
+               "stderr.log", "step_times.png", "baseline")
 
 _STAGING = re.compile(r"^\.(?P<base>.+)\.d5-(?P<kind>partial|old)-(?P<pid>\d+)-(?P<token>[0-9a-f]+)$")
 _RENAME_EXCHANGE = 2

@@ -108,11 +108,18 @@ def test_launch_job_timeout_from_the_environment_kills_a_job_that_runs_on(stuck)
 
 def test_run_n_names_a_rank_stuck_at_interpreter_start(tmp_path):
     site = _sitecustomize(tmp_path, "1", "2")
+    out = tmp_path / "out"
+    # the previous run's set: the failed job must leave it whole (its outputs are staged)
+    (out / "rank0").mkdir(parents=True)
+    old = {"results.json": '{"old": true}', "rank0/results.json": '{"old rank": 0}', "epochs.csv": "epoch\n0\n"}
+    for name, text in old.items():
+        (out / name).write_text(text)
     line = cli_error_subprocess("run", "digits_mlp_distributed", "-n", "2", "--startup-timeout", "3", "--out",
-                                tmp_path / "out", cwd=tmp_path, timeout=90, env=_clean_env(PYTHONPATH=site),
+                                out, cwd=tmp_path, timeout=90, env=_clean_env(PYTHONPATH=site),
                                 needles=("2-rank job", "rank 1 of 2 did not start within 3 s"))
     assert line.startswith("deep500lite run: error:"), line
-    assert not (tmp_path / "out" / "results.json").exists()
+    assert {name: (out / name).read_text() for name in old} == old
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".out.")) == []  # no staging left
 
 
 def test_run_n_keeps_the_n_rank_results_when_the_baseline_fails(tmp_path):
@@ -123,6 +130,7 @@ def test_run_n_keeps_the_n_rank_results_when_the_baseline_fails(tmp_path):
                                 env=_clean_env(PYTHONPATH=site),
                                 needles=("results were kept", "1-rank baseline", "exit status 3"))
     assert_clean_message(line)
+    assert str(out / "results.json") in line and "d5-partial" not in line  # the final folder, not the staging one
     results = json.loads((out / "results.json").read_text())
     dist = results["distributed"]
     assert [row["rank"] for row in dist["per_rank"]] == [0, 1]
