@@ -13,6 +13,8 @@ Role modules (the same names in every framework package; see ``docs/architecture
 - ``optimizers.py``: the reference optimizers in numpy, which run on every executor.
 - ``bench.py``: this framework's benchmark runners.
 - ``transforms.py`` (reference only): data augmentation in numpy, for any framework's samplers.
+- ``perf.py`` (reference only): ``python -m deep500lite.frameworks.reference.perf``, the LeNet
+  training step against torch's and the gradient check's time (benchmarks, issue 17).
 
 The reference executor converts nothing, so it has no ``dtypes.py``, ``native.py`` or
 ``models.py``.

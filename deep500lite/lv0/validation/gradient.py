@@ -1,13 +1,16 @@
 """Level 0: :func:`test_op_gradient`, an operator's backward pass against vectorized finite differences.
 
-The numerical gradient is computed with central differences: a stacked batch per chunk of
+The numerical gradient is computed with central differences: along 16 random normal directions
+(projection) when an input has more than 1,024 elements, else a stacked batch per chunk of
 elements when the operator broadcasts over a leading axis, random-direction checks otherwise
-(with a per-element check for small inputs). See ``docs/validation.md`` for the method.
+(with a per-element check for small inputs). :func:`projection_miss_probability` gives the
+projection check's chance of missing a wrong gradient. See ``docs/validation.md`` for the method.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 
 import numpy as np
@@ -19,9 +22,13 @@ from deep500lite.lv0.validation.common import (F64, ForwardCounter, as_tuple, ch
 from deep500lite.lv0.validation.results import OpTestResult
 from deep500lite.metrics.accuracy import RelativeL2Error
 
-__all__ = ["test_op_gradient"]
+__all__ = ["test_op_gradient", "projection_miss_probability", "PROJECTION_DIRECTIONS", "PROJECTION_LIMIT"]
 
-_GRADIENT_METHODS = ("auto", "batched", "directional", "elementwise")
+_GRADIENT_METHODS = ("auto", "full", "projection", "batched", "directional", "elementwise")
+# Projection checking (the default above PROJECTION_LIMIT elements in one input): k standard-normal
+# directions. With k = 16 an error ||e|| >= 1.25 ||tol|| is missed with probability < 2e-4.
+PROJECTION_DIRECTIONS = 16
+PROJECTION_LIMIT = 1024
 # Bound on one output's rounding error, in units of its dtype's eps times |value|: allows for
 # operators that accumulate in their own precision (sums, convolutions).
 _ROUNDING_FACTOR = 8.0
@@ -395,10 +402,101 @@ def _directional(counter, xs, i, base, g64, base_outs, a, k, seed, rt, at):
             "failing_directions": int(sum(r > _DIRECTIONAL_RMS for r in ratios))}
 
 
+def _projection(counter, xs, i, base, g64, base_outs, a, k, seed, rt, at):
+    """``k`` seeded standard-normal directions for input ``i``; the input fails if any one fails.
+
+    Along a direction ``v`` the step is ``s = h * v`` (``h_j = base * max(1, |x_j|)``, taken both
+    ways), and the check is ``|<a, s> - (L(x + s) - L(x - s))| - rounding <= T`` with
+    ``T = ||2h * tol||_2`` (``tol_j = atol * scale + rtol * |a_j|``), which does not depend on
+    ``v``. An error ``e`` in the analytic gradient adds ``<e, 2h * v>``, a normal variable with
+    standard deviation ``||2h * e||``: it is missed in one direction with probability
+    ``erf(T / (||2h * e|| * sqrt(2)))``, in all ``k`` with that to the power ``k``
+    (see :func:`projection_miss_probability`). A failing direction is measured again at half the
+    step and accepted as :func:`_directional` does (a kink crossed by the step), then at a
+    quarter, an eighth and a sixteenth of the step (several kinks crossed).
+    """
+    x = xs[i]
+    rng = np.random.default_rng([seed, i, 17])
+    finite_a = np.isfinite(a)
+    scale = max(1.0, float(np.abs(a[finite_a]).max()) if finite_a.any() else 0.0)
+    tol_vec = at * scale + rt * np.abs(a)
+    h = base * np.maximum(1.0, np.abs(x.astype(np.float64).ravel()))
+    with np.errstate(over="ignore", invalid="ignore"):
+        limit = float(np.linalg.norm(2.0 * h * tol_vec))
+    ratios, worst = [], None
+    max_abs = max_rel = 0.0
+    half_step = one_sided = 0
+    for d in range(k):
+        v = rng.standard_normal(x.size)
+        c1 = _direction_check(counter, xs, i, base, g64, base_outs, a, v, tol_vec)
+        r, err = _ratio(c1["excess"], limit), c1["err"]
+        if r > 1.0 and np.isfinite(c1["central"]) and np.isfinite(c1["predicted"]):
+            c2 = _direction_check(counter, xs, i, base / 2.0, g64, base_outs, a, v, tol_vec)
+            r2 = _ratio(c2["excess"], limit / 2.0)
+            r_up, r_down = 4.0 * c2["up"] - c1["up"], 4.0 * c2["down"] - c1["down"]
+            half = c1["predicted"] / 2.0
+            err_one = max(0.0, min(r_up, r_down) - half, half - max(r_up, r_down))
+            noise_one = c1["rounding"] + 4.0 * c2["rounding"]
+            r_one = _ratio(max(0.0, err_one - noise_one), limit / 2.0)
+            kink = abs(r_up - r_down) > 2.0 * noise_one + limit / 2.0
+            if r2 <= 1.0:
+                half_step += 1
+                r, err = r2, c2["err"]
+            elif kink and r_one <= 1.0:
+                one_sided += 1
+                r, err = r_one, 2.0 * err_one
+            else:
+                if r2 < r:
+                    r, err = r2, c2["err"]
+                # Kinks crossed by the step vanish at smaller steps; a wrong gradient's error term
+                # shrinks with the step exactly as the tolerance does, so this costs no power.
+                for shrink in (4.0, 8.0, 16.0):
+                    c3 = _direction_check(counter, xs, i, base / shrink, g64, base_outs, a, v, tol_vec)
+                    r3 = _ratio(c3["excess"], limit / shrink)
+                    if r3 < r:
+                        r, err = r3, c3["err"] * shrink
+                    if r3 <= 1.0:
+                        half_step += 1
+                        break
+        ratios.append(r)
+        norm_s = float(np.linalg.norm(c1["s"])) or 1.0
+        norm_as = float(np.linalg.norm(a * c1["s"]))
+        max_abs = max(max_abs, err / norm_s)
+        if norm_as > 0:
+            max_rel = max(max_rel, err / norm_as)
+        if worst is None or r > worst[0]:
+            worst = (r, f"direction {d + 1} of {k}: <analytic gradient, step> = {c1['predicted']:.6g} vs finite "
+                        f"difference {c1['central']:.6g} (|error| {c1['err']:.3g} > allowed {limit:.3g} + "
+                        f"rounding bound {c1['rounding']:.3g})")
+    return {"max_ratio": float(max(ratios)), "passed": bool(max(ratios) <= 1.0), "worst": worst,
+            "max_abs_error": max_abs, "max_rel_error": max_rel, "half_step": half_step, "one_sided": one_sided,
+            "failing_directions": int(sum(r > 1.0 for r in ratios)), "allowed": limit}
+
+
+def projection_miss_probability(error_ratio: float, directions: int = PROJECTION_DIRECTIONS) -> float:
+    """Probability that the projection check misses a wrong gradient.
+
+    Args:
+        error_ratio: ``||2h * e|| / ||2h * tol||``: the size of the gradient error ``e`` against
+            the tolerance vector (with equal steps ``h``, ``||e|| / ||tol||``). One wrong element
+            ``i`` of ``n`` gives ``|e_i| / ||tol||``.
+        directions: number of random directions ``k``.
+
+    Returns:
+        ``erf(1 / (error_ratio * sqrt(2))) ** k``: the chance that every direction's error term,
+        a normal variable, stays within the tolerance (rounding and truncation of the finite
+        differences neglected; they only add to the error).
+    """
+    if error_ratio <= 0:
+        return 1.0
+    return float(math.erf(1.0 / (error_ratio * math.sqrt(2.0))) ** int(directions))
+
+
 def test_op_gradient(op, inputs, grad_inputs=None, eps: float | None = None, metrics=None,
                      rtol: float | None = None, atol: float | None = None, seed: int = 0, verbose: bool = True,
                      *, method: str = "auto", directions: int = 16, exact_limit: int = 256,
-                     memory_limit: int = 64 * 2 ** 20) -> OpTestResult:
+                     memory_limit: int = 64 * 2 ** 20, projections: int = PROJECTION_DIRECTIONS,
+                     projection_limit: int = PROJECTION_LIMIT) -> OpTestResult:
     """Compare ``op.backward`` with a numerical gradient computed by vectorized central differences.
 
     The scalar checked is ``L(x) = sum_k <grad_out_k, f_k(x)>``: ``op.backward(grad_out, x, f(x))``
@@ -415,7 +513,18 @@ def test_op_gradient(op, inputs, grad_inputs=None, eps: float | None = None, met
     - **directional** (fixed-shape operators): ``directions`` seeded Rademacher vectors ``v`` per
       input, each compared as ``L(x + h*v) - L(x - h*v)`` against ``<analytic gradient, 2*h*v>``
       (2 forward calls per direction whatever the input size); when the differentiable inputs
-      have at most ``exact_limit`` elements, an exact per-element loop runs as well and decides.
+      have at most ``exact_limit`` elements, an exact per-element loop runs as well and decides;
+    - **projection** (the default when an input has more than ``projection_limit`` = 1,024
+      elements): ``projections`` = 16 seeded standard-normal directions ``v`` per input; the
+      directional derivative ``<a, 2h*v>`` of the analytic gradient ``a`` is compared with the
+      central difference of ``L`` along ``h*v`` (2 forward calls per direction), and the input
+      fails when any direction's error, beyond the rounding bound, exceeds
+      ``||2h * tol||_2`` (``tol_j = atol * scale + rtol * |a_j|``). Detection power: an error
+      ``e`` in the analytic gradient is missed with probability
+      ``erf(||tol|| / (||e|| sqrt(2))) ** 16`` (equal steps; :func:`projection_miss_probability`),
+      below 2e-4 once ``||e|| >= 1.25 ||tol||``: one wrong element of 10^5 with float32 default
+      tolerances and O(1) gradients is caught when its error exceeds about 0.4 times the root
+      mean square gradient element.
 
     An element passes when ``|a - n| <= atol * max(1, max|n|) + rtol * |n| + rounding``, where
     ``rounding`` bounds the forward's rounding error. An element that fails is measured again at
@@ -437,14 +546,20 @@ def test_op_gradient(op, inputs, grad_inputs=None, eps: float | None = None, met
         atol: absolute tolerance, scaled by ``max(1, max|numerical gradient|)`` (default by dtype).
         seed: seed of the output gradients, the batch trial and the random directions.
         verbose: print :meth:`OpTestResult.summary`.
-        method: ``"auto"`` (batched when the trial allows it, else directional), ``"batched"``,
-            ``"directional"`` (without the exact loop) or ``"elementwise"`` (the plain per-element
-            loop, 2 forward calls per element).
+        method: ``"auto"`` (projection when an input has more than ``projection_limit``
+            elements; otherwise batched when the trial allows it, else directional),
+            ``"full"`` (the full per-element gradient: batched when the trial allows it, else
+            elementwise), ``"projection"``, ``"batched"``, ``"directional"`` (Rademacher
+            directions judged by their root mean square, without the exact loop) or
+            ``"elementwise"`` (the plain per-element loop, 2 forward calls per element).
         directions: random directions per input in the directional method.
         exact_limit: largest total number of differentiable elements for which the directional
             method adds the exact per-element loop.
         memory_limit: bytes one batched forward call may use for inputs and outputs (bounds the
             chunk size).
+        projections: random directions per input in the projection method.
+        projection_limit: in ``method="auto"``, inputs above this many elements select the
+            projection method.
 
     Returns:
         An :class:`OpTestResult`: ``passed``; per input ``max_abs_error`` and ``max_rel_error``
@@ -462,8 +577,10 @@ def test_op_gradient(op, inputs, grad_inputs=None, eps: float | None = None, met
     if method not in _GRADIENT_METHODS:
         raise UserError(f"test_op_gradient: method must be one of {format_choices(_GRADIENT_METHODS)}. "
                         f"Received: {method!r}")
-    if not isinstance(directions, (int, np.integer)) or directions < 1:
-        raise UserError(f"test_op_gradient: directions must be an integer >= 1. Received: {directions!r}")
+    for arg, value in (("directions", directions), ("projections", projections),
+                       ("projection_limit", projection_limit)):
+        if not isinstance(value, (int, np.integer)) or value < 1:
+            raise UserError(f"test_op_gradient: {arg} must be an integer >= 1. Received: {value!r}")
     if eps is not None and not (0 < float(eps) < 1):
         raise UserError(f"test_op_gradient: eps must be a relative step in (0, 1). Received: {eps!r}")
     xs = prepare_inputs(op, inputs, "test_op_gradient")
@@ -507,14 +624,18 @@ def test_op_gradient(op, inputs, grad_inputs=None, eps: float | None = None, met
     n_out_elems = sum(o.size for o in outs_c)
 
     chosen = method
-    if method in ("auto", "batched"):
+    if method == "auto" and max(xs[i].size for i in diff) > projection_limit:
+        chosen = "projection"
+        notes.append(f"an input has more than {projection_limit} elements: checked along {projections} random "
+                     "directions (method='full' gives the per-element gradient)")
+    elif method in ("auto", "batched", "full"):
         ok, why = _broadcasts(op, counter, xs_c, outs_c, np.random.default_rng([seed, 1]))
         notes.append(why)
         if method == "batched" and not ok:
             raise UserError(f"test_op_gradient: method='batched' needs an operator whose forward broadcasts over "
                             f"an extra leading axis; this one is {why}. Use method='auto' or 'directional'. "
                             "Received: method='batched'")
-        chosen = "batched" if ok else "directional"
+        chosen = "batched" if ok else ("elementwise" if method == "full" else "directional")
     total = sum(xs[i].size for i in diff)
     run_exact = chosen == "directional" and method == "auto" and total <= exact_limit
     method_name = "directional+elementwise" if run_exact else chosen
@@ -533,7 +654,21 @@ def test_op_gradient(op, inputs, grad_inputs=None, eps: float | None = None, met
         a = analytic[name].astype(np.float64).ravel()
         info = details.setdefault(name, {"passed": True})
         vals = values.setdefault(name, {})
-        if chosen == "directional":
+        if chosen == "projection":
+            res = _projection(counter, xs_c, i, base, g64, outs_c, a, int(projections), seed, rt, at)
+            info["directions"] = int(projections)
+            info["max_error_ratio"] = res["max_ratio"]
+            info["allowed"] = res["allowed"]
+            info["failing_directions"] = res["failing_directions"]
+            info["half_step_directions"] = res["half_step"]
+            info["one_sided_directions"] = res["one_sided"]
+            vals["max_abs_error"] = res["max_abs_error"]
+            vals["max_rel_error"] = res["max_rel_error"]
+            if not res["passed"]:
+                info["passed"] = False
+                problems.append((res["max_ratio"], f"input '{name}': {res['failing_directions']} of {projections} "
+                                 f"random directions out of tolerance; worst {res['worst'][1]}"))
+        elif chosen == "directional":
             res = _directional(counter, xs_c, i, base, g64, outs_c, a, int(directions), seed, rt, at)
             info["directions"] = int(directions)
             info["rms_error_ratio"] = res["rms"]
@@ -589,7 +724,8 @@ def test_op_gradient(op, inputs, grad_inputs=None, eps: float | None = None, met
                                  f"input '{name}' element {index_text(w, xs[i].shape)}: analytic {a[w]:.6g} vs "
                                  f"numerical {num_w:.6g} ({what}); {int(bad.sum())} of {bad.size} elements out "
                                  f"of tolerance"))
-    method_text = {"batched": "batched central differences", "directional": "random-direction central differences",
+    method_text = {"batched": "batched central differences",
+                   "projection": f"central differences along {projections} random normal directions", "directional": "random-direction central differences",
                    "directional+elementwise": "random-direction and per-element central differences",
                    "elementwise": "per-element central differences"}[method_name]
     if problems:

@@ -6,9 +6,10 @@ an implementation for, plus every operator whose ONNX schema defines a function 
 the body. The executor delegates them to ``onnx.reference.ReferenceEvaluator``, except those in
 ``FAST_OPS``, which it passes as ``new_ops`` so that deep500lite's numpy kernels replace
 ``onnx.reference`` implementations that are wrong or slow. Kernels are grouped by family with the
-module names the converting frameworks use: :mod:`.conv` (``ConvTranspose``), :mod:`.pool`
-(``MaxPool`` and ``AveragePool``: ``onnx.reference`` gets some ``ceil_mode`` shapes wrong) and
-:mod:`.shape` (``GatherElements``: ``onnx.reference`` fails past 32 indices).
+module names the converting frameworks use: :mod:`.conv` (``Conv`` and ``ConvTranspose``),
+:mod:`.gemm` (``Gemm``), :mod:`.pool` (``MaxPool`` and ``AveragePool``: ``onnx.reference`` gets
+some ``ceil_mode`` shapes wrong) and :mod:`.shape` (``GatherElements``: ``onnx.reference`` fails
+past 32 indices; ``ScatterElements``: a Python loop per update there).
 """
 
 from __future__ import annotations
@@ -16,11 +17,13 @@ from __future__ import annotations
 import onnx
 from onnx.reference.ops import _op_list
 
-from deep500lite.frameworks.reference.ops.conv import ConvTranspose
+from deep500lite.frameworks.reference.ops.conv import Conv, ConvTranspose
+from deep500lite.frameworks.reference.ops.gemm import Gemm
 from deep500lite.frameworks.reference.ops.pool import AveragePool, MaxPool
-from deep500lite.frameworks.reference.ops.shape import GatherElements
+from deep500lite.frameworks.reference.ops.shape import GatherElements, ScatterElements
 
-__all__ = ["SUPPORTED_OPS", "FAST_OPS", "ConvTranspose", "MaxPool", "AveragePool", "GatherElements"]
+__all__ = ["SUPPORTED_OPS", "FAST_OPS", "Conv", "ConvTranspose", "Gemm", "MaxPool", "AveragePool", "GatherElements",
+           "ScatterElements"]
 
 
 def _reference_ops() -> frozenset:
@@ -34,5 +37,5 @@ def _reference_ops() -> frozenset:
 
 SUPPORTED_OPS: frozenset = _reference_ops()
 
-FAST_OPS = [ConvTranspose, MaxPool, AveragePool, GatherElements]
+FAST_OPS = [Conv, ConvTranspose, Gemm, MaxPool, AveragePool, GatherElements, ScatterElements]
 """``OpRun`` classes that replace ``onnx.reference``'s own implementation of the same operator."""

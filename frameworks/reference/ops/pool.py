@@ -1,5 +1,8 @@
 """Pooling kernels of the reference executor: vectorized numpy ``MaxPool`` and ``AveragePool``.
 
+(``MaxPool`` windows that tile the input, kernel equal to stride without padding, are taken by a
+reshape instead of a stack of strided copies.)
+
 ``onnx.reference`` computes the wrong output shape for ``ceil_mode=1`` in some cases (for
 example a stride-1 ``MaxPool`` with padding gets one output too few), and loops in Python over
 every output position. These kernels follow the ONNX definition: with ``ceil_mode`` the output
@@ -98,24 +101,57 @@ class MaxPool(OpRun):
              storage_order=None, strides=None):
         kernel, strides, dilations, pads, auto_pad = _attributes(x, kernel_shape, strides, dilations, pads, auto_pad)
         out, begin, _ = pool_output_shape(x.shape[2:], kernel, strides, dilations, pads, bool(ceil_mode), auto_pad)
-        lowest = -np.inf if np.issubdtype(x.dtype, np.floating) else np.iinfo(x.dtype).min
-        windows = _windows(_pad_to(x, lowest, begin, out, strides, dilations, kernel), out, strides, dilations,
-                           kernel)
-        y = windows.max(axis=0)
-        if len(self.onnx_node.output) < 2 or not self.onnx_node.output[1]:
-            return (y,)
-        best = windows.argmax(axis=0)  # first maximum, as onnx.reference and ONNX Runtime
         n = len(out)
-        k_pos = np.unravel_index(best, kernel)
-        grid = np.meshgrid(*(np.arange(o) for o in out), indexing="ij")
-        coords = [grid[i] * strides[i] - begin[i] + k_pos[i] * dilations[i] for i in range(n)]
+        if (kernel == strides and not any(begin) and all(d == 1 for d in dilations)
+                and all(out[i] * kernel[i] <= x.shape[2 + i] for i in range(n))):
+            # Windows that tile the input: one reshape and copy, the taps first in row-major order as below.
+            tiles = x[(Ellipsis, *(slice(0, out[i] * kernel[i]) for i in range(n)))]
+            tiles = tiles.reshape(x.shape[:2] + tuple(v for i in range(n) for v in (out[i], kernel[i])))
+            tiles = tiles.transpose((*range(3, 3 + 2 * n, 2), 0, 1, *range(2, 2 + 2 * n, 2)))
+            windows, axis = tiles.reshape((-1,) + x.shape[:2] + tuple(out)), 0
+        else:
+            lowest = -np.inf if np.issubdtype(x.dtype, np.floating) else np.iinfo(x.dtype).min
+            windows, axis = _windows(_pad_to(x, lowest, begin, out, strides, dilations, kernel), out, strides,
+                                     dilations, kernel), 0
+        if len(self.onnx_node.output) < 2 or not self.onnx_node.output[1]:
+            return (windows.max(axis=axis),)
+        y, best = _max_and_first_argmax(windows)
         sizes = list(x.shape[2:])
-        if storage_order:  # column-major within each (n, c) image
-            coords, sizes = coords[::-1], sizes[::-1]
-        flat = np.ravel_multi_index(tuple(coords), sizes)
-        plane = int(np.prod(x.shape[2:]))
-        base = np.arange(x.shape[0] * x.shape[1]).reshape(x.shape[:2] + (1,) * n) * plane
-        return y, (base + flat).astype(np.int64)
+        # flat offset of each spatial axis within one (n, c) image; column-major with storage_order
+        order = range(n - 1, -1, -1) if not storage_order else range(n)
+        step, elem = 1, [0] * n
+        for i in order:
+            elem[i] = step
+            step *= sizes[i]
+        taps = np.zeros(int(np.prod(kernel)), dtype=np.int64)
+        for t, offset in enumerate(itertools.product(*(range(k) for k in kernel))):
+            taps[t] = sum(offset[i] * dilations[i] * elem[i] for i in range(n))
+        corner = np.zeros(tuple(out), dtype=np.int64)
+        for i in range(n):
+            start = (np.arange(out[i]) * strides[i] - begin[i]) * elem[i]
+            corner = corner + start.reshape((-1,) + (1,) * (n - 1 - i))
+        plane = int(np.prod(sizes))
+        base = np.arange(x.shape[0] * x.shape[1], dtype=np.int64).reshape(x.shape[:2] + (1,) * n) * plane
+        return y, taps[best] + corner + base
+
+
+def _max_and_first_argmax(windows):
+    """The maximum over the leading (taps) axis and the first tap that holds it (NaN first, as ``argmax``).
+
+    One elementwise pass per tap: ``argmax`` over a leading axis copies the array to make the axis
+    contiguous, which costs more than the pooling itself.
+    """
+    best = np.zeros(windows.shape[1:], dtype=np.intp)
+    y = windows[0].copy()
+    floating = windows.dtype.kind in "fc"
+    for t in range(1, windows.shape[0]):
+        w = windows[t]
+        better = w > y
+        if floating:
+            better |= np.isnan(w) & ~np.isnan(y)
+        best[better] = t
+        np.copyto(y, w, where=better)
+    return y, best
 
 
 class AveragePool(OpRun):
