@@ -214,6 +214,11 @@ class ThreeStepOptimizer(Optimizer, abc.ABC):
         """
 
     def step(self, inputs):
+        # an executor may run the whole step itself (ONNX Runtime: the update fused into its graph)
+        fused = getattr(self.executor, "fused_optimizer_step", None)
+        outputs = fused(self, inputs) if fused is not None else None
+        if outputs is not None:
+            return outputs
         self.new_input()
         pairs = self.network.gradient(self.loss)
         for pname, _ in pairs:

@@ -218,6 +218,18 @@ class OnnxRuntimeExecutor(HostGraphExecutor):
     def _parameters_changed(self):
         self._session = None
 
+    #: Whether the reference optimizers' steps run fused (training_session.py); False: the host path.
+    fused_training = True
+
+    def fused_optimizer_step(self, optimizer, feeds):
+        """One step of ``optimizer`` as one session run, or None when it must take the host path.
+
+        See :func:`deep500lite.frameworks.onnxruntime.training_session.fused_step`.
+        """
+        from deep500lite.frameworks.onnxruntime.training_session import fused_step
+
+        return fused_step(self, optimizer, feeds)
+
     def _network_changed(self):
         super()._network_changed()
         self._session = None
