@@ -20,7 +20,7 @@ See ``docs/validation.md`` for the method, the tolerances and measured timings.
 from deep500lite.lv0.validation.common import forward_tolerance, gradient_tolerance
 from deep500lite.lv0.validation.determinism import test_op_determinism
 from deep500lite.lv0.validation.forward import test_op_forward
-from deep500lite.lv0.validation.gradient import test_op_gradient
+from deep500lite.lv0.validation.gradient import projection_miss_probability, test_op_gradient
 from deep500lite.lv0.validation.results import DeterminismResult, OpTestResult
 
 __all__ = [
@@ -31,4 +31,5 @@ __all__ = [
     "test_op_determinism",
     "forward_tolerance",
     "gradient_tolerance",
+    "projection_miss_probability",
 ]
