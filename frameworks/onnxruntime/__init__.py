@@ -7,11 +7,15 @@ them; ``feed_tensor`` changes the executor's copy and the session is rebuilt bef
 run. Inputs and outputs are numpy arrays; ``InferenceSession.run`` returns once the outputs are
 on the host, so no separate synchronization is needed.
 
-Training: the backward graph is built by deep500lite's ONNX autodiff and runs in its own
-session; the optimizers (:mod:`.optimizers`: ``GradientDescent``, ``MomentumOptimizer``,
-``NesterovOptimizer``, ``AdaGradOptimizer``, ``RMSPropOptimizer``, ``AdamOptimizer``,
-``AcceleGradOptimizer``) are the reference ones, updating in numpy on the host, as the
-``onnxruntime`` inference package has no optimizer of its own.
+Training: the backward graph is built by deep500lite's ONNX autodiff. The optimizers
+(:mod:`.optimizers`: ``GradientDescent``, ``MomentumOptimizer``, ``NesterovOptimizer``,
+``AdaGradOptimizer``, ``RMSPropOptimizer``, ``AdamOptimizer``, ``AcceleGradOptimizer``) are the
+reference ones, as the ``onnxruntime`` inference package has no optimizer of its own; all but
+AcceleGrad run fused (:mod:`.training_session`): their update is written into the training graph,
+one session run per step computes loss, gradients, new parameters and optimizer state, and the
+state stays in ``OrtValue`` buffers swapped by two ``IOBinding``\ s, copied to the host only when
+read. A ``gradient_modifier``, a subclass or ``executor.fused_training = False`` takes the host
+path (gradients fetched, the update in numpy).
 
 Role modules (the same names in every framework package; see ``docs/architecture.md``):
 
