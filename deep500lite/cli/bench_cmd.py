@@ -27,6 +27,13 @@ def add_parser(subparsers):
     o.add_argument("--elements", type=positive_int, default=1 << 16, help="with --op: vector length (default 65536)")
     o.add_argument("--training", action="store_true",
                    help="time training steps (forward, backward, momentum update) instead of inference")
+    o.add_argument("--all", action="store_true", dest="all_targets",
+                   help="measure every speed target of issue 17 (inference overhead, training step ratios, "
+                        "gradient check) in one table; --models, --batch-size and --max-time apply "
+                        "(--models lenet --max-time 3 for a short run)")
+    o.add_argument("--threads", type=positive_int, default=None,
+                   help="with --all: intra-op threads of torch and TensorFlow in the rows that compare a "
+                        "framework with itself (1 steadies torch on a shared machine; default: the framework's)")
     o.add_argument("--models", default="lenet,resnet20", help="comma-separated: lenet, resnet20 (default both)")
     o.add_argument("--batch-size", type=positive_int, default=64, help="samples per call (default 64)")
     o.add_argument("--max-time", type=positive_seconds, default=20.0,
@@ -58,8 +65,13 @@ def run_overhead(args) -> int:
     from deep500lite.metrics.tables import format_ci, format_table
     from deep500lite.utils import atomic_write_text
 
+    if args.threads is not None and not args.all_targets:
+        raise UserError(f"--threads applies to bench overhead --all only; add --all or leave it out. "
+                        f"Received: --threads {args.threads}")
     if args.op:
         return _run_op_overhead(args)
+    if args.all_targets:
+        return _run_all_targets(args)
     if not args.framework:
         raise UserError("bench overhead needs --framework (torch, tensorflow, onnxruntime, jax; with --training also "
                         "reference), or --op. Received: neither")
@@ -96,6 +108,38 @@ def run_overhead(args) -> int:
     if args.json:
         payload = {"benchmark": "overhead", "environment": collect_environment(),
                    "results": [r.to_dict() for r in results]}
+        atomic_write_text(args.json, json.dumps(payload, indent=1))
+        print(f"results: {args.json}")
+    return 0
+
+
+def _run_all_targets(args) -> int:
+    from deep500lite.bench.targets import run_all_targets
+    from deep500lite.environment import collect_environment
+    from deep500lite.errors import UserError
+    from deep500lite.metrics.tables import format_table
+    from deep500lite.utils import atomic_write_text, check_allocation
+
+    if args.framework or args.training:
+        raise UserError("bench overhead --all measures every framework, inference and training; leave out "
+                        f"--framework and --training. Received: --framework={args.framework!r}, "
+                        f"--training={args.training}")
+    check_allocation(args.batch_size * 3 * 32 * 32 * 8 * 4, f"bench overhead --batch-size {args.batch_size}")
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    rows = run_all_targets(args.batch_size, args.max_time, models,
+                           progress=lambda msg: print(f"... {msg}", file=sys.stderr, flush=True),
+                           threads=args.threads)
+
+    def value(row, x):
+        return "-" if x is None else (f"{x:.3f}" if row.unit == "ratio" else f"{x * 1e3:.3g} ms")
+
+    table = [[f"#{r.to_dict()['item']}", r.what, value(r, r.median), f"[{value(r, r.ci_low)}, {value(r, r.ci_high)}]",
+              r.runs, ("<= " + value(r, r.limit)), r.verdict, r.note] for r in rows]
+    print(f"issue 17 targets, batch {args.batch_size}")
+    print(format_table(["item", "measured", "median", "95% CI", "runs", "target", "verdict", "detail"], table))
+    if args.json:
+        payload = {"benchmark": "overhead --all", "environment": collect_environment(),
+                   "batch_size": args.batch_size, "threads": args.threads, "results": [r.to_dict() for r in rows]}
         atomic_write_text(args.json, json.dumps(payload, indent=1))
         print(f"results: {args.json}")
     return 0

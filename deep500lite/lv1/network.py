@@ -133,6 +133,7 @@ class Network(Deep500NetworkNames):
         self._initializer_names = list(self._values)
         self._executor_ref = None
         self._input_cache = None  # (structure key, input descriptors): feeds are checked every call
+        self._accepted_feeds = None  # (structure key, signatures of feeds check_feeds accepted)
         self.version = 0
 
     # ----------------------------------------------------------------- structure
@@ -450,9 +451,31 @@ class Network(Deep500NetworkNames):
     def check_feeds(self, feeds) -> dict[str, np.ndarray]:
         """Check feeds against the declared inputs and return them as numpy arrays.
 
+        Feeds whose signature (names in declared order, then each array's shape and dtype) was
+        accepted before are passed on without checking again: executors call this on every run,
+        and a signature accepted once is accepted again until the network's structure changes.
+
+        Returns:
+            A new dict from each input name, in declared order, to its numpy array.
+
         Raises:
             FeedError: a feed is missing, unknown, or has the wrong dtype or shape.
         """
+        signature = _feed_signature(feeds)
+        accepted = self._accepted_feeds
+        if (signature is not None and accepted is not None and signature in accepted[1]
+                and accepted[0] == (self.version, len(self._initializer_names))):
+            return dict(feeds)
+        out = self._checked_feeds(feeds)
+        if signature is not None and list(out) == list(feeds):
+            key = (self.version, len(self._initializer_names))
+            if accepted is None or accepted[0] != key or len(accepted[1]) >= _MAX_FEED_SIGNATURES:
+                accepted = self._accepted_feeds = (key, set())
+            accepted[1].add(signature)
+        return out
+
+    def _checked_feeds(self, feeds) -> dict[str, np.ndarray]:
+        """:meth:`check_feeds` without the cache of accepted signatures."""
         if not isinstance(feeds, dict):
             raise FeedError(f"Feeds must be a dict of input name to array. Received: {type(feeds).__name__}")
         declared = self.input_descriptors()
@@ -531,6 +554,26 @@ class Network(Deep500NetworkNames):
     def __repr__(self) -> str:
         return (f"Network(source={self.source!r}, inputs={self.inputs}, outputs={self.outputs}, "
                 f"parameters={len(self.parameters)}, nodes={len(self.graph.node)})")
+
+
+# At most this many feed signatures (batch sizes, in practice) are remembered per network.
+_MAX_FEED_SIGNATURES = 64
+
+
+def _feed_signature(feeds) -> tuple | None:
+    """``(name, shape, dtype)`` of every feed in order, or None unless all are plain numpy arrays.
+
+    Only plain ``np.ndarray`` feeds in a plain dict get a signature: anything else (lists,
+    scalars, array subclasses) is converted or refused by the full check every time.
+    """
+    if type(feeds) is not dict:
+        return None
+    signature = []
+    for name, value in feeds.items():
+        if type(value) is not np.ndarray:
+            return None
+        signature.append((name, value.shape, value.dtype))
+    return tuple(signature)
 
 
 def _initializer_value(init: onnx.TensorProto, source: str | None) -> np.ndarray:

@@ -12,6 +12,7 @@ from deep500lite.lv1.execution_errors import execution_error, shape_of
 from deep500lite.lv1.executor import GraphExecutor
 from deep500lite.lv1.network import FLOAT_DTYPES
 from deep500lite.frameworks.tensorflow.layout import Value
+from deep500lite.frameworks.tensorflow import param_layout
 from deep500lite.frameworks.tensorflow.dtypes import check_types
 from deep500lite.frameworks.tensorflow.ops import SUPPORTED_OPS, TRAINING_STATE_OUTPUTS, build_node
 
@@ -64,7 +65,10 @@ class TensorFlowExecutor(GraphExecutor):
     family of input shapes (an input signature with ``None`` for dimensions the model leaves
     open). Floating-point initializers are ``tf.Variable`` objects on the executor's device, so
     ``feed_tensor`` assigns in place and TensorFlow's autodiff can reach them; other
-    initializers (shapes, indices) are embedded as graph constants.
+    initializers (shapes, indices) are embedded as graph constants. Convolution filters are
+    stored HWIO and the dense weights behind a Flatten of a channels-last tensor with their rows
+    permuted (:mod:`.param_layout`), so no step transposes them; ``fetch_tensor``,
+    ``feed_tensor`` and the gradients convert to and from the ONNX layout.
 
     Training (:meth:`inference_and_backprop`, and the native optimizers of
     :mod:`.optimizers`) runs a second conversion of the same graph in training mode:
@@ -104,10 +108,13 @@ class TensorFlowExecutor(GraphExecutor):
         self.compile_seconds = 0.0
         self.options = {"jit_compile": jit_compile}
         self._compiled_shapes: set = set()  # (function id, feed shapes and dtypes) already compiled
+        self._concrete: tuple = (None, {})  # (forward function, {feed signature: its concrete function})
         self._tfdev = tf_device_name(self.devname)
         self._variables: dict[str, tf.Variable] = {}
         self._constants: dict[str, np.ndarray] = {}
         self._grads: dict[str, tf.Tensor] = {}
+        self._layouts: dict = {}  # parameter -> its storage layout (see param_layout); ONNX layout if absent
+        self._grad_params: dict[str, str] = {}  # gradient name -> parameter name
         self.seed = seed
         with tf.device(self._tfdev):
             self._rng = tf.random.Generator.from_seed(seed)
@@ -129,7 +136,10 @@ class TensorFlowExecutor(GraphExecutor):
         network = self.network
         graph = network.graph
         opset = network.opset
+        self._ranks = ranks = _inferred_shapes(network)
+        flatten_nodes = self._choose_layouts(ranks)
         plan = [(build_node(node, opset), list(node.input), list(node.output)) for node in graph.node]
+        _flatten_channels_last(plan, flatten_nodes)
         self._plan = plan  # also run node by node, eagerly, to locate a failure (_run_error)
         gpu = self.devname.is_gpu
         self._train_plan = [
@@ -137,11 +147,11 @@ class TensorFlowExecutor(GraphExecutor):
              [(node.input[i], k) for i, k in TRAINING_STATE_OUTPUTS.get(node.op_type, ())
               if i < len(node.input) and node.input[i] in self._variables])
             for node in graph.node]
+        _flatten_channels_last(self._train_plan, flatten_nodes)
         self._train_fns: dict = {}
         self._grads = {}
         self._build_id += 1
         self._compiled_shapes = set()
-        self._ranks = ranks = _inferred_shapes(network)
         inputs = network.inputs
         outputs = network.outputs
         variables = self._variables
@@ -153,7 +163,7 @@ class TensorFlowExecutor(GraphExecutor):
 
         def forward(*feeds):
             with tf.device(tfdev):
-                env: dict[str, Value] = {name: Value(variables[name].read_value()) for name in used_vars}
+                env: dict[str, Value] = {name: self._param_value(name) for name in used_vars}
                 env.update((name, Value(tf.constant(constants[name]))) for name in used_consts)
                 env.update(zip(inputs, (Value(t) for t in feeds)))
                 for run, ins, outs in plan:
@@ -166,6 +176,52 @@ class TensorFlowExecutor(GraphExecutor):
         self._inputs = inputs
         self._outputs = outputs
         self._fn = self._function(forward)
+
+    def _choose_layouts(self, shapes) -> set:
+        """Store each parameter in the layout :func:`.param_layout.plan` picks (HWIO filters, permuted
+        dense weights after a Flatten), converting variables whose layout changes.
+
+        Returns:
+            The indices of the Flatten nodes that flatten channels-last.
+        """
+        network = self.network
+        plain = {n: self._plain_shape(n) for n in self._variables}
+        layouts, flatten_nodes = param_layout.plan(network.graph, plain, shapes, network.outputs)
+        with tf.device(self._tfdev):
+            for name, var in list(self._variables.items()):
+                old, new = self._layouts.get(name), layouts.get(name)
+                if old == new:
+                    continue
+                value = self._to_plain(name, var.numpy())
+                stored = value if new is None else new.to_stored(value)
+                if tuple(stored.shape) == tuple(var.shape):
+                    var.assign(stored)
+                else:
+                    self._variables[name] = tf.Variable(stored, name=_var_name(name), trainable=True)
+        self._layouts = layouts
+        return flatten_nodes
+
+    def _param_value(self, name) -> Value:
+        """While tracing: the graph value of parameter ``name`` (its ``plain`` is the ONNX layout)."""
+        layout = self._layouts.get(name)
+        tensor = self._variables[name].read_value()
+        return Value(tensor) if layout is None else layout.value(tensor)
+
+    def _to_plain(self, name, stored: np.ndarray) -> np.ndarray:
+        """The ONNX-layout value of parameter (or gradient of parameter) ``name`` stored as ``stored``."""
+        layout = self._layouts.get(name)
+        return stored if layout is None else layout.to_plain(stored)
+
+    def _to_stored(self, name, plain: np.ndarray) -> np.ndarray:
+        """The stored form of an ONNX-layout value of parameter ``name`` (or of its gradient)."""
+        layout = self._layouts.get(name)
+        return plain if layout is None else layout.to_stored(plain)
+
+    def _plain_shape(self, name) -> tuple:
+        """The ONNX shape of parameter ``name``."""
+        shape = tuple(self._variables[name].shape)
+        layout = self._layouts.get(name)
+        return shape if layout is None else layout.plain_shape(shape)
 
     def _function(self, fn):
         """``tf.function(fn)`` traced once per family of input shapes (fn takes the feeds in input order)."""
@@ -224,7 +280,7 @@ class TensorFlowExecutor(GraphExecutor):
         constants = self._constants
         used = {n for _, ins, _, _ in self._train_plan for n in ins} | set(self._outputs)
         with tf.device(self._tfdev):
-            env: dict[str, Value] = {n: Value(v.read_value()) for n, v in variables.items() if n in used}
+            env: dict[str, Value] = {n: self._param_value(n) for n in variables if n in used}
             env.update((n, Value(tf.constant(c))) for n, c in constants.items() if n in used)
             env.update(zip(self._inputs, (Value(t) for t in feeds)))
             updates = []
@@ -243,6 +299,7 @@ class TensorFlowExecutor(GraphExecutor):
     def _gradient_variables(self, y):
         """The ``(param, gradient name)`` pairs of ``network.gradient(y)`` and their variables."""
         pairs = [(p, g) for p, g in self.network.gradient(y) if p in self._variables]
+        self._grad_params.update((g, p) for p, g in pairs)
         return pairs, [self._variables[p] for p, _ in pairs]
 
     def _forward_and_gradients(self, feeds, y, variables):
@@ -293,13 +350,35 @@ class TensorFlowExecutor(GraphExecutor):
         Outputs are copied to numpy arrays, which waits for the computation to finish.
         """
         feeds = self.network.check_feeds(feeds)
+        args = [feeds[name] for name in self._inputs]
         try:
-            results = self._call(self._fn, [feeds[name] for name in self._inputs], training=False)
+            results = self._inference_call(args)
         except Exception as exc:  # noqa: BLE001 - reported as an ExecutionError naming the node
             error = self._run_error(exc, feeds, training=False)
         else:
             return {name: r.numpy() for name, r in zip(self._outputs, results)}
         raise error  # outside the except block: the error keeps no frame of the failed run alive
+
+    def _inference_call(self, args):
+        """The forward function on ``args``, through its concrete function once one is traced.
+
+        Calling a ``tf.function`` looks up its trace from the arguments on every call; the first
+        call per feed signature goes through :meth:`_call` (which traces and counts the compile
+        time), later ones call the concrete function of that signature directly. Under XLA every
+        call goes through :meth:`_call`.
+        """
+        fn = self._fn
+        cache = self._concrete
+        if cache[0] is not fn:
+            cache = self._concrete = (fn, {})
+        key = tuple([(a.shape, a.dtype) if type(a) is np.ndarray else None for a in args])
+        concrete = cache[1].get(key)
+        if concrete is not None:
+            return concrete(*args)
+        results = self._call(fn, args, training=False)
+        if not self._jit and None not in key:
+            cache[1][key] = fn.get_concrete_function(*args)
+        return results
 
     def _run_error(self, exc, feeds, training: bool):
         """The :class:`ExecutionError` for a failed run of the (training) function.
@@ -320,7 +399,7 @@ class TensorFlowExecutor(GraphExecutor):
         """``(node, input shapes)`` of the first node that raises when run eagerly, or ``(None, None)``."""
         plan = self._train_plan if training else self._plan
         with tf.device(self._tfdev):
-            env: dict[str, Value] = {n: Value(v.read_value()) for n, v in self._variables.items()}
+            env: dict[str, Value] = {n: self._param_value(n) for n in self._variables}
             env.update((n, Value(tf.constant(c))) for n, c in self._constants.items())
             env.update((n, Value(tf.convert_to_tensor(feeds[n]))) for n in self._inputs)
             for node, (run, ins, outs, *_) in zip(self.network.graph.node, plan):
@@ -385,9 +464,9 @@ class TensorFlowExecutor(GraphExecutor):
 
     def fetch_tensor(self, name):
         if name in self._variables:
-            return self._variables[name].numpy()
+            return self._to_plain(name, self._variables[name].numpy())
         if name in self._grads:
-            return self._grads[name].numpy()
+            return self._to_plain(self._grad_params.get(name), self._grads[name].numpy())
         if name not in self._constants:
             raise UserKeyError(f"The tensorflow executor holds no tensor '{name}'. Parameters: "
                                f"{sorted(self._variables)[:20]}; gradients ('<param>_grad') exist after "
@@ -407,8 +486,8 @@ class TensorFlowExecutor(GraphExecutor):
         if old is None:
             raise UserKeyError(f"feed_tensor: the tensorflow executor holds no tensor '{name}'. "
                                f"Parameters: {sorted(self._variables)[:20]}. Received: {name!r}")
-        _check_same(name, np.dtype(old.dtype.as_numpy_dtype), tuple(old.shape), value)
-        old.assign(value)
+        _check_same(name, np.dtype(old.dtype.as_numpy_dtype), self._plain_shape(name), value)
+        old.assign(self._to_stored(name, value))
 
     def device_peak_memory(self, reset: bool = False) -> int | None:
         """``tf.config.experimental.get_memory_info(...)["peak"]`` on the executor's GPU (None on the CPU).
@@ -442,6 +521,19 @@ def _check_scalar(y, loss):
     if not loss.dtype.is_floating:
         raise FeedError(f"inference_and_backprop: y='{y}' must be a floating-point tensor. "
                         f"Received: {loss.dtype.name}")
+
+
+def _flatten_channels_last(plan, indices):
+    """Replace the converters of the Flatten nodes ``indices`` of ``plan`` by one that flattens the
+    channels-last tensor (the dense weights that read it are stored to match, see :mod:`.param_layout`)."""
+    for i in indices:
+        entry = plan[i]
+
+        def run(values):
+            x = values[0].channels_last
+            return [Value(tf.reshape(x, [-1, int(np.prod(x.shape.as_list()[1:]))]))]
+
+        plan[i] = (run,) + tuple(entry[1:])
 
 
 def _check_same(name, dtype, shape, value):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-__all__ = ["Value", "channels_last", "inverse", "is_identity"]
+__all__ = ["Value", "channels_last", "channels_last_filter", "inverse", "is_identity"]
 
 
 def inverse(perm) -> tuple:
@@ -36,6 +36,15 @@ def channels_last(rank: int) -> tuple:
     For rank 4 this is ``(0, 3, 1, 2)``: an NHWC tensor seen as NCHW.
     """
     return (0, rank - 1) + tuple(range(1, rank - 1))
+
+
+def channels_last_filter(rank: int) -> tuple:
+    """The layout permutation of a convolution filter stored ``[k..., C_in, C_out]`` (HWIO for rank 4).
+
+    ``plain = transpose(stored, P)`` gives ONNX's ``[C_out, C_in, k...]``; for rank 4 ``P`` is
+    ``(3, 2, 0, 1)``. TensorFlow's convolutions take their filters in the stored layout.
+    """
+    return (rank - 1, rank - 2) + tuple(range(rank - 2))
 
 
 class Value:

@@ -10,7 +10,11 @@ learning rate is the Keras optimizer's ``learning_rate`` variable, so
 hyperparameter (``momentum``, ``beta1``...) sets the Keras optimizer's attribute, which Keras
 reads as a Python number while tracing, so the step function is traced once more.
 
-After a step, the gradients it used can be read with ``network.fetch_tensors(["<param>_grad"])``.
+After a step, the gradients it used can be read with ``network.fetch_tensors(["<param>_grad"])``
+(they stay on the device until then; set ``keep_gradients = False`` for a step that does not keep
+them at all, like a plain Keras step). Parameters and gradients cross the API in the ONNX layout,
+whatever layout the executor stores them in (:mod:`.param_layout`); the update rules below are
+elementwise, so they do not depend on it.
 
 Class names and constructor arguments are those of the numpy reference optimizers
 (:mod:`deep500lite.frameworks.reference.optimizers`). The update rules are Keras 3's, used as
@@ -113,9 +117,11 @@ class TensorFlowOptimizer(Optimizer):
             setattr(self, name, value if isinstance(value, bool) else _number(type(self).__name__, name, value))
         self._keras = None
         self._pairs = None
+        self._variables = []
         self._step_fn = None
         self._apply_fn = None
         self._built_for = None
+        self._keep_gradients = True
 
     # ------------------------------------------------------------------ subclass hook
     def make_keras_optimizer(self) -> keras.optimizers.Optimizer:
@@ -128,19 +134,23 @@ class TensorFlowOptimizer(Optimizer):
         if self._built_for == ex._build_id:
             return
         pairs, variables = ex._gradient_variables(self.loss)
-        if self._keras is None or [p for p, _ in pairs] != [p for p, _ in self._pairs]:
+        if (self._keras is None or [p for p, _ in pairs] != [p for p, _ in self._pairs]
+                or any(a is not b for a, b in zip(variables, self._variables))):
             # A new set of parameters (first step, or the network changed) needs new optimizer state.
             with tf.device(ex._tfdev):
                 self._keras = self.make_keras_optimizer()
                 self._keras.build(variables)
         self._pairs = pairs
+        self._variables = variables
         keras_opt, loss = self._keras, self.loss
+
+        keep = self._keep_gradients
 
         def step(*feeds):
             outs, value, grads = ex._forward_and_gradients(feeds, loss, variables)
             with tf.device(ex._tfdev):
                 keras_opt.apply_gradients(zip(grads, variables))
-            return outs, value, grads
+            return outs, value, grads if keep else []
 
         def apply(grads):
             with tf.device(ex._tfdev):
@@ -165,7 +175,7 @@ class TensorFlowOptimizer(Optimizer):
         self._prepare()
         outs, value, grads = self._step_fn(*[feeds[name] for name in ex._inputs])
         _check_scalar(self.loss, value)
-        ex._grads = {g: t for (_, g), t in zip(self._pairs, grads)}
+        ex._grads = {g: t for (_, g), t in zip(self._pairs, grads)}  # empty unless keep_gradients
         return {name: r.numpy() for name, r in zip(ex._outputs, outs)}
 
     def _modified_step(self, inputs):
@@ -177,7 +187,8 @@ class TensorFlowOptimizer(Optimizer):
         grads = []
         for i, (pname, _) in enumerate(self._pairs):
             param, grad = values[2 * i], values[2 * i + 1]
-            grads.append(np.asarray(self.gradient_modifier(pname, param, grad), dtype=param.dtype))
+            grad = np.asarray(self.gradient_modifier(pname, param, grad), dtype=param.dtype)
+            grads.append(ex._to_stored(pname, grad))  # the variables may be stored in another layout
         self._apply_fn(grads)
         return outputs
 
@@ -213,6 +224,24 @@ class TensorFlowOptimizer(Optimizer):
         else:
             setattr(self._keras, self.HYPERPARAMETERS[name], value)
             self._built_for = None  # Keras reads this one as a Python number while tracing
+
+    @property
+    def keep_gradients(self) -> bool:
+        """Whether a step keeps its gradients fetchable as ``"<param>_grad"`` (default True).
+
+        They stay on the device either way (copied to numpy only by ``fetch_tensors``); with
+        ``False`` the step function does not return them, as a plain Keras training step, and
+        fetching a gradient after a step raises ``UserKeyError``. Setting it traces the step again.
+        """
+        return self._keep_gradients
+
+    @keep_gradients.setter
+    def keep_gradients(self, value: bool):
+        if not isinstance(value, bool):
+            raise UserTypeError(f"{type(self).__name__}.keep_gradients must be True or False. Received: {value!r}")
+        if value != self._keep_gradients:
+            self._keep_gradients = value
+            self._built_for = None
 
     @property
     def keras_optimizer(self):

@@ -113,6 +113,7 @@ class TorchExecutor(GraphExecutor):
         self._device = torch_device(self.devname)
         self._tensors: dict[str, torch.Tensor] = {}
         self._line_nodes: dict[str, dict] = {}  # generated code name -> {line: node}
+        self._io_names: tuple = (None, [], [])  # (network structure key, inputs, outputs) for inference
         self._generator = torch.Generator(device=self._device)
         self._generator.manual_seed(seed)
         self._grads: dict[str, torch.Tensor] = {}    # gradient name -> parameter (holds .grad)
@@ -279,12 +280,16 @@ class TorchExecutor(GraphExecutor):
         Outputs are fresh numpy arrays: one that would share memory with a parameter, a constant
         or a feed is copied.
         """
-        feeds = self.network.check_feeds(feeds)
+        net = self.network
+        feeds = net.check_feeds(feeds)
+        names = self._io_names
+        if names[0] != (net.version, len(net.initializers)):
+            names = self._io_names = ((net.version, len(net.initializers)), net.inputs, net.outputs)
         device = self._device
         try:
-            args = [to_torch(feeds[name], device) for name in self.network.inputs]
+            args = [_input_tensor(feeds[name], device) for name in names[1]]
         except TypeError as exc:
-            raise _feed_error(feeds, self.network.inputs) from exc
+            raise _feed_error(feeds, names[1]) from exc
         before = _compile_clock() if self._compile else 0.0
         try:
             with torch.inference_mode():
@@ -296,8 +301,7 @@ class TorchExecutor(GraphExecutor):
         if self._compile:
             self.compile_seconds += _compile_clock() - before
         if error is None:
-            return {name: to_numpy(r, copy) for name, r, copy in
-                    zip(self.network.outputs, results, self._copy_out)}
+            return {name: _output_array(r, copy) for name, r, copy in zip(names[2], results, self._copy_out)}
         raise error  # outside the except block: the error keeps no frame of the failed run alive
 
     def _node_error(self, exc: Exception, where: str | None) -> Exception:
@@ -474,6 +478,32 @@ class TorchExecutor(GraphExecutor):
             torch.cuda.reset_peak_memory_stats(device.index)
             return None
         return int(torch.cuda.max_memory_allocated(device.index))
+
+
+# numpy dtypes torch.from_numpy takes as they are (the others go through to_torch's bit views or casts).
+_PLAIN_NUMPY = frozenset(np.dtype(t) for t in (np.float16, np.float32, np.float64, np.int8, np.int16, np.int32,
+                                                np.int64, np.uint8, np.bool_, np.complex64, np.complex128))
+_PLAIN_TORCH = frozenset((torch.float16, torch.float32, torch.float64, torch.int8, torch.int16, torch.int32,
+                          torch.int64, torch.uint8, torch.bool, torch.complex64, torch.complex128))
+
+
+def _input_tensor(value, device: torch.device) -> torch.Tensor:
+    """A feed as a torch tensor: ``to_torch``, with a shortcut for the common case.
+
+    A writeable C-contiguous array of a dtype torch shares on the CPU becomes a tensor over the
+    same memory with ``torch.from_numpy`` and none of ``to_torch``'s other checks.
+    """
+    if (type(value) is np.ndarray and device.type == "cpu" and value.dtype in _PLAIN_NUMPY
+            and value.flags.c_contiguous and value.flags.writeable):
+        return torch.from_numpy(value)
+    return to_torch(value, device)
+
+
+def _output_array(t: torch.Tensor, copy: bool) -> np.ndarray:
+    """An inference result as numpy: ``to_numpy``, shortcut for an uncopied contiguous CPU tensor."""
+    if not copy and t.dtype in _PLAIN_TORCH and t.device.type == "cpu" and not t.requires_grad and t.is_contiguous():
+        return t.numpy()
+    return to_numpy(t, copy)
 
 
 def _call_input_shapes(frame, line: str, node) -> list | None:

@@ -103,13 +103,16 @@ def build_node(node: onnx.NodeProto, opset: int, training: bool = False, rng=Non
             tensors, perm = _align(values)
             return [Value(fn(ctx, *tensors), perm)]
     elif kind == SPATIAL:
+        weight_layout = getattr(fn, "weight_layout", None)
+
         def run(values):
             x = values[0]
             rank = x.rank
             if rank is None:
                 ctx.fail("the input rank must be known while tracing", "an input of unknown rank")
             xs = x.channels_last
-            rest = [None if v is None else v.plain for v in values[1:]]
+            rest = [None if v is None else v.as_layout(weight_layout(v.rank)) if i == 0 and weight_layout
+                    else v.plain for i, v in enumerate(values[1:])]  # weight_layout: e.g. Conv's HWIO filter
             outs = as_list(fn(ctx, xs, *rest))
             perm = channels_last(rank) if rank >= 3 else None
             return [None if o is None else Value(o, perm if o.shape.rank == rank else None)

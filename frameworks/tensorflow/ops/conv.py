@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from deep500lite.frameworks.tensorflow.layout import channels_last
+from deep500lite.frameworks.tensorflow.layout import channels_last, channels_last_filter
 from deep500lite.frameworks.tensorflow.ops._common import (SPATIAL, _cdiv, _dims, _lowest, _max0, _rank, _static,
                                                            registrar)
 
@@ -51,6 +51,17 @@ def _pad_spatial(x, pads, value=0):
     return tf.pad(x, paddings, constant_values=tf.cast(value, x.dtype))
 
 
+def _is_same_upper(pads, sizes, kernel, strides, dilations):
+    """Whether static explicit ``pads`` are what ``auto_pad="SAME_UPPER"`` gives for static ``sizes``."""
+    if not all(isinstance(v, int) for v in list(sizes) + [v for p in pads for v in p]):
+        return False
+    for (begin, end), size, k, s, d in zip(pads, sizes, kernel, strides, dilations):
+        total = max((_cdiv(size, s) - 1) * s + (k - 1) * d + 1 - size, 0)
+        if (begin, end) != (total // 2, total - total // 2):
+            return False
+    return True
+
+
 def _all_zero(pads):
     return all(isinstance(v, int) and v == 0 for p in pads for v in p)
 
@@ -61,18 +72,17 @@ def _conv(ctx, x, w, b=None):
     n = rank - 2
     group = ctx.get("group", 1)
     strides, dilations = _spatial_attrs(ctx, n)
-    kernel = list(ctx.get("kernel_shape") or w.shape.as_list()[2:])
+    kernel = list(ctx.get("kernel_shape") or w.shape.as_list()[:-2])  # w arrives [k..., C_in / group, C_out]
     if any(k is None for k in kernel):
         ctx.fail("the kernel shape must be known", f"kernel_shape {kernel}")
-    w = tf.transpose(w, list(range(2, rank)) + [1, 0])  # [k..., C_in / group, C_out]
     sizes = _dims(x)[1:-1]
     pads, auto = _explicit_pads(ctx, sizes, kernel, strides, dilations)
     dilated_strided = any(d > 1 for d in dilations) and any(s > 1 for s in strides)
     run_strides = [1] * n if dilated_strided else strides
     if _all_zero(pads):
         padding = "VALID"
-    elif auto == "SAME_UPPER" and not dilated_strided:
-        padding = "SAME"
+    elif not dilated_strided and (auto == "SAME_UPPER" or _is_same_upper(pads, sizes, kernel, strides, dilations)):
+        padding = "SAME"  # also for explicit pads equal to SAME's: TF's CPU kernels are 2-3x faster with "SAME"
     elif n == 2 and all(isinstance(v, int) for p in pads for v in p):
         padding = [[0, 0], list(pads[0]), list(pads[1]), [0, 0]]
     else:
@@ -99,6 +109,9 @@ def _conv(ctx, x, w, b=None):
     if b is not None:
         y = y + b if group > 1 else tf.nn.bias_add(y, b)
     return y
+
+
+_conv.weight_layout = channels_last_filter  # build_node hands w over in this layout (HWIO for 2-D)
 
 
 def _grouped_conv2d(x, w, group, strides, padding, dilations):
