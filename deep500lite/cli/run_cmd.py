@@ -112,6 +112,12 @@ def _run_ranks(args, resolved, out: str, progress) -> int:
     # The job writes into a staging folder swapped in at the end (as a one-process run does), so an
     # interrupted or failed job leaves the previous results whole. A job whose ranks finished but
     # whose baseline failed has written its results: those are swapped in before the error is raised.
+    from deep500lite.lv3.launch import check_ranks, find_mpiexec, resolve_timeouts
+
+    # Arguments that refuse the job are checked before the results folder is touched.
+    check_ranks(args.ranks, "-n/--ranks", args.oversubscribe)
+    resolve_timeouts(args.timeout, args.startup_timeout)
+    find_mpiexec(args.mpiexec, "deep500lite run -n")
     kept = None
     with staged_folder(out) as work:
         try:
