@@ -96,6 +96,7 @@ class OverheadResult:
 
 INFERENCE_FRAMEWORKS = ("torch", "tensorflow", "onnxruntime", "jax")
 TRAINING_FRAMEWORKS = ("torch", "tensorflow", "onnxruntime", "reference", "jax")
+GPU_FRAMEWORKS = ("torch", "jax")
 
 LEARNING_RATE, MOMENTUM = 0.01, 0.9
 
@@ -140,7 +141,7 @@ def d5_training_step(framework, model, batch, rng, optimizer_class):
 
 
 def run_overhead(framework: str, models=MODELS, batch_size: int = 64, max_time: float = 20.0,
-                 seed: int = 0, progress=None, training: bool = False) -> list[OverheadResult]:
+                 seed: int = 0, progress=None, training: bool = False, device=None) -> list[OverheadResult]:
     """Measure deep500lite/native time ratios for ``framework`` on ``models`` (see the module doc).
 
     Args:
@@ -151,6 +152,9 @@ def run_overhead(framework: str, models=MODELS, batch_size: int = 64, max_time: 
         seed: seed of the inputs and weights.
         progress: optional ``callable(str)`` told what is being measured.
         training: time training steps instead of inference calls.
+        device: ``None``/``"cpu"`` or ``"gpu:N"``: both sides run there (torch and jax only). Inputs
+            start as numpy arrays and outputs end as numpy on both sides, so the copies to and
+            from a GPU are in both times.
     """
     from deep500lite.metrics.accuracy import MaxError
     from deep500lite.metrics.timing import time_function, time_paired
@@ -165,7 +169,15 @@ def run_overhead(framework: str, models=MODELS, batch_size: int = 64, max_time: 
     if unknown:
         raise UserError(f"Unknown model(s) {unknown} for bench overhead. Known: {format_choices(MODELS)}. "
                         f"Received: {format_choices(models)}")
+    from deep500lite.lv1.device import as_device
+
+    dev = as_device(device)
+    if dev.is_gpu and key not in GPU_FRAMEWORKS:
+        raise UserError(f"bench overhead runs on a GPU for {format_choices(GPU_FRAMEWORKS)} only. "
+                        f"Received: --framework {key} --device {dev}")
     bench = framework_module(key, "bench")
+    if hasattr(bench, "set_device"):
+        bench.set_device(dev)
     bench.set_seed(seed)
     pair = bench.training_pair if training else bench.inference_pair
     what = "training step" if training else "inference"

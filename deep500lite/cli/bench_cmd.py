@@ -38,6 +38,8 @@ def add_parser(subparsers):
     o.add_argument("--batch-size", type=positive_int, default=64, help="samples per call (default 64)")
     o.add_argument("--max-time", type=positive_seconds, default=20.0,
                    help="seconds of timed work per model (default 20)")
+    o.add_argument("--device", default="cpu",
+                   help="cpu or gpu:N: both sides run there (torch and jax; not with --all or --op; default cpu)")
     o.add_argument("--json", default=None, metavar="FILE", help="write results, raw samples and environment here")
     o.set_defaults(func=run_overhead)
     from deep500lite.cli import bench_allreduce, bench_dataset, bench_op, bench_zoo
@@ -68,6 +70,9 @@ def run_overhead(args) -> int:
     if args.threads is not None and not args.all_targets:
         raise UserError(f"--threads applies to bench overhead --all only; add --all or leave it out. "
                         f"Received: --threads {args.threads}")
+    if args.device != "cpu" and (args.op or args.all_targets):
+        raise UserError(f"--device applies to bench overhead --framework F [--training] only, not to "
+                        f"{'--op' if args.op else '--all'}. Received: --device {args.device}")
     if args.op:
         return _run_op_overhead(args)
     if args.all_targets:
@@ -84,7 +89,7 @@ def run_overhead(args) -> int:
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     results = run_overhead(args.framework, models, args.batch_size, args.max_time,
                            progress=lambda msg: print(f"... {msg}", file=sys.stderr, flush=True),
-                           training=args.training)
+                           training=args.training, device=_overhead_device(args.device))
     rows = []
     for r in results:
         err = "-" if r.max_abs_error is None else f"{r.max_abs_error:.2g}"
@@ -98,7 +103,7 @@ def run_overhead(args) -> int:
                      format_ci(a.median, a.ci_low, a.ci_high), f"{q.median:.3f} [{q.ci_low:.3f}, {q.ci_high:.3f}]",
                      q.n, err, r.verdict])
     what = "training step" if args.training else "inference"
-    print(f"{what} time, deep500lite vs native")
+    print(f"{what} time, deep500lite vs native, on {args.device}")
     print(format_table(["framework", "model", "batch", "native [95% CI]", "deep500lite [95% CI]",
                         "ratio [95% CI]", "runs", "max |err|", f"target <= {TARGET_RATIO}"], rows))
     compiled = [f"{r.model}: " + ", ".join(f"{k} {v:.3g} s" for k, v in r.compile_seconds.items())
@@ -106,7 +111,7 @@ def run_overhead(args) -> int:
     if compiled:
         print("compile time (not in the times above): " + "; ".join(compiled))
     if args.json:
-        payload = {"benchmark": "overhead", "environment": collect_environment(),
+        payload = {"benchmark": "overhead", "device": args.device, "environment": collect_environment(),
                    "results": [r.to_dict() for r in results]}
         atomic_write_text(args.json, json.dumps(payload, indent=1))
         print(f"results: {args.json}")
@@ -143,6 +148,18 @@ def _run_all_targets(args) -> int:
         atomic_write_text(args.json, json.dumps(payload, indent=1))
         print(f"results: {args.json}")
     return 0
+
+
+def _overhead_device(text: str):
+    from deep500lite.errors import UserError
+    from deep500lite.lv1.device import as_device
+
+    from deep500lite.errors import DeviceError
+
+    try:
+        return as_device(text)
+    except DeviceError:
+        raise UserError(f"--device must be cpu, gpu or gpu:N (N a GPU index). Received: {text!r}") from None
 
 
 def _run_op_overhead(args) -> int:

@@ -19,6 +19,8 @@ before it returns, and the native side's first-call time is attached to its call
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import os
 import time
 
@@ -33,9 +35,10 @@ from deep500lite.frameworks.jax import models
 from deep500lite.lv1.network import load_model
 from deep500lite.registry import executor
 
-__all__ = ["op_runner", "op_threads", "set_seed", "inference_pair", "training_pair", "custom_op_pair"]
+__all__ = ["op_runner", "op_threads", "set_seed", "set_device", "inference_pair", "training_pair", "custom_op_pair"]
 
 _seed = 0
+_device = None  # the deep500lite Device of bench overhead (None: the CPU)
 
 
 def _jax_device(device):
@@ -104,9 +107,22 @@ def set_seed(seed: int) -> None:
     _seed = int(seed)
 
 
+def set_device(device) -> None:
+    """The device ``bench overhead`` runs both sides on (a deep500lite ``Device``); a GPU must be visible to JAX."""
+    global _device
+    _jax_device(device)
+    _device = device
+
+
 def _model(name):
+    """The plain-JAX model with its arrays committed to the benchmark's device (``jax.jit`` runs where they are)."""
     build = models.lenet if name == "lenet" else models.resnet20
-    return build(input_shape=MODEL_SHAPES[name], seed=_seed)
+    jm = build(input_shape=MODEL_SHAPES[name], seed=_seed)
+    if _device is None:
+        return jm
+    dev = _jax_device(_device)
+    put = functools.partial(jax.tree_util.tree_map, lambda a: jax.device_put(a, dev))
+    return dataclasses.replace(jm, params=put(jm.params), state=put(jm.state))
 
 
 def _compiled(native, runs: int = 3):
@@ -140,11 +156,14 @@ def inference_pair(model, batch, rng):
     """
     jm = _model(model)
     x = rng.standard_normal((batch, *MODEL_SHAPES[model])).astype(np.float32)
-    ex = executor(load_model(models.export_onnx(jm)), "jax")
+    ex = executor(load_model(models.export_onnx(jm)), "jax", device=_device)
     infer = models.inference_function(jm)
 
-    def native():
-        return np.asarray(infer(x))
+    precision = ex.options["matmul_precision"]
+
+    def native():  # traced at the executor's matmul precision (on a GPU: no TF32 unless it allows it)
+        with jax.default_matmul_precision(precision):
+            return np.asarray(infer(x))
 
     def d5():
         return ex.inference({"input": x})["output"]
@@ -174,14 +193,17 @@ def training_pair(model, batch, rng):
     x = rng.standard_normal((batch, *MODEL_SHAPES[model])).astype(np.float32)
     y = random_labels(rng, batch)
     net = with_loss(load_model(models.export_onnx(jm)))
-    ex = executor(net, "jax")
+    ex = executor(net, "jax", device=_device)
     optimizer = MomentumOptimizer(ex, learning_rate=LEARNING_RATE, momentum=MOMENTUM)
     step, carry = models.training_step(jm, LEARNING_RATE, MOMENTUM)
     feeds = {"input": x, "label": y}
 
+    precision = ex.options["matmul_precision"]
+
     def native():
         nonlocal carry
-        carry, loss = step(carry, x, y)
+        with jax.default_matmul_precision(precision):
+            carry, loss = step(carry, x, y)
         return np.asarray(loss)
 
     def d5():

@@ -32,7 +32,7 @@ from deep500lite.frameworks.torch.optimizers import MomentumOptimizer
 from deep500lite.lv1.network import load_model
 from deep500lite.registry import executor
 
-__all__ = ["op_runner", "op_threads", "set_seed", "inference_pair", "training_pair", "custom_op_pair",
+__all__ = ["op_runner", "op_threads", "set_seed", "set_device", "inference_pair", "training_pair", "custom_op_pair",
            "peak_cpu_kernels", "peak_gpu_kernels", "gpu_info", "require_gpu"]
 
 
@@ -82,9 +82,28 @@ def op_threads(threads: int, device):
 # --------------------------------------------------------------------------------------------- bench overhead
 
 
+_device = None  # the deep500lite Device of bench overhead (None: the CPU)
+
+
 def set_seed(seed: int) -> None:
     """Seed torch's global generator (the modules' initial weights)."""
     torch.manual_seed(seed)
+
+
+def set_device(device) -> None:
+    """The device ``bench overhead`` runs both sides on (a deep500lite ``Device``); a GPU must be visible."""
+    global _device
+    if device.is_gpu:
+        require_gpu(device.index)
+    _device = device
+
+
+def _torch_device():
+    return torch.device("cuda", _device.index) if _device is not None and _device.is_gpu else torch.device("cpu")
+
+
+def _host(t):
+    return t.detach().cpu().numpy()
 
 
 def inference_pair(model, batch, rng):
@@ -100,11 +119,13 @@ def inference_pair(model, batch, rng):
     """
     module = (models.LeNet() if model == "lenet" else models.ResNet20()).eval()
     x = rng.standard_normal((batch, *MODEL_SHAPES[model])).astype(np.float32)
-    ex = executor(load_model(models.export_onnx(module, torch.from_numpy(x))), "torch")
+    ex = executor(load_model(models.export_onnx(module, torch.from_numpy(x))), "torch", device=_device)
+    dev = _torch_device()
+    module.to(dev)
 
-    def native():
+    def native():  # numpy in, numpy out, as the executor's call: the copies to and from a GPU are on both sides
         with torch.inference_mode():
-            return module(torch.from_numpy(x)).numpy()
+            return _host(module(torch.from_numpy(x).to(dev)))
 
     return (lambda: ex.inference({"input": x})["output"]), native, ex
 
@@ -125,17 +146,19 @@ def training_pair(model, batch, rng):
     x = rng.standard_normal((batch, *MODEL_SHAPES[model])).astype(np.float32)
     y = random_labels(rng, batch)
     net = with_loss(load_model(models.export_onnx(module, torch.from_numpy(x), training=True)))
-    ex = executor(net, "torch")
+    ex = executor(net, "torch", device=_device)
+    dev = _torch_device()
+    module.to(dev)
     optimizer = MomentumOptimizer(ex, learning_rate=LEARNING_RATE, momentum=MOMENTUM)
     native_opt = torch.optim.SGD(module.parameters(), lr=LEARNING_RATE, momentum=MOMENTUM)
     module.train()
 
     def native():
         native_opt.zero_grad(set_to_none=True)
-        loss = torch.nn.functional.cross_entropy(module(torch.from_numpy(x)), torch.from_numpy(y))
+        loss = torch.nn.functional.cross_entropy(module(torch.from_numpy(x).to(dev)), torch.from_numpy(y).to(dev))
         loss.backward()
         native_opt.step()
-        return loss.detach().numpy()
+        return _host(loss)
 
     return (lambda: optimizer.step({"input": x, "label": y})["loss"]), native, ex
 

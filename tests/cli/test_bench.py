@@ -128,3 +128,24 @@ def test_bench_modules_import_no_framework():
             "'onnxruntime', 'tf2onnx') or m.startswith('deep500lite.frameworks.')))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def _torch_cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _torch_cuda(), reason="needs torch with CUDA and a GPU")
+def test_bench_overhead_torch_on_gpu(tmp_path):
+    out = tmp_path / "gpu.json"
+    for extra in ([], ["--training"]):
+        proc = run_cli("bench", "overhead", "--framework", "torch", "--device", "gpu:0", "--models", "lenet",
+                       "--max-time", "0.5", "--json", out, *extra)
+        assert proc.returncode == 0, proc.stderr
+        assert "deep500lite vs native, on gpu:0" in proc.stdout
+        data = json.loads(out.read_text())
+        assert data["device"] == "gpu:0" and data["results"][0]["max_abs_error"] < 1e-3
