@@ -67,13 +67,14 @@ from deep500lite.lv0.operator import CustomPythonOp, Operator
 from deep500lite.lv0.tensordesc import tensordesc
 
 __all__ = [
-    "SUITES", "DEFAULT_SUITES", "SIZES", "OP_FRAMEWORKS", "CUSTOM_FRAMEWORK", "GemmCase", "ConvCase", "CustomCase",
-    "custom_case", "SaxpyOp", "gemm_cases", "conv_cases", "custom_example_cases", "load_custom_cases",
-    "OpRunner", "OpResult", "OpBenchmark", "run_op_benchmark", "parse_suites", "parse_frameworks", "check_size",
+    "SUITES", "SKINNY_BATCHES", "DEFAULT_SUITES", "SIZES", "OP_FRAMEWORKS", "CUSTOM_FRAMEWORK", "GemmCase",
+    "ConvCase", "CustomCase", "custom_case", "SaxpyOp", "gemm_cases", "conv_cases", "skinny_cases",
+    "custom_example_cases", "load_custom_cases", "OpRunner", "OpResult", "OpBenchmark", "run_op_benchmark",
+    "parse_suites", "parse_frameworks", "check_size",
     "TABLE_HEADERS", "plot_results",
 ]
 
-SUITES = ("gemm", "conv", "custom")
+SUITES = ("gemm", "conv", "skinny", "custom")
 DEFAULT_SUITES = ("gemm", "conv")
 SIZES = ("small", "default", "large")
 OP_FRAMEWORKS = ("torch", "tensorflow", "onnxruntime", "reference", "jax")
@@ -385,6 +386,47 @@ def gemm_cases(size: str = "default") -> list[GemmCase]:
     cases += [GemmCase(f"alexnet-fc7-b{b}", 4096, b, 4096,
                        f"AlexNet fc7 (4096->4096; DeepBench has (4096, N, 4096) too), {_SKINNY_ORIGIN}")
               for b in batches]
+    return cases
+
+
+#: Per-node batches of the ``skinny`` suite.
+SKINNY_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+# The default preset: a few layers of each network, cases over 4 GFLOP left out (about a minute per framework
+# here); ``large`` takes every convolution and fully connected layer at every batch.
+_SKINNY_DEFAULT = {"alexnet": ("conv5", "fc6", "fc7"), "googlenet": ("5b.3x3", "fc")}
+_SKINNY_SMALL = {"alexnet": ("fc8",), "googlenet": ("fc",)}
+_SKINNY_MAX_FLOP = 4e9
+
+
+def skinny_cases(size: str = "default") -> list[GemmCase]:
+    """The ``skinny`` suite: GEMMs of AlexNet's and GoogLeNet's layers at per-node batches 1 to 256.
+
+    Shapes come from :data:`deep500lite.bench.scaling_networks.MODELS` (the layers of Table III
+    of the seed paper's networks): a convolution as its im2col GEMM, ``M`` = filters, ``N`` = b x
+    output pixels, ``K`` = input channels x kernel height x width (per group); a fully connected
+    layer ``M`` = outputs, ``N`` = b, ``K`` = inputs. Names are ``skinny-<model>-<layer>-b<b>``;
+    the same shape appears once. ``small``: two fully connected layers at b = 1, 4, 16 (tests).
+    """
+    from deep500lite.bench.scaling_networks import model_description
+
+    check_size(size)
+    chosen = _SKINNY_SMALL if size == "small" else _SKINNY_DEFAULT if size == "default" else None
+    batches = (1, 4, 16) if size == "small" else SKINNY_BATCHES
+    cases, seen = [], set()
+    for model in ("alexnet", "googlenet"):
+        for layer in model_description(model).layers:
+            if layer.kind not in ("conv", "fc") or layer.aux or (chosen and layer.name not in chosen[model]):
+                continue
+            m, k = layer.out_elems // layer.gemm_m, layer.macs // layer.out_elems
+            for b in batches:
+                n = layer.gemm_m * b
+                if (m, n, k) in seen or (size == "default" and 2.0 * m * n * k > _SKINNY_MAX_FLOP):
+                    continue
+                seen.add((m, n, k))
+                what = (f"im2col GEMM: M = {m} filters, N = b x {layer.gemm_m} output pixels, K = {k}"
+                        if layer.kind == "conv" else f"M = {m} outputs, N = b, K = {k} inputs")
+                cases.append(GemmCase(f"skinny-{model}-{layer.name}-b{b}", m, n, k,
+                                      f"{model} {layer.name} ({what}) at per-node batch {b}"))
     return cases
 
 
@@ -705,6 +747,8 @@ def run_op_benchmark(suites=DEFAULT_SUITES, frameworks=OP_FRAMEWORKS, size: str 
         cases += gemm_cases(size)
     if "conv" in suites:
         cases += conv_cases(size)
+    if "skinny" in suites:
+        cases += skinny_cases(size)
     if "custom" in suites:
         cases += list(custom_cases) if custom_cases is not None else custom_example_cases(size)
 

@@ -11,7 +11,9 @@ modelled as (docs/scaling.md derives each part)::
   ``launch`` is a fixed cost per layer and pass; the backward pass of a layer with weights does
   twice the forward FLOP (gradients of the input and of the weights). ``update`` (the optimizer,
   20 bytes per parameter: read weight, gradient, momentum; write weight, momentum) does not shrink
-  with ``b``: with the launches it is the Amdahl part that does not scale.
+  with ``b``: with the launches it is the Amdahl part that does not scale. Or, layer by layer,
+  times measured through an executor (:class:`MeasuredCompute`, from ``model layers``),
+  interpolated in the batch (:func:`interpolate_time`), with the executor's per-call cost.
 - **communication** (:func:`allreduce_timeline`): the gradients, ready layer by layer in reverse
   order during the backward pass, are fused into buckets of ``fusion_bytes`` (tensor fusion); each
   bucket is allreduced as soon as it is full and the previous one is done (overlap with the
@@ -37,8 +39,8 @@ from deep500lite.errors import UserError, format_choices
 from deep500lite.lv3.allreduce import P2P_ALGORITHMS, AlphaBeta, allreduce_cost, choose_algorithm
 
 __all__ = ["IOModel", "ScalingSetup", "StepPrediction", "ScalingResult", "IO_PATTERNS", "MODES", "layer_time",
-           "compute_times", "allreduce_timeline", "predict_step", "scaling_sweep", "parse_nodes",
-           "allreduce_table"]
+           "MeasuredCompute", "interpolate_time", "compute_times", "allreduce_timeline", "predict_step",
+           "scaling_sweep", "parse_nodes", "allreduce_table"]
 
 MODES = ("strong", "weak")
 IO_PATTERNS = {"packed": 0.0, "small-files": 1e-3}
@@ -128,6 +130,8 @@ class ScalingSetup:
         host_cores: None, or the cores of the one host every rank runs on (predicting ``run -n P``
             on one machine): with more ranks than cores they time-share them, and each rank's
             compute takes ``accelerators / host_cores`` times as long.
+        measured: None, or a :class:`MeasuredCompute`: layers it holds take their measured
+            forward and backward times instead of the roofline's (``model scaling --compute-from``).
     """
 
     model: ModelDescription
@@ -142,6 +146,7 @@ class ScalingSetup:
     compute_scale: float = 1.0
     allreduce_model: object = None
     host_cores: int | None = None
+    measured: MeasuredCompute | None = None
 
     def __post_init__(self):
         if self.algorithm != "auto" and self.algorithm not in P2P_ALGORITHMS:
@@ -167,13 +172,122 @@ def layer_time(layer, batch: float, acc: Accelerator, backward: bool = False) ->
     return max(compute, moved / acc.bandwidth) + acc.launch
 
 
-def compute_times(model: ModelDescription, batch: float, acc: Accelerator, scale: float = 1.0):
+def interpolate_time(batches, times, batch: float, shape) -> float:
+    """A layer's time at ``batch`` from its times measured at ``batches``.
+
+    Between two measured batches: linear in log(batch)-log(time) (linear in batch where one of the
+    two times is 0). Outside them: the nearest measured time scaled by ``shape(batch) /
+    shape(nearest)`` (the roofline's dependence on the batch); likewise with one measured batch.
+
+    Args:
+        batches: increasing measured batches.
+        times: the measured seconds (None: not measured at that batch, left out).
+        batch: the batch wanted.
+        shape: ``shape(b)``, the model's seconds at ``b`` (the roofline), used outside the range.
+    """
+    pts = [(float(b), float(t)) for b, t in zip(batches, times) if t is not None]
+    if not pts:
+        raise UserError(f"A layer needs at least one measured time to interpolate. Received: times={list(times)}")
+    lo, hi = pts[0], pts[-1]
+    if batch <= lo[0] or batch >= hi[0]:
+        b0, t0 = lo if batch <= lo[0] else hi
+        ref = shape(b0)
+        return t0 * shape(batch) / ref if ref > 0 else t0
+    for (b0, t0), (b1, t1) in zip(pts, pts[1:]):
+        if b0 <= batch <= b1:
+            if t0 > 0 and t1 > 0:
+                w = math.log(batch / b0) / math.log(b1 / b0)
+                return math.exp(math.log(t0) + w * math.log(t1 / t0))
+            return t0 + (t1 - t0) * (batch - b0) / (b1 - b0)
+    raise AssertionError("unreachable: batch lies between two measured batches")
+
+
+@dataclasses.dataclass(frozen=True)
+class MeasuredCompute:
+    """Per-layer forward and backward seconds measured through an executor (``model layers --json``).
+
+    Attributes:
+        batches: the measured per-node batches, increasing.
+        layers: layer name -> ``(forward seconds per batch, backward seconds per batch)``.
+        overhead_forward, overhead_backward: the executor's per-call cost of each pass: a part of
+            the step that does not shrink with the batch (Amdahl's serial part).
+        framework, device: where they were measured.
+        source: the file they come from.
+        update: None, or the optimizer update's seconds per batch measured on the whole network
+            (its ``optimizer.step`` minus ``inference_and_backprop``); None keeps the roofline's.
+        model: the name of the network measured.
+    """
+
+    batches: tuple
+    layers: dict
+    overhead_forward: float = 0.0
+    overhead_backward: float = 0.0
+    framework: str = ""
+    device: str = ""
+    source: str = ""
+    update: tuple | None = None
+    model: str = ""
+
+    @classmethod
+    def from_layer_times(cls, data: dict, source: str = "") -> "MeasuredCompute":
+        """From the dict of :func:`deep500lite.bench.layer_times.measure_layers` (checked beforehand)."""
+        layers = {la["name"]: (tuple(la["forward"]), tuple(la["backward"])) for la in data["layers"]
+                  if la["status"] == "measured"}
+        over = data["overhead"]
+        update = data["network"].get("update")
+        return cls(tuple(int(b) for b in data["batches"]), layers, float(over["forward"]),
+                   float(over["backward"]), str(data.get("framework", "")), str(data.get("device", "")), source,
+                   tuple(update) if update and any(u is not None for u in update) else None,
+                   str(data.get("model", "")))
+
+    def matched(self, model: ModelDescription) -> int:
+        """How many of ``model``'s layers have measured times."""
+        return sum(layer.name in self.layers for layer in model.layers)
+
+
+def compute_times(model: ModelDescription, batch: float, acc: Accelerator, scale: float = 1.0,
+                  measured: MeasuredCompute | None = None):
     """``(forward seconds per layer, backward seconds per layer, update seconds)`` for ``batch`` samples,
-    each multiplied by ``scale``."""
-    fwd = [scale * layer_time(layer, batch, acc) for layer in model.layers]
-    bwd = [scale * layer_time(layer, batch, acc, backward=True) for layer in model.layers]
-    update = scale * (model.params * _UPDATE_BYTES_PER_PARAM / acc.bandwidth + acc.launch)
+    each multiplied by ``scale``.
+
+    With ``measured``, the layers it holds take their measured times (:func:`interpolate_time`,
+    the roofline giving the shape outside the measured batches) and the executor's per-call cost
+    is added to the first layer of each pass; the other layers stay the roofline's, and so does
+    the update unless ``measured.update`` holds a measured one (constant outside its batches).
+    """
+    fwd, bwd = [], []
+    for layer in model.layers:
+        f = layer_time(layer, batch, acc)
+        b = layer_time(layer, batch, acc, backward=True)
+        if measured is not None and layer.name in measured.layers:
+            mf, mb = measured.layers[layer.name]
+            if any(t is not None for t in mf):
+                f = interpolate_time(measured.batches, mf, batch, lambda x, la=layer: layer_time(la, x, acc))
+                b = interpolate_time(measured.batches, mb, batch,
+                                     lambda x, la=layer: layer_time(la, x, acc, backward=True))
+        fwd.append(scale * f)
+        bwd.append(scale * b)
+    if measured is not None and fwd:
+        fwd[0] += scale * measured.overhead_forward
+        bwd[0] += scale * measured.overhead_backward
+    if measured is not None and measured.update is not None:
+        update = scale * interpolate_time(measured.batches, measured.update, batch, lambda b: 1.0)
+    else:
+        update = scale * (model.params * _UPDATE_BYTES_PER_PARAM / acc.bandwidth + acc.launch)
     return fwd, bwd, update
+
+
+def _non_scaling(setup: "ScalingSetup", update: float, share: float) -> float:
+    """Seconds of the step that do not shrink with the batch: the update, the launches of roofline layers, and
+    the measured per-call cost of the executor."""
+    layers = setup.model.layers
+    scale = setup.compute_scale * share
+    measured = setup.measured
+    if measured is None:
+        return update + 2 * len(layers) * setup.accelerator.launch * scale
+    roofline = sum(layer.name not in measured.layers for layer in layers)
+    return update + scale * (2 * roofline * setup.accelerator.launch + measured.overhead_forward
+                             + measured.overhead_backward)
 
 
 def _allreduce_seconds(nbytes: float, setup: ScalingSetup, nodes: int) -> tuple[float, str]:
@@ -285,7 +399,8 @@ def predict_step(setup: ScalingSetup, nodes: int, batch: float) -> StepPredictio
                         f"batch={batch}")
     accelerators = nodes * setup.per_node
     share = max(1.0, accelerators / setup.host_cores) if setup.host_cores else 1.0
-    fwd, bwd, update = compute_times(setup.model, batch, setup.accelerator, setup.compute_scale * share)
+    fwd, bwd, update = compute_times(setup.model, batch, setup.accelerator, setup.compute_scale * share,
+                                     setup.measured)
     forward, backward = sum(fwd), sum(bwd)
     ready, t = [], 0.0
     for seconds in reversed(bwd):
@@ -300,7 +415,7 @@ def predict_step(setup: ScalingSetup, nodes: int, batch: float) -> StepPredictio
     after_forward = max(backward, end) + update
     io = setup.io.seconds(batch, accelerators)
     io_exposed = max(0.0, io - (forward + after_forward))
-    fixed = update + 2 * len(setup.model.layers) * setup.accelerator.launch * setup.compute_scale * share
+    fixed = _non_scaling(setup, update, share)
     return StepPrediction(nodes, accelerators, batch, batch * accelerators, io_exposed + forward + after_forward,
                           forward, backward, update, busy, max(0.0, end - backward), io, io_exposed, buckets,
                           algorithms, fixed)
@@ -352,6 +467,12 @@ class ScalingResult:
             "intra": None if s.intra is None else dataclasses.asdict(s.intra),
             "algorithm": s.algorithm, "fusion_bytes": s.fusion_bytes, "overlap": s.overlap,
             "io": dataclasses.asdict(s.io), "mode": self.mode, "batch": self.batch,
+            "compute_from": None if s.measured is None else {
+                "source": s.measured.source, "framework": s.measured.framework, "device": s.measured.device,
+                "batches": list(s.measured.batches), "layers_measured": s.measured.matched(s.model),
+                "layers": len(s.model.layers), "overhead_forward": s.measured.overhead_forward,
+                "overhead_backward": s.measured.overhead_backward,
+                "update": None if s.measured.update is None else list(s.measured.update)},
             "min_efficiency": self.min_efficiency, "stop": self.stop, "reason": self.reason,
             "baseline": dataclasses.asdict(self.baseline),
             "infeasible": self.infeasible,

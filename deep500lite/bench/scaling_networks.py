@@ -19,7 +19,7 @@ from deep500lite.errors import UserError, format_choices
 
 __all__ = ["Layer", "ModelDescription", "Interconnect", "Accelerator", "MODELS", "PUBLISHED", "INTERCONNECTS",
            "ACCELERATORS", "model_description", "interconnect", "accelerator", "describe_onnx", "fit_gemm_efficiency",
-           "measure_gemm_rates"]
+           "measure_gemm_rates", "gemm_rates_from_bench", "accelerator_from_gemm_bench"]
 
 _F32 = 4
 
@@ -484,3 +484,56 @@ def fit_gemm_efficiency(batches, rates, peak: float) -> tuple[float, float]:
     (inv_top, slope), *_ = np.linalg.lstsq(a / (1 / r)[:, None], np.ones_like(b), rcond=None)
     top = 1 / inv_top if inv_top > 0 else float(r.max())
     return float(min(1.0, top / peak)), float(max(0.0, float(slope) * top))
+
+
+def gemm_rates_from_bench(data: dict, what: str = "bench op JSON") -> tuple[str, list, list, dict]:
+    """``(framework, N values, FLOP/s, peak)`` of the GEMMs in the JSON of ``bench op --json``.
+
+    The ``skinny-*`` cases (``--suite skinny``) are used if there are any, else every GEMM; of the
+    frameworks measured, the one with the highest mean rate. ``N`` is the GEMM dimension that grows
+    with the batch (what the efficiency curve's ``m`` counts).
+
+    Raises:
+        UserError: not such a file, or fewer than two GEMM results of one framework.
+    """
+    try:
+        peak = {"flops": float(data["peak"]["flops"]), "bandwidth": float(data["peak"]["bandwidth"]),
+                "device": str(data["peak"].get("device", ""))}
+        results = [r for r in data["results"] if "N" in r["case"] and "K" in r["case"]]
+        rates = [(r["framework"], r["case"]["name"], int(r["case"]["N"]), float(r["flops"]) / float(r["median_s"]))
+                 for r in results]
+    except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
+        raise UserError(f"{what} is not the JSON of 'deep500lite bench op --json' (missing or bad {exc}). Received: "
+                        f"{format_choices(sorted(map(str, data))) if isinstance(data, dict) else type(data).__name__}"
+                        ) from None
+    skinny = [r for r in rates if r[1].startswith("skinny-")]
+    rates = skinny or rates
+    by_fw = {}
+    for fw, _, n, rate in rates:
+        by_fw.setdefault(fw, []).append((n, rate))
+    usable = {fw: pts for fw, pts in by_fw.items() if len({n for n, _ in pts}) >= 2}
+    if not usable:
+        raise UserError(f"{what} needs GEMM results at two or more N (run 'bench op --suite skinny'). Received: "
+                        f"{len(rates)} GEMM results")
+    fw = max(usable, key=lambda f: sum(r for _, r in usable[f]) / len(usable[f]))
+    pts = sorted(usable[fw])
+    return fw, [n for n, _ in pts], [r for _, r in pts], peak
+
+
+def accelerator_from_gemm_bench(data: dict, base: Accelerator | None = None, what: str = "bench op JSON"):
+    """An :class:`Accelerator` whose ``efficiency`` and ``m_half`` are fitted (:func:`fit_gemm_efficiency`)
+    to the GEMM rates of a ``bench op --json`` file against the peak measured in that file.
+
+    Args:
+        data: the parsed JSON.
+        base: the accelerator to refit (its peak and bandwidth kept); None: one built from the
+            file's measured peak and bandwidth (named ``this``).
+        what: the file, for messages.
+    """
+    fw, ns, rates, peak = gemm_rates_from_bench(data, what)
+    eff, m_half = fit_gemm_efficiency(ns, rates, peak["flops"])
+    source = (f"GEMM efficiency {eff:.3g} and m_half {m_half:.3g} fitted to {len(ns)} {fw} GEMMs of {what} "
+              f"(N = {ns[0]}..{ns[-1]}) against its measured peak {peak['flops'] / 1e9:.4g} GFLOP/s")
+    if base is None:
+        return Accelerator("this", peak["flops"], peak["bandwidth"], eff, m_half, 5e-6, source)
+    return dataclasses.replace(base, efficiency=eff, m_half=m_half, source=f"{base.source}; {source}")

@@ -22,7 +22,8 @@ def add_subparser(sub):
                      "median with its 95% CI, GFLOP/s, and the fraction of this machine's measured peak and of the "
                      "roofline bound. See docs/operator-benchmarks.md."))
     p.add_argument("--suite", default="gemm,conv",
-                   help="comma-separated: gemm, conv, custom (default gemm,conv)")
+                   help="comma-separated: gemm, conv, skinny (the GEMMs of AlexNet's and GoogLeNet's layers at "
+                        "per-node batches 1 to 256; feeds 'model scaling --gemm-from'), custom (default gemm,conv)")
     p.add_argument("--frameworks", default="torch,tensorflow,onnxruntime,reference",
                    help="comma-separated: torch, tensorflow, onnxruntime, reference, jax (default the first four; "
                         "missing ones are skipped with a note)")

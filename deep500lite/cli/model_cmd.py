@@ -1,7 +1,8 @@
 """``deep500lite model``: performance models. ``model scaling`` predicts data-parallel training from 1 to thousands
 of nodes (``--scheme pipeline|spatial|tensor``: those schemes' step split instead, from
 :mod:`deep500lite.bench.scaling_parallel`); ``model allreduce`` predicts each allreduce algorithm over
-message sizes and their crossover.
+message sizes and their crossover; ``model layers`` measures each layer's forward and backward time through an
+executor (:mod:`deep500lite.bench.layer_times`), the input of ``model scaling --compute-from``.
 
 The work is in :mod:`deep500lite.bench.scaling` (the model) and
 :mod:`deep500lite.bench.scaling_networks` (built-in networks, interconnects and accelerators).
@@ -17,7 +18,8 @@ import math
 import os
 import sys
 
-__all__ = ["add_parser", "run", "run_allreduce", "describe_target", "parse_interconnect", "parse_accelerator"]
+__all__ = ["add_parser", "run", "run_allreduce", "run_layers", "describe_target", "target_onnx", "parse_interconnect",
+           "parse_accelerator"]
 
 
 def add_parser(sub):
@@ -77,6 +79,14 @@ def add_parser(sub):
     s.add_argument("--measured-step", type=float, default=None, metavar="SECONDS",
                    help="a measured 1-accelerator step at the per-accelerator batch (e.g. from 'deep500lite run'): "
                         "scales the roofline compute model to match it")
+    s.add_argument("--gemm-from", default=None, metavar="FILE",
+                   help="the JSON of 'deep500lite bench op --suite skinny --json': the GEMM efficiency and m_half "
+                        "fitted to those measured rates against that file's peak (with --accelerator this: the "
+                        "file's peak and bandwidth, nothing measured now) instead of the numpy sweep")
+    s.add_argument("--compute-from", default=None, metavar="FILE",
+                   help="the JSON of 'deep500lite model layers --json': each layer's forward and backward time "
+                        "measured here (interpolated log-log between the measured batches, the roofline's shape "
+                        "outside them) and the executor's per-call cost instead of the roofline")
     s.add_argument("--host-cores", type=int, default=None, metavar="N",
                    help="all ranks run on one host with N cores (predicting 'run -n P' here): ranks beyond N "
                         "time-share the cores, slowing each rank's compute")
@@ -120,6 +130,7 @@ def add_parser(sub):
     a.add_argument("--max-bytes", default="256MiB", help="largest message (default 256MiB)")
     a.add_argument("--format", default="table", help="table, markdown or csv (default table)")
     a.set_defaults(func=run_allreduce)
+    _add_layers_parser(msub)
     p.set_defaults(func=lambda args: _no_subcommand(p))
     return p
 
@@ -144,6 +155,11 @@ def describe_target(target: str):
         if not os.path.exists(target):
             raise UserError(f"The ONNX file does not exist. Received: {target!r}")
         return sn.describe_onnx(_load_onnx(target), os.path.basename(target)[:-5]), None
+    import deep500lite.networks as networks
+
+    if target in networks.list_models():  # a zoo model not built in: its ONNX graph, as 'model layers' sees it
+        model, name = target_onnx(target)
+        return sn.describe_onnx(model, name), None
     return _describe_recipe(target)
 
 
@@ -208,9 +224,8 @@ def parse_accelerator(text: str):
     return acc
 
 
-def _describe_recipe(target: str):
-    import numpy as np
-
+def _recipe_network(target: str, batch_size):
+    """``(onnx ModelProto, recipe name, recipe batch, sample shape or None, source)`` of a recipe's model."""
     from deep500lite.bench import scaling_networks as sn
     from deep500lite.errors import UserError, format_choices
     from deep500lite.recipe import load_recipe
@@ -224,7 +239,7 @@ def _describe_recipe(target: str):
     cfg = recipe.resolve().config
     spec, batch = cfg.get("model"), int(cfg.get("batch_size") or 1)
     if isinstance(spec, str) and spec.endswith(".onnx"):
-        return sn.describe_onnx(_load_onnx(spec), recipe.name), batch
+        return _load_onnx(spec), recipe.name, batch, None, f"recipe {recipe.name} ({spec})"
     if not (isinstance(spec, str) and isinstance(cfg.get("dataset"), str)):
         raise UserError("model scaling reads a recipe whose 'model' is a zoo name (with a named 'dataset') or an "
                         ".onnx path; export other models to ONNX and pass the file. Received: model="
@@ -238,12 +253,39 @@ def _describe_recipe(target: str):
     info = datasets.dataset_shape(cfg["dataset"], root, **kwargs)
     classes, shape = int(info[0]), tuple(int(s) for s in info[1:])
     mk = dict(cfg.get("model_kwargs") or {})
-    net, _, _ = networks.create_model(spec, 1, *(cfg.get("model_args") or []),
+    net, _, _ = networks.create_model(spec, batch_size, *(cfg.get("model_args") or []),
                                       **{"classes": classes, "shape": shape, **mk})
-    desc = sn.describe_onnx(net.to_onnx(), recipe.name)
-    sample = int(np.prod(shape)) * 4
-    return sn.ModelDescription(desc.name, desc.layers, sample, f"recipe {recipe.name} ({spec} on "
-                                                              f"{cfg['dataset']})"), batch
+    return net.to_onnx(), recipe.name, batch, shape, f"recipe {recipe.name} ({spec} on {cfg['dataset']})"
+
+
+def _describe_recipe(target: str):
+    import numpy as np
+
+    from deep500lite.bench import scaling_networks as sn
+
+    model, name, batch, shape, source = _recipe_network(target, 1)
+    desc = sn.describe_onnx(model, name)
+    if shape is None:
+        return desc, batch
+    return sn.ModelDescription(desc.name, desc.layers, int(np.prod(shape)) * 4, source), batch
+
+
+def target_onnx(target: str):
+    """``(onnx ModelProto with a symbolic batch where the zoo allows it, name)`` of ``model layers``'s target:
+    an ``.onnx`` file, a zoo model name (its default sample shape) or a recipe."""
+    import deep500lite.networks as networks
+
+    if str(target).endswith(".onnx"):
+        from deep500lite.errors import UserError
+
+        if not os.path.exists(target):
+            raise UserError(f"The ONNX file does not exist. Received: {target!r}")
+        return _load_onnx(target), os.path.basename(target)[:-5]
+    if target in networks.list_models():
+        net, _, _ = networks.create_model(target, None)
+        return net.to_onnx(), target
+    model, name, _, _, _ = _recipe_network(target, None)
+    return model, name
 
 
 def _table(result, fmt: str) -> str:
@@ -336,12 +378,16 @@ def run(args) -> int:
         raise UserError(f"--host-cores must be at least 1. Received: {args.host_cores!r}")
     if args.per_node < 1:
         raise UserError(f"--per-node must be at least 1. Received: {args.per_node!r}")
+    if args.compute_from and (args.scheme != "data" or args.measured_step is not None):
+        raise UserError(f"--compute-from gives the compute model of data-parallel training; it cannot be combined "
+                        f"with --measured-step or another --scheme. Received: --scheme {args.scheme}"
+                        + (f" --measured-step {args.measured_step:g}" if args.measured_step is not None else ""))
     if _check_scheme(args) != "data":
         return _run_scheme(args)
     nodes = scaling.parse_nodes(args.nodes)
     network, acc, intra = parse_interconnect(args.network, "--network"), None, parse_interconnect(args.intra, "--intra")
     model, default_batch = describe_target(args.target)
-    acc = parse_accelerator(args.accelerator)
+    acc = _accelerator(args)
     batch = args.batch if args.batch is not None else float(default_batch or 32)
     fs_bw = float("inf") if args.fs_bandwidth is None else args.fs_bandwidth * 1e9
     if args.io_from:
@@ -376,7 +422,8 @@ def run(args) -> int:
                             f"Received: --per-node {args.per_node}")
     setup = scaling.ScalingSetup(model, network, acc, per_node=args.per_node, intra=intra, algorithm=args.algorithm,
                                  fusion_bytes=int(args.fusion_mb * (1 << 20)), overlap=not args.no_overlap, io=io,
-                                 allreduce_model=allreduce_model, host_cores=args.host_cores)
+                                 allreduce_model=allreduce_model, host_cores=args.host_cores,
+                                 measured=_load_compute(args.compute_from, model.name) if args.compute_from else None)
     if args.measured_step is not None:
         if not (args.measured_step > 0 and math.isfinite(args.measured_step)):
             raise UserError(f"--measured-step must be a positive number of seconds. Received: {args.measured_step!r}")
@@ -395,6 +442,17 @@ def run(args) -> int:
     if allreduce_model is not None:
         print(f"allreduce costs from the calibrated model {args.allreduce_model} (ranks "
               f"{', '.join(map(str, allreduce_model.ranks))})", file=text)
+    if args.gemm_from:
+        print(f"accelerator {acc.name}: {acc.source}", file=text)
+    if setup.measured is not None:
+        m = setup.measured
+        print(f"compute from {args.compute_from}: {m.matched(model)} of {len(model.layers)} layers measured on "
+              f"{m.framework} ({m.device}) at batches {', '.join(map(str, m.batches))} (the rest: roofline); "
+              f"per-call overhead {m.overhead_forward * 1e6:.3g} + {m.overhead_backward * 1e6:.3g} us; update "
+              f"{'measured' if m.update is not None else 'roofline'}", file=text)
+        if not m.matched(model):
+            print(f"warning: no layer name of {model.name} is in {args.compute_from}: a built-in description such "
+                  f"as alexnet has its own layer names; measure an ONNX file or recipe with 'model layers'", file=text)
     if setup.compute_scale != 1.0:
         print(f"compute scaled by {setup.compute_scale:.3g} to match the measured step of "
               f"{args.measured_step:g} s", file=text)
@@ -478,7 +536,7 @@ def _run_scheme(args) -> int:
     net = parse_interconnect(args.network, "--network")
     link = AlphaBeta(net.alpha, 1.0 / net.bandwidth if net.bandwidth > 0 else 0.0)
     model, default_batch = describe_target(args.target)
-    acc = parse_accelerator(args.accelerator)
+    acc = _accelerator(args)
     batch = args.batch if args.batch is not None else float(default_batch or 32)
     scale = 1.0
     if args.measured_step is not None:
@@ -560,3 +618,115 @@ def run_allreduce(args) -> int:
     for lo, hi, a, b in cross:
         print(f"crossover: {a} is fastest up to {lo:,} bytes, {b} from {hi:,} bytes", file=text)
     return 0
+
+
+def _add_layers_parser(msub) -> None:
+    """``model layers``: per-layer forward/backward times measured through an executor."""
+    p = msub.add_parser(
+        "layers", help="each layer's forward and backward time measured here through an executor, per batch",
+        description=("Measure each layer (ONNX node) of a network alone, as a one-node network at each per-node batch, "
+                     "through an executor: forward (inference) and backward (inference_and_backprop minus forward), "
+                     "minus a loss-only network of the layer's output shape; the executor's per-call cost; and the "
+                     "whole network's forward and training step for comparison. The JSON feeds 'model scaling "
+                     "--compute-from'. See docs/scaling.md."))
+    p.add_argument("target", metavar="MODEL_OR_RECIPE",
+                   help="an .onnx file (batch as first input dimension), a zoo model name or a recipe whose model is "
+                        "a zoo name or an .onnx file")
+    p.add_argument("--framework", default="torch",
+                   help="the executor: torch, tensorflow, onnxruntime, jax, reference or a variant such as "
+                        "torch:compile (default torch)")
+    p.add_argument("--device", default="cpu", help="cpu or gpu:N (default cpu)")
+    p.add_argument("--batches", default="1,4,16,64", help="comma-separated per-node batches (default 1,4,16,64)")
+    p.add_argument("--max-time", type=float, default=0.3, metavar="SECONDS",
+                   help="seconds of timed runs per measurement, at least 5 runs (default 0.3)")
+    p.add_argument("--optimizer", default="momentum",
+                   help="momentum (default), sgd, adam or none: also time the whole network's training step with this "
+                        "numpy reference optimizer, as the bundled recipes use; its update feeds --compute-from")
+    p.add_argument("--format", default="table", help="table, markdown or csv (default table)")
+    p.add_argument("--json", default=None, metavar="FILE", help="write every sample, the medians and the environment")
+    p.set_defaults(func=run_layers)
+
+
+def _batch_list(text: str) -> list[int]:
+    from deep500lite.errors import UserError
+
+    try:
+        values = sorted({int(v) for v in str(text).split(",") if v.strip()})
+    except ValueError:
+        values = []
+    if not values or values[0] < 1:
+        raise UserError(f"--batches must be comma-separated integers >= 1 (e.g. 1,4,16,64). Received: {text!r}")
+    return values
+
+
+def run_layers(args) -> int:
+    """Run ``deep500lite model layers`` from parsed arguments; returns the exit status."""
+    from deep500lite.bench import layer_times
+    from deep500lite.errors import UserError, format_choices
+    from deep500lite.metrics.tables import TABLE_FORMATS, format_table
+    from deep500lite.utils import atomic_write_text
+
+    if args.format not in TABLE_FORMATS:
+        raise UserError(f"--format must be one of {format_choices(TABLE_FORMATS)}. Received: {args.format!r}")
+    if not (args.max_time > 0 and math.isfinite(args.max_time)):
+        raise UserError(f"--max-time must be a finite number of seconds > 0. Received: {args.max_time!r}")
+    batches = _batch_list(args.batches)
+    if args.optimizer not in layer_times.OPTIMIZERS:
+        raise UserError(f"--optimizer must be one of {format_choices(layer_times.OPTIMIZERS)}. Received: "
+                        f"{args.optimizer!r}")
+    model, name = target_onnx(args.target)
+    text = sys.stderr if args.format == "csv" else sys.stdout
+    print(f"{name}: {len(model.graph.node)} layers on {args.framework} ({args.device}), batches "
+          f"{', '.join(map(str, batches))}", file=text, flush=True)
+    data = layer_times.measure_layers(model, batches, args.framework, args.device, args.max_time, name,
+                                      progress=lambda line: print(line, file=sys.stderr, flush=True),
+                                      optimizer=args.optimizer)
+    print(format_table(*layer_times.summary_rows(data), args.format), flush=True)
+    over = data["overhead"]
+    print(f"per-call overhead of the executor (loss = ReduceSum of one element): forward "
+          f"{over['forward'] * 1e6:.3g} us, backward {over['backward'] * 1e6:.3g} us", file=text)
+    skipped = [la["name"] for la in data["layers"] if la["status"] == "skipped"]
+    if skipped:
+        print(f"not measured alone (the roofline stands in for them): {', '.join(skipped)}", file=text)
+    if args.json:
+        atomic_write_text(args.json, json.dumps(data, indent=1, default=str))
+        print(f"wrote {args.json}", file=text)
+    return 0
+
+
+def _load_compute(path: str, model_name: str):
+    """The :class:`~deep500lite.bench.scaling.MeasuredCompute` of ``--compute-from FILE`` for ``model_name``."""
+    from deep500lite.bench import layer_times, scaling
+    from deep500lite.errors import UserError
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise UserError(f"--compute-from must name the JSON file of 'model layers --json'; {path!r} cannot be read "
+                        f"as JSON ({exc}). Received: --compute-from {path!r}") from None
+    layer_times.check_layer_times(data, f"--compute-from {path!r}")
+    if data["model"] != model_name:
+        raise UserError(f"--compute-from {path!r} holds the layers of another network ({data['model']!r}); measure "
+                        f"this one with 'deep500lite model layers' on the same target. Received: MODEL_OR_RECIPE "
+                        f"{model_name!r}")
+    return scaling.MeasuredCompute.from_layer_times(data, source=path)
+
+
+def _accelerator(args):
+    """``--accelerator``, its GEMM efficiency refitted from ``--gemm-from`` when given."""
+    from deep500lite.bench import scaling_networks as sn
+    from deep500lite.errors import UserError
+
+    if not args.gemm_from:
+        return parse_accelerator(args.accelerator)
+    try:
+        with open(args.gemm_from, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise UserError(f"--gemm-from must name the JSON file of 'bench op --json'; {args.gemm_from!r} cannot be read "
+                        f"as JSON ({exc}). Received: --gemm-from {args.gemm_from!r}") from None
+    what = f"--gemm-from {args.gemm_from!r}"
+    if str(args.accelerator).strip().lower() == "this":
+        return sn.accelerator_from_gemm_bench(data, None, what)
+    return sn.accelerator_from_gemm_bench(data, parse_accelerator(args.accelerator), what)

@@ -121,7 +121,7 @@ def test_roofline_on_both_sides_of_the_ridge():
 
 
 @pytest.mark.parametrize("call, message", [
-    (lambda: op.parse_suites("gemm,fft"), "--suite takes a comma-separated list of 'gemm', 'conv', 'custom'. "
+    (lambda: op.parse_suites("gemm,fft"), "--suite takes a comma-separated list of 'gemm', 'conv', 'skinny', 'custom'. "
                                           "Received: 'gemm,fft' (unknown: 'fft')"),
     (lambda: op.parse_frameworks("torch,caffe"), "--frameworks takes a comma-separated list of 'torch', "
                                                  "'tensorflow', 'onnxruntime', 'reference', 'jax'. "
