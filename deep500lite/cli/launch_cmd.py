@@ -32,7 +32,7 @@ def add_parser(subparsers):
         description=("Run COMMAND on N MPI ranks with mpiexec (the one beside this Python, else on PATH). A Python "
                      "script (SCRIPT.py ...), module (-m MODULE ...) or 'python ...' command runs under "
                      "'python -m mpi4py', so an exception on any rank ends the whole job. The job's exit status is "
-                     "returned. Put '--' before COMMAND when it starts with an option (-- -m MODULE). "
+                     "returned. Put '--' before COMMAND when it starts with another option. "
                      "See docs/distributed.md."))
     p.add_argument("-n", "--ranks", type=positive_int, required=True, help="number of MPI ranks")
     p.add_argument("--timeout", type=positive_seconds, default=None, metavar="SECONDS",
@@ -50,6 +50,9 @@ def add_parser(subparsers):
                         "raises an error naming the rank and operation (default: none)")
     p.add_argument("--mpiexec", default=None, metavar="PATH",
                    help="the MPI launcher (default: the mpiexec beside this Python, else on PATH)")
+    # -m MODULE takes the rest of the line, so 'launch -n 2 -m pkg.mod --flag' needs no '--'.
+    p.add_argument("-m", dest="module", nargs=argparse.REMAINDER, default=None, metavar="MODULE [ARGS]",
+                   help="run a Python module on every rank (python -m MODULE ARGS under mpi4py)")
     p.add_argument("program", nargs=argparse.REMAINDER, metavar="COMMAND",
                    help="SCRIPT.py [ARGS], -m MODULE [ARGS], python ... or any program")
     p.set_defaults(func=run)
@@ -141,6 +144,8 @@ def check_command(command: list[str]) -> None:
 def run(args) -> int:
     """Launch the job; returns its exit status (124 on timeout, 2 when a rank did not start, 128 + N when killed by
     signal N)."""
+    if getattr(args, "module", None) is not None:
+        args.program = ["-m", *args.module, *args.program]
     job_timeout, startup_timeout = resolve_timeouts(args.timeout, args.startup_timeout)
     check_ranks(args.ranks, "-n", args.oversubscribe)
     per_rank = build_command(args.program)
