@@ -110,7 +110,8 @@ def session_options_for(model: onnx.ModelProto, base, cache: dict):
         base: the executor's ``onnxruntime.SessionOptions``.
         cache: the executor's state (``{"ops": frozenset, "options": SessionOptions}``), updated.
     """
-    custom = [n for n in model.graph.node if is_custom_domain(n.domain)]
+    # ONNX Runtime's own NCHWc kernels (grad_rewrite.py writes them) are built in, not custom
+    custom = [n for n in model.graph.node if is_custom_domain(n.domain) and n.domain != "com.microsoft.nchwc"]
     if not custom:
         return base
     needed = set()

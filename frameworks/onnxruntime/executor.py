@@ -198,7 +198,11 @@ class OnnxRuntimeExecutor(HostGraphExecutor):
         # The runner holds the session and the model, never the executor: an executor and its
         # runner referring to each other would be freed only by a later garbage collection, at
         # an arbitrary point, with the custom-operator libraries its sessions loaded.
-        return _Runner(self._session_for(model).run, model)
+        # ONNX Runtime's fast gradient forms, as on the fused path (grad_rewrite.py)
+        from deep500lite.frameworks.onnxruntime.grad_rewrite import rewrite_training_model, rewrites_for
+
+        fast = rewrite_training_model(model, rewrites_for(self))[0]
+        return _Runner(self._session_for(fast).run, model)
 
     def _run_checked(self, runner, names, fixed, feeds):
         # As in inference: onnxruntime checks the feeds; check_feeds explains a refusal.

@@ -11,6 +11,10 @@ its 95% CI:
 - ``--against host``: the fused step against the host path of the same executor
   (``fused_training = False``: gradients fetched, update in numpy, parameters fed back).
 
+``--no-rewrites`` runs the ONNX Runtime side on the autodiff's graph as it is, without the
+gradient rewrites of :mod:`deep500lite.frameworks.onnxruntime.grad_rewrite` (the before/after of
+issue 17's item 1).
+
 Both sides start from the same zoo weights (seed 0) and take the same minibatch; learning rate
 0.01 and momentum 0.9 as in ``deep500lite bench overhead --training``.
 """
@@ -38,7 +42,7 @@ MODEL_ARGS = {
 
 
 def training_step(framework: str, model: str, batch: int, fused: bool = True, seed: int = 0,
-                  threads: int | None = None):
+                  threads: int | None = None, rewrites=None):
     """One zoo model's training step on ``framework``, as a call returning the loss.
 
     Args:
@@ -49,6 +53,8 @@ def training_step(framework: str, model: str, batch: int, fused: bool = True, se
         seed: seed of the weights and the minibatch.
         threads: ONNX Runtime's ``intra_op_num_threads`` (for torch, ``torch.set_num_threads``,
             set by :func:`compare_training`); None: each framework's default.
+        rewrites: for ONNX Runtime, the gradient rewrites of
+            :mod:`~deep500lite.frameworks.onnxruntime.grad_rewrite` (``()``: none); None: the default.
 
     Returns:
         ``(step, executor)``.
@@ -68,6 +74,8 @@ def training_step(framework: str, model: str, batch: int, fused: bool = True, se
           else executor(net, framework))
     if framework == "onnxruntime":
         ex.fused_training = fused
+        if rewrites is not None:
+            ex.grad_rewrites = tuple(rewrites)
     optimizers = importlib.import_module(f"{import_framework(framework).__name__}.optimizers")
     opt = optimizers.MomentumOptimizer(ex, learning_rate=LEARNING_RATE, momentum=MOMENTUM)
     rng = np.random.default_rng(seed)
@@ -78,11 +86,12 @@ def training_step(framework: str, model: str, batch: int, fused: bool = True, se
 
 
 def compare_training(model: str = "resnet20", batch: int = 64, against: str = "torch", max_time: float = 60.0,
-                     min_pairs: int = 10, threads: int | None = None):
+                     min_pairs: int = 10, threads: int | None = None, rewrites=None):
     """Time the fused ONNX Runtime step against ``against`` in alternation.
 
     ``threads`` caps both sides' intra-operator threads (on a machine shared with other work,
     where spinning thread pools slow each other down); None keeps each framework's default.
+    ``rewrites`` sets the ONNX Runtime side's gradient rewrites (``()``: none; None: the default).
 
     Returns:
         A dict: model, batch, against, the median per-pair ratio (ONNX Runtime / other) with its
@@ -96,8 +105,9 @@ def compare_training(model: str = "resnet20", batch: int = 64, against: str = "t
         import torch
 
         torch.set_num_threads(threads)
-    fused, ex = training_step("onnxruntime", model, batch, fused=True, threads=threads)
-    other, other_ex = (training_step("onnxruntime", model, batch, fused=False, threads=threads) if against == "host"
+    fused, ex = training_step("onnxruntime", model, batch, fused=True, threads=threads, rewrites=rewrites)
+    other, other_ex = (training_step("onnxruntime", model, batch, fused=False, threads=threads, rewrites=rewrites)
+                       if against == "host"
                        else training_step("torch", model, batch))
     first = (float(np.asarray(fused())), float(np.asarray(other())))
     timed = time_paired(fused, other, label_a="onnxruntime_fused", label_b=against, sync=other_ex.synchronize,
@@ -106,7 +116,8 @@ def compare_training(model: str = "resnet20", batch: int = 64, against: str = "t
     return {"model": model, "batch": batch, "against": against, "first_losses": first,
             "ratio_median": float(ratio.median), "ratio_ci95": [float(ratio.ci_low), float(ratio.ci_high)],
             "fused_seconds": float(timed.a.median), f"{against}_seconds": float(timed.b.median),
-            "pairs": len(timed.a.raw_times), "threads": threads}
+            "pairs": len(timed.a.raw_times), "threads": threads,
+            "rewrites": dict(ex._fused.rewrites) if getattr(ex, "_fused", None) is not None else None}
 
 
 def main(argv=None) -> int:
@@ -118,9 +129,11 @@ def main(argv=None) -> int:
     parser.add_argument("--max-time", type=float, default=60.0, help="seconds of timed work")
     parser.add_argument("--min-pairs", type=int, default=10)
     parser.add_argument("--threads", type=int, default=None, help="intra-op threads of both sides")
+    parser.add_argument("--no-rewrites", action="store_true",
+                        help="run the autodiff's graph as it is (no ONNX Runtime gradient rewrites)")
     args = parser.parse_args(argv)
     print(json.dumps(compare_training(args.model, args.batch_size, args.against, args.max_time, args.min_pairs,
-                                      args.threads)))
+                                      args.threads, () if args.no_rewrites else None)))
     return 0
 
 

@@ -23,6 +23,12 @@ to float32 round-off. A step falls back to the host path (:meth:`ThreeStepOptimi
 :func:`fused_step` returns None: an optimizer that is not exactly one of those classes (a
 subclass may change the rule), a ``gradient_modifier``, an optimizer of another executor, or
 ``executor.fused_training = False``.
+
+Before the session is built, :func:`~deep500lite.frameworks.onnxruntime.grad_rewrite.rewrite_training_model`
+replaces the autodiff's slow gradient forms (the convolution weight gradient above all) by
+equal ones that ONNX Runtime's CPU kernels run faster; ``executor.grad_rewrites`` names the
+rewrites (default: :func:`~deep500lite.frameworks.onnxruntime.grad_rewrite.rewrites_for`, all of
+them on CPU), ``()`` turns them off. The shared autodiff, and so every other executor, is unchanged.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ import onnx
 from onnx import helper
 
 from deep500lite.errors import UserError
+from deep500lite.frameworks.onnxruntime.grad_rewrite import rewrite_training_model, rewrites_for
 from deep500lite.frameworks.reference import optimizers as ref
 
 __all__ = ["FUSED_OPTIMIZERS", "DeviceTensors", "FusedTraining", "fused_step", "fused_model"]
@@ -282,6 +289,8 @@ class FusedTraining:
         self.tg = tg
         specs = {p: (tensors[p].shape, tensors[p].dtype) for p in tg.param_inputs}
         model, self.new, self.slots, self.scalars = fused_model(tg, type(opt), _placement(opt), specs)
+        # ONNX Runtime-only forms of the slow gradients (grad_rewrite.py); () turns them off
+        model, self.rewrites = rewrite_training_model(model, rewrites_for(executor))
         self.owner = weakref.ref(opt)
         self.model = model  # the fused training model (for profiling and error reports)
         self.session = executor._session_for(model)
@@ -448,7 +457,8 @@ def _needs_check(feeds) -> bool:
 
 
 def _key(executor, opt) -> tuple:
-    return (executor.network.version, opt.loss, type(opt), _placement(opt))
+    return (executor.network.version, opt.loss, type(opt), _placement(opt),
+            rewrites_for(executor))
 
 
 def fused_step(executor, opt, feeds):
