@@ -102,8 +102,11 @@ def _torch_device():
     return torch.device("cuda", _device.index) if _device is not None and _device.is_gpu else torch.device("cpu")
 
 
-def _host(t):
-    return t.detach().cpu().numpy()
+def _transfers(dev):
+    """``(to_device, to_host)`` of the native side: the copies a GPU needs, nothing extra on the CPU."""
+    if dev.type == "cpu":
+        return torch.from_numpy, (lambda t: t.numpy())
+    return (lambda a: torch.from_numpy(a).to(dev)), (lambda t: t.cpu().numpy())
 
 
 def inference_pair(model, batch, rng):
@@ -123,9 +126,11 @@ def inference_pair(model, batch, rng):
     dev = _torch_device()
     module.to(dev)
 
+    to_device, to_host = _transfers(dev)
+
     def native():  # numpy in, numpy out, as the executor's call: the copies to and from a GPU are on both sides
         with torch.inference_mode():
-            return _host(module(torch.from_numpy(x).to(dev)))
+            return to_host(module(to_device(x)))
 
     return (lambda: ex.inference({"input": x})["output"]), native, ex
 
@@ -153,12 +158,14 @@ def training_pair(model, batch, rng):
     native_opt = torch.optim.SGD(module.parameters(), lr=LEARNING_RATE, momentum=MOMENTUM)
     module.train()
 
+    to_device, to_host = _transfers(dev)
+
     def native():
         native_opt.zero_grad(set_to_none=True)
-        loss = torch.nn.functional.cross_entropy(module(torch.from_numpy(x).to(dev)), torch.from_numpy(y).to(dev))
+        loss = torch.nn.functional.cross_entropy(module(to_device(x)), to_device(y))
         loss.backward()
         native_opt.step()
-        return _host(loss)
+        return to_host(loss.detach())
 
     return (lambda: optimizer.step({"input": x, "label": y})["loss"]), native, ex
 
