@@ -13,7 +13,10 @@ modelled as (docs/scaling.md derives each part)::
   20 bytes per parameter: read weight, gradient, momentum; write weight, momentum) does not shrink
   with ``b``: with the launches it is the Amdahl part that does not scale. Or, layer by layer,
   times measured through an executor (:class:`MeasuredCompute`, from ``model layers``),
-  interpolated in the batch (:func:`interpolate_time`), with the executor's per-call cost.
+  interpolated in the batch (:func:`interpolate_time`), with the executor's per-call cost; by
+  default scaled per batch so that they add up to the whole network measured beside them
+  (:func:`network_factors`: on a GPU one layer alone is a synchronised call around a few
+  microseconds of kernel, while the whole network's launches overlap).
 - **communication** (:func:`allreduce_timeline`): the gradients, ready layer by layer in reverse
   order during the backward pass, are fused into buckets of ``fusion_bytes`` (tensor fusion); each
   bucket is allreduced as soon as it is full and the previous one is done (overlap with the
@@ -39,8 +42,8 @@ from deep500lite.errors import UserError, format_choices
 from deep500lite.lv3.allreduce import P2P_ALGORITHMS, AlphaBeta, allreduce_cost, choose_algorithm
 
 __all__ = ["IOModel", "ScalingSetup", "StepPrediction", "ScalingResult", "IO_PATTERNS", "MODES", "layer_time",
-           "MeasuredCompute", "interpolate_time", "compute_times", "allreduce_timeline", "predict_step",
-           "scaling_sweep", "parse_nodes", "allreduce_table"]
+           "MeasuredCompute", "interpolate_time", "network_factors", "compute_times", "allreduce_timeline",
+           "predict_step", "scaling_sweep", "parse_nodes", "allreduce_table"]
 
 MODES = ("strong", "weak")
 IO_PATTERNS = {"packed": 0.0, "small-files": 1e-3}
@@ -216,6 +219,10 @@ class MeasuredCompute:
         update: None, or the optimizer update's seconds per batch measured on the whole network
             (its ``optimizer.step`` minus ``inference_and_backprop``); None keeps the roofline's.
         model: the name of the network measured.
+        network_forward, network_backward: None, or the whole network's forward and backward
+            seconds per batch, measured beside the layers (None entries: not measured).
+        layer_sum: keep the layers' times as measured even with the whole network's at hand
+            (``--layer-sum``); otherwise they are scaled to it (see :attr:`mode`).
     """
 
     batches: tuple
@@ -227,22 +234,105 @@ class MeasuredCompute:
     source: str = ""
     update: tuple | None = None
     model: str = ""
+    network_forward: tuple | None = None
+    network_backward: tuple | None = None
+    layer_sum: bool = False
+
+    @property
+    def mode(self) -> str:
+        """``network``: each pass's measured layers scaled, per batch, so that with the roofline layers and the
+        per-call cost they add up to the whole network measured (:func:`network_factors`); ``layer-sum``: the
+        layers as measured (``layer_sum`` set, or no whole-network times)."""
+        return "layer-sum" if self.layer_sum or self.network_forward is None else "network"
 
     @classmethod
-    def from_layer_times(cls, data: dict, source: str = "") -> "MeasuredCompute":
-        """From the dict of :func:`deep500lite.bench.layer_times.measure_layers` (checked beforehand)."""
+    def from_layer_times(cls, data: dict, source: str = "", layer_sum: bool = False) -> "MeasuredCompute":
+        """From the dict of :func:`deep500lite.bench.layer_times.measure_layers` (checked beforehand).
+
+        Args:
+            data: the ``model layers --json`` dict.
+            source: the file it was read from.
+            layer_sum: sum the layers as measured instead of scaling them to the whole network.
+        """
         layers = {la["name"]: (tuple(la["forward"]), tuple(la["backward"])) for la in data["layers"]
                   if la["status"] == "measured"}
         over = data["overhead"]
-        update = data["network"].get("update")
+        net = data["network"]
+        update = net.get("update")
+        fwd = tuple(net["forward"])
+        bwd = net.get("backward") or [None if f is None or s is None else max(0.0, s - f)
+                                      for f, s in zip(fwd, net["step"])]
         return cls(tuple(int(b) for b in data["batches"]), layers, float(over["forward"]),
                    float(over["backward"]), str(data.get("framework", "")), str(data.get("device", "")), source,
                    tuple(update) if update and any(u is not None for u in update) else None,
-                   str(data.get("model", "")))
+                   str(data.get("model", "")), fwd, tuple(bwd), bool(layer_sum))
 
     def matched(self, model: ModelDescription) -> int:
         """How many of ``model``'s layers have measured times."""
         return sum(layer.name in self.layers for layer in model.layers)
+
+
+def _layer_times(model: ModelDescription, batch: float, acc: Accelerator, measured: MeasuredCompute | None):
+    """Unscaled ``(forward per layer, backward per layer, measured?)`` at ``batch``, without the per-call cost."""
+    fwd, bwd, mine = [], [], []
+    for layer in model.layers:
+        f = layer_time(layer, batch, acc)
+        b = layer_time(layer, batch, acc, backward=True)
+        hit = False
+        if measured is not None and layer.name in measured.layers:
+            mf, mb = measured.layers[layer.name]
+            if any(t is not None for t in mf):
+                f = interpolate_time(measured.batches, mf, batch, lambda x, la=layer: layer_time(la, x, acc))
+                b = interpolate_time(measured.batches, mb, batch,
+                                     lambda x, la=layer: layer_time(la, x, acc, backward=True))
+                hit = True
+        fwd.append(f)
+        bwd.append(b)
+        mine.append(hit)
+    return fwd, bwd, mine
+
+
+def network_factors(model: ModelDescription, acc: Accelerator, measured: MeasuredCompute):
+    """Per measured batch, the factors that scale the measured layers to the whole network measured.
+
+    At batch ``b`` the forward factor is ``(whole forward - per-call cost - roofline layers) / (sum of
+    the measured layers)``, the backward one likewise: scaled by them, the layers, the roofline
+    layers (``model``'s layers the file does not hold, at ``acc``) and the per-call cost add up to
+    the whole network measured at ``b``; the split between the layers stays the measured one.
+
+    Args:
+        model: the network predicted (its layer names are matched with the file's).
+        acc: the accelerator of the roofline layers.
+        measured: the measured times, with the whole network's.
+
+    Returns:
+        None when ``measured`` has no whole-network times or none of ``model``'s layers is measured;
+        else ``(forward factors, backward factors)``, one per measured batch, None where the whole
+        network leaves nothing for the measured layers (or was not measured at that batch).
+    """
+    if measured.network_forward is None or not measured.matched(model):
+        return None
+    out_f, out_b = [], []
+    for i, b in enumerate(measured.batches):
+        fwd, bwd, mine = _layer_times(model, b, acc, measured)
+        for times, whole, over, out in ((fwd, measured.network_forward[i], measured.overhead_forward, out_f),
+                                        (bwd, measured.network_backward[i], measured.overhead_backward, out_b)):
+            layers = sum(t for t, m in zip(times, mine) if m)
+            left = None if whole is None else whole - over - sum(t for t, m in zip(times, mine) if not m)
+            out.append(left / layers if left is not None and left > 0 and layers > 0 else None)
+    return tuple(out_f), tuple(out_b)
+
+
+def _factor(batches, factors, batch: float, what: str, measured: MeasuredCompute) -> float:
+    """One pass's factor at ``batch``: interpolated like the times between measured batches, the nearest outside."""
+    if all(k is None for k in factors):
+        raise UserError(f"--compute-from {measured.source!r}: the whole network measured at batches "
+                        f"{', '.join(map(str, batches))} leaves no {what} time for the measured layers once the "
+                        f"per-call cost and the roofline layers are taken off; scaling the layers to it needs a "
+                        f"whole-network time above those at one batch at least, or --layer-sum sums the layers as "
+                        f"measured. Received: whole-network {what} "
+                        f"{list(measured.network_forward if what == 'forward' else measured.network_backward)} s")
+    return interpolate_time(batches, factors, batch, lambda b: 1.0)
 
 
 def compute_times(model: ModelDescription, batch: float, acc: Accelerator, scale: float = 1.0,
@@ -254,19 +344,19 @@ def compute_times(model: ModelDescription, batch: float, acc: Accelerator, scale
     the roofline giving the shape outside the measured batches) and the executor's per-call cost
     is added to the first layer of each pass; the other layers stay the roofline's, and so does
     the update unless ``measured.update`` holds a measured one (constant outside its batches).
+    In ``measured.mode`` ``network`` the measured layers of each pass are multiplied by the factor
+    of :func:`network_factors`, interpolated in the batch like the times (log-log between two
+    measured batches) and constant outside them (the nearest batch's).
     """
-    fwd, bwd = [], []
-    for layer in model.layers:
-        f = layer_time(layer, batch, acc)
-        b = layer_time(layer, batch, acc, backward=True)
-        if measured is not None and layer.name in measured.layers:
-            mf, mb = measured.layers[layer.name]
-            if any(t is not None for t in mf):
-                f = interpolate_time(measured.batches, mf, batch, lambda x, la=layer: layer_time(la, x, acc))
-                b = interpolate_time(measured.batches, mb, batch,
-                                     lambda x, la=layer: layer_time(la, x, acc, backward=True))
-        fwd.append(scale * f)
-        bwd.append(scale * b)
+    fwd, bwd, mine = _layer_times(model, batch, acc, measured)
+    factors = network_factors(model, acc, measured) if measured is not None and measured.mode == "network" else None
+    if factors is not None:
+        kf = _factor(measured.batches, factors[0], batch, "forward", measured)
+        kb = _factor(measured.batches, factors[1], batch, "backward", measured)
+        fwd = [t * kf if m else t for t, m in zip(fwd, mine)]
+        bwd = [t * kb if m else t for t, m in zip(bwd, mine)]
+    fwd = [scale * t for t in fwd]
+    bwd = [scale * t for t in bwd]
     if measured is not None and fwd:
         fwd[0] += scale * measured.overhead_forward
         bwd[0] += scale * measured.overhead_backward
@@ -472,13 +562,24 @@ class ScalingResult:
                 "batches": list(s.measured.batches), "layers_measured": s.measured.matched(s.model),
                 "layers": len(s.model.layers), "overhead_forward": s.measured.overhead_forward,
                 "overhead_backward": s.measured.overhead_backward,
-                "update": None if s.measured.update is None else list(s.measured.update)},
+                "update": None if s.measured.update is None else list(s.measured.update),
+                "mode": s.measured.mode,
+                "network_forward": None if s.measured.network_forward is None else list(s.measured.network_forward),
+                "network_backward": (None if s.measured.network_backward is None
+                                     else list(s.measured.network_backward)),
+                "factors": _factors_dict(s)},
             "min_efficiency": self.min_efficiency, "stop": self.stop, "reason": self.reason,
             "baseline": dataclasses.asdict(self.baseline),
             "infeasible": self.infeasible,
             "rows": [dataclasses.asdict(r) | {"speedup": self.speedup(r), "efficiency": self.efficiency(r),
                                               "throughput": r.throughput} for r in self.rows],
         }
+
+
+def _factors_dict(setup: ScalingSetup):
+    """The JSON of :func:`network_factors` (computed in either mode: in ``layer-sum`` they show what was left)."""
+    k = network_factors(setup.model, setup.accelerator, setup.measured)
+    return None if k is None else {"forward": list(k[0]), "backward": list(k[1])}
 
 
 def _reason(setup: ScalingSetup, nxt: StepPrediction | None, mode: str) -> str:

@@ -86,7 +86,11 @@ def add_parser(sub):
     s.add_argument("--compute-from", default=None, metavar="FILE",
                    help="the JSON of 'deep500lite model layers --json': each layer's forward and backward time "
                         "measured here (interpolated log-log between the measured batches, the roofline's shape "
-                        "outside them) and the executor's per-call cost instead of the roofline")
+                        "outside them) and the executor's per-call cost instead of the roofline; each pass's layers "
+                        "scaled per batch to add up to the whole network measured in the file (see --layer-sum)")
+    s.add_argument("--layer-sum", action="store_true",
+                   help="with --compute-from: sum the layers as measured instead of scaling them to the whole network "
+                        "(on a GPU the sum of one-layer calls overestimates the network, whose launches overlap)")
     s.add_argument("--host-cores", type=int, default=None, metavar="N",
                    help="all ranks run on one host with N cores (predicting 'run -n P' here): ranks beyond N "
                         "time-share the cores, slowing each rank's compute")
@@ -382,6 +386,9 @@ def run(args) -> int:
         raise UserError(f"--compute-from gives the compute model of data-parallel training; it cannot be combined "
                         f"with --measured-step or another --scheme. Received: --scheme {args.scheme}"
                         + (f" --measured-step {args.measured_step:g}" if args.measured_step is not None else ""))
+    if args.layer_sum and not args.compute_from:
+        raise UserError("--layer-sum chooses how the layers of --compute-from are summed; give it with "
+                        "--compute-from FILE. Received: --layer-sum without --compute-from")
     if _check_scheme(args) != "data":
         return _run_scheme(args)
     nodes = scaling.parse_nodes(args.nodes)
@@ -423,7 +430,8 @@ def run(args) -> int:
     setup = scaling.ScalingSetup(model, network, acc, per_node=args.per_node, intra=intra, algorithm=args.algorithm,
                                  fusion_bytes=int(args.fusion_mb * (1 << 20)), overlap=not args.no_overlap, io=io,
                                  allreduce_model=allreduce_model, host_cores=args.host_cores,
-                                 measured=_load_compute(args.compute_from, model.name) if args.compute_from else None)
+                                 measured=(_load_compute(args.compute_from, model.name, args.layer_sum)
+                                           if args.compute_from else None))
     if args.measured_step is not None:
         if not (args.measured_step > 0 and math.isfinite(args.measured_step)):
             raise UserError(f"--measured-step must be a positive number of seconds. Received: {args.measured_step!r}")
@@ -450,6 +458,7 @@ def run(args) -> int:
               f"{m.framework} ({m.device}) at batches {', '.join(map(str, m.batches))} (the rest: roofline); "
               f"per-call overhead {m.overhead_forward * 1e6:.3g} + {m.overhead_backward * 1e6:.3g} us; update "
               f"{'measured' if m.update is not None else 'roofline'}", file=text)
+        _print_factors(setup, text)
         if not m.matched(model):
             print(f"warning: no layer name of {model.name} is in {args.compute_from}: a built-in description such "
                   f"as alexnet has its own layer names; measure an ONNX file or recipe with 'model layers'", file=text)
@@ -694,7 +703,27 @@ def run_layers(args) -> int:
     return 0
 
 
-def _load_compute(path: str, model_name: str):
+def _print_factors(setup, text) -> None:
+    """One line: whether the measured layers are scaled to the whole network, and the factors per batch."""
+    from deep500lite.bench import scaling
+
+    m = setup.measured
+    k = scaling.network_factors(setup.model, setup.accelerator, m)
+    if k is None:
+        why = "no layer of it is measured" if m.network_forward is not None else "the file holds no whole network"
+        print(f"layer times as measured: nothing scaled to the whole network ({why})", file=text)
+        return
+    cells = ", ".join(f"{b}: {'-' if f is None else f'{f:.3g}'} / {'-' if g is None else f'{g:.3g}'}"
+                      for b, f, g in zip(m.batches, *k))
+    if m.mode == "network":
+        print(f"layer times scaled to the whole network measured (factor forward / backward per batch: {cells}; "
+              f"--layer-sum: as measured)", file=text)
+    else:
+        print(f"layer times summed as measured (--layer-sum); scaling them to the whole network would take "
+              f"forward / backward per batch: {cells}", file=text)
+
+
+def _load_compute(path: str, model_name: str, layer_sum: bool = False):
     """The :class:`~deep500lite.bench.scaling.MeasuredCompute` of ``--compute-from FILE`` for ``model_name``."""
     from deep500lite.bench import layer_times, scaling
     from deep500lite.errors import UserError
@@ -710,7 +739,7 @@ def _load_compute(path: str, model_name: str):
         raise UserError(f"--compute-from {path!r} holds the layers of another network ({data['model']!r}); measure "
                         f"this one with 'deep500lite model layers' on the same target. Received: MODEL_OR_RECIPE "
                         f"{model_name!r}")
-    return scaling.MeasuredCompute.from_layer_times(data, source=path)
+    return scaling.MeasuredCompute.from_layer_times(data, source=path, layer_sum=layer_sum)
 
 
 def _accelerator(args):

@@ -66,8 +66,9 @@ def test_one_node_step_is_the_sum_and_the_overhead_does_not_scale():
     assert scaling.scaling_sweep(setup, [1], 16).to_dict()["compute_from"]["layers_measured"] == 2
 
 
-def _lenet_layers_json(path, batches=(16, 64)):
-    """A layers file for digits_lenet with every layer 1 ms forward, 2 ms backward per 16 samples (linear)."""
+def _lenet_layers_json(path, batches=(16, 64), network=None):
+    """A layers file for digits_lenet with every layer 1 ms forward, 2 ms backward per 16 samples (linear);
+    ``network``: the whole network's ``(forward, step)`` per batch (default 0 s: no time left to scale to)."""
     from deep500lite.cli.model_cmd import describe_target
 
     desc, _ = describe_target("digits_lenet")
@@ -76,6 +77,8 @@ def _lenet_layers_json(path, batches=(16, 64)):
     data = {"format": "deep500lite-layer-times/1", "model": "digits_lenet", "framework": "torch", "device": "cpu",
             "batches": list(batches), "overhead": {"forward": 1e-4, "backward": 2e-4}, "layers": layers,
             "network": {"forward": [0.0] * len(batches), "step": [0.0] * len(batches)}}
+    if network is not None:
+        data["network"] = {"forward": [f for f, _ in network], "step": [s for _, s in network]}
     path.write_text(json.dumps(data))
     return desc
 
@@ -84,9 +87,11 @@ def test_model_scaling_compute_from_predicts_the_hand_computed_step(tmp_path, ca
     desc = _lenet_layers_json(tmp_path / "layers.json")
     out = tmp_path / "pred.json"
     rc = main(["model", "scaling", "digits_lenet", "--nodes", "1", "--batch", "32", "--network", "none",
-               "--accelerator", "1e12,1e11", "--compute-from", str(tmp_path / "layers.json"), "--json", str(out)])
+               "--accelerator", "1e12,1e11", "--compute-from", str(tmp_path / "layers.json"), "--layer-sum",
+               "--json", str(out)])
     text = capsys.readouterr().out
     assert rc == 0 and f"{len(desc.layers)} of {len(desc.layers)} layers measured" in text
+    assert "layer times summed as measured (--layer-sum)" in text
     row = json.loads(out.read_text())["rows"][0]
     n = len(desc.layers)
     update = desc.params * 20 / 1e11 + 10e-6  # the roofline update: 20 bytes per parameter, one launch
@@ -184,3 +189,106 @@ def test_gemm_from_a_file_without_gemms_exits_2(tmp_path, capsys):
     rc = main(["model", "scaling", "alexnet", "--gemm-from", str(bad)])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1 and "two or more N" in err and "Received:" in err, err
+
+
+# --- the measured layers scaled to the whole network (the default of --compute-from) ---
+
+NET_F, NET_B = (2e-3, 5e-3), (4e-3, 12e-3)  # the whole network's forward and backward at batches 4 and 16
+
+
+def _scaled(**kw):
+    import dataclasses
+
+    return dataclasses.replace(_measured(), network_forward=NET_F, network_backward=NET_B, **kw)
+
+
+def _expected_factors(batch_index, batch):
+    """The factors computed by hand: (whole - per-call cost - the roofline fc layer) / (conv + relu as measured)."""
+    m = _measured()
+    (cf, cb), (rf, rb) = m.layers["conv"], m.layers["relu"]
+    fc = MODEL.layers[2]
+    kf = (NET_F[batch_index] - 7e-6 - scaling.layer_time(fc, batch, ACC)) / (cf[batch_index] + rf[batch_index])
+    kb = (NET_B[batch_index] - 9e-6 - scaling.layer_time(fc, batch, ACC, backward=True)) / (cb[batch_index]
+                                                                                            + rb[batch_index])
+    return kf, kb
+
+
+@pytest.mark.parametrize("index, batch", [(0, 4), (1, 16)])
+def test_scaled_layers_add_up_to_the_whole_network_at_each_measured_batch(index, batch):
+    m = _scaled()
+    assert m.mode == "network"
+    fwd, bwd, _ = scaling.compute_times(MODEL, batch, ACC, measured=m)
+    assert sum(fwd) == pytest.approx(NET_F[index], rel=1e-12)
+    assert sum(bwd) == pytest.approx(NET_B[index], rel=1e-12)
+    kf, kb = _expected_factors(index, batch)
+    assert scaling.network_factors(MODEL, ACC, m)[0][index] == pytest.approx(kf, rel=1e-12)
+    (cf, cb), (rf, rb) = m.layers["conv"], m.layers["relu"]
+    # the measured split is kept: each measured layer times the same factor; the roofline layer untouched
+    fc = MODEL.layers[2]
+    assert fwd == pytest.approx([kf * cf[index] + 7e-6, kf * rf[index], scaling.layer_time(fc, batch, ACC)], rel=1e-12)
+    assert bwd == pytest.approx([kb * cb[index] + 9e-6, kb * rb[index],
+                                 scaling.layer_time(fc, batch, ACC, backward=True)], rel=1e-12)
+
+
+def test_factors_are_interpolated_log_log_between_batches_and_held_outside():
+    m = _scaled()
+    (kf4, kb4), (kf16, kb16) = _expected_factors(0, 4), _expected_factors(1, 16)
+    fwd, bwd, _ = scaling.compute_times(MODEL, 8, ACC, measured=m)
+    conv8 = math.sqrt(1e-3 * 3e-3)  # the layer itself, log-log between 1 ms and 3 ms
+    assert fwd[0] - 7e-6 == pytest.approx(conv8 * math.sqrt(kf4 * kf16), rel=1e-12)
+    assert bwd[0] - 9e-6 == pytest.approx(math.sqrt(2e-3 * 5e-3) * math.sqrt(kb4 * kb16), rel=1e-12)
+    fwd64, _, _ = scaling.compute_times(MODEL, 64, ACC, measured=m)
+    conv = MODEL.layers[0]
+    roof = 3e-3 * scaling.layer_time(conv, 64, ACC) / scaling.layer_time(conv, 16, ACC)
+    assert fwd64[0] - 7e-6 == pytest.approx(roof * kf16, rel=1e-12)  # beyond the last batch: its factor
+
+
+def test_layer_sum_reproduces_the_layers_as_measured():
+    raw = scaling.compute_times(MODEL, 8, ACC, measured=_measured())
+    assert _measured().mode == "layer-sum"
+    m = _scaled(layer_sum=True)
+    assert m.mode == "layer-sum"
+    assert scaling.compute_times(MODEL, 8, ACC, measured=m) == raw
+    step = scaling.predict_step(scaling.ScalingSetup(MODEL, sn.interconnect("none"), ACC, measured=m), 1, 8).step
+    assert step == pytest.approx(sum(raw[0]) + sum(raw[1]) + raw[2], rel=1e-12)
+
+
+def test_from_layer_times_derives_the_network_backward_from_its_step():
+    data = {"batches": [4, 16], "overhead": {"forward": 1e-6, "backward": 2e-6}, "model": "toy",
+            "layers": [{"name": "conv", "status": "measured", "forward": [1e-3, 2e-3], "backward": [3e-3, 4e-3]}],
+            "network": {"forward": [2e-3, None], "step": [7e-3, 9e-3]}}
+    m = scaling.MeasuredCompute.from_layer_times(data)
+    assert m.network_forward == (2e-3, None) and m.network_backward == (pytest.approx(5e-3), None)
+    assert m.mode == "network" and scaling.MeasuredCompute.from_layer_times(data, layer_sum=True).mode == "layer-sum"
+
+
+def test_model_scaling_compute_from_scales_to_the_whole_network_by_default(tmp_path, capsys):
+    desc = _lenet_layers_json(tmp_path / "layers.json", network=[(3e-3, 10e-3), (9e-3, 30e-3)])
+    out = tmp_path / "pred.json"
+    rc = main(["model", "scaling", "digits_lenet", "--nodes", "1", "--batch", "16", "--network", "none",
+               "--accelerator", "1e12,1e11", "--compute-from", str(tmp_path / "layers.json"), "--json", str(out)])
+    text = capsys.readouterr().out
+    n = len(desc.layers)
+    kf, kb = (3e-3 - 1e-4) / (n * 1e-3), (7e-3 - 2e-4) / (n * 2e-3)
+    assert rc == 0 and f"16: {kf:.3g} / {kb:.3g}" in text and "scaled to the whole network" in text, text
+    got = json.loads(out.read_text())
+    update = desc.params * 20 / 1e11 + 10e-6
+    assert got["rows"][0]["step"] == pytest.approx(3e-3 + 7e-3 + update, rel=1e-9)
+    cf = got["compute_from"]
+    assert cf["mode"] == "network" and cf["factors"]["forward"][0] == pytest.approx(kf)
+    assert cf["factors"]["backward"][1] == pytest.approx((21e-3 - 2e-4) / (n * 8e-3))
+
+
+def test_layer_sum_without_compute_from_exits_2(capsys):
+    rc = main(["model", "scaling", "digits_lenet", "--nodes", "1", "--layer-sum"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and "give it with --compute-from" in err, err
+    assert err.endswith("Received: --layer-sum without --compute-from")
+
+
+def test_a_whole_network_faster_than_its_fixed_costs_exits_2_pointing_at_layer_sum(tmp_path, capsys):
+    _lenet_layers_json(tmp_path / "layers.json")  # whole network 0 s at every batch: nothing left to scale to
+    rc = main(["model", "scaling", "digits_lenet", "--nodes", "1", "--network", "none", "--compute-from",
+               str(tmp_path / "layers.json")])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and "--layer-sum" in err and "Received: whole-network" in err, err
