@@ -402,6 +402,17 @@ def _directional(counter, xs, i, base, g64, base_outs, a, k, seed, rt, at):
             "failing_directions": int(sum(r > _DIRECTIONAL_RMS for r in ratios))}
 
 
+def _record_directions(info: dict, values: dict, res: dict, directions) -> None:
+    """What the projection and the directional checks both report for one input: into its details
+    (``info``) and its error values (``values``)."""
+    info["directions"] = int(directions)
+    info["failing_directions"] = res["failing_directions"]
+    info["half_step_directions"] = res["half_step"]
+    info["one_sided_directions"] = res["one_sided"]
+    values["max_abs_error"] = res["max_abs_error"]
+    values["max_rel_error"] = res["max_rel_error"]
+
+
 def _projection(counter, xs, i, base, g64, base_outs, a, k, seed, rt, at):
     """``k`` seeded standard-normal directions for input ``i``; the input fails if any one fails.
 
@@ -656,27 +667,17 @@ def test_op_gradient(op, inputs, grad_inputs=None, eps: float | None = None, met
         vals = values.setdefault(name, {})
         if chosen == "projection":
             res = _projection(counter, xs_c, i, base, g64, outs_c, a, int(projections), seed, rt, at)
-            info["directions"] = int(projections)
+            _record_directions(info, vals, res, projections)
             info["max_error_ratio"] = res["max_ratio"]
             info["allowed"] = res["allowed"]
-            info["failing_directions"] = res["failing_directions"]
-            info["half_step_directions"] = res["half_step"]
-            info["one_sided_directions"] = res["one_sided"]
-            vals["max_abs_error"] = res["max_abs_error"]
-            vals["max_rel_error"] = res["max_rel_error"]
             if not res["passed"]:
                 info["passed"] = False
                 problems.append((res["max_ratio"], f"input '{name}': {res['failing_directions']} of {projections} "
                                  f"random directions out of tolerance; worst {res['worst'][1]}"))
         elif chosen == "directional":
             res = _directional(counter, xs_c, i, base, g64, outs_c, a, int(directions), seed, rt, at)
-            info["directions"] = int(directions)
+            _record_directions(info, vals, res, directions)
             info["rms_error_ratio"] = res["rms"]
-            info["failing_directions"] = res["failing_directions"]
-            info["half_step_directions"] = res["half_step"]
-            info["one_sided_directions"] = res["one_sided"]
-            vals["max_abs_error"] = res["max_abs_error"]
-            vals["max_rel_error"] = res["max_rel_error"]
             if not res["passed"] and run_exact:
                 notes.append(f"input '{name}': the random-direction check fails (root mean square of |error| / "
                              f"allowed {res['rms']:.3g}) but the exact per-element check decides: directions "

@@ -50,6 +50,18 @@ def _pads(auto_pad, in_sizes, kernel, strides, dilations, output_padding, output
     return list(pads[:n]), list(pads[n:])
 
 
+def _attributes(X, W, auto_pad, group, kernel_shape, strides, dilations):
+    """Conv's and ConvTranspose's shared attributes with ONNX's defaults filled in:
+    ``(auto_pad, group, kernel, strides, dilations)``."""
+    if isinstance(auto_pad, bytes):
+        auto_pad = auto_pad.decode()
+    n_spatial = X.ndim - 2
+    return (auto_pad or "NOTSET", int(group or 1),
+            list(kernel_shape) if kernel_shape is not None else list(W.shape[2:]),
+            list(strides) if strides is not None else [1] * n_spatial,
+            list(dilations) if dilations is not None else [1] * n_spatial)
+
+
 class ConvTranspose(OpRun):
     """ONNX ``ConvTranspose`` (any number of spatial axes, groups, strides, dilations, padding)."""
 
@@ -57,14 +69,9 @@ class ConvTranspose(OpRun):
 
     def _run(self, X, W, B=None, auto_pad=None, dilations=None, group=None, kernel_shape=None,
              output_padding=None, output_shape=None, pads=None, strides=None):
-        if isinstance(auto_pad, bytes):
-            auto_pad = auto_pad.decode()
-        auto_pad = auto_pad or "NOTSET"
-        group = int(group or 1)
+        auto_pad, group, kernel, strides, dilations = _attributes(X, W, auto_pad, group, kernel_shape, strides,
+                                                                  dilations)
         n_spatial = X.ndim - 2
-        kernel = list(kernel_shape) if kernel_shape is not None else list(W.shape[2:])
-        strides = list(strides) if strides is not None else [1] * n_spatial
-        dilations = list(dilations) if dilations is not None else [1] * n_spatial
         output_padding = list(output_padding) if output_padding is not None else [0] * n_spatial
         in_sizes = list(X.shape[2:])
         begin, end = _pads(auto_pad, in_sizes, kernel, strides, dilations, output_padding, output_shape, pads)
@@ -165,14 +172,9 @@ class Conv(OpRun):
 
     def _run(self, X, W, B=None, auto_pad=None, dilations=None, group=None, kernel_shape=None, pads=None,
              strides=None):
-        if isinstance(auto_pad, bytes):
-            auto_pad = auto_pad.decode()
-        auto_pad = auto_pad or "NOTSET"
-        group = int(group or 1)
+        auto_pad, group, kernel, strides, dilations = _attributes(X, W, auto_pad, group, kernel_shape, strides,
+                                                                  dilations)
         n_spatial = X.ndim - 2
-        kernel = list(kernel_shape) if kernel_shape is not None else list(W.shape[2:])
-        strides = list(strides) if strides is not None else [1] * n_spatial
-        dilations = list(dilations) if dilations is not None else [1] * n_spatial
         if X.shape[1] != W.shape[1] * group or W.shape[0] % group != 0:
             raise UserError(f"Conv: X has {X.shape[1]} channels and W {W.shape[1]} per group with group={group}; "
                              f"X's channels must be W.shape[1] * group and W.shape[0] a multiple of group. "
