@@ -32,7 +32,7 @@ from deep500lite.lv3.allreduce import ALGORITHMS, P2P_ALGORITHMS, allreduce_cost
 from deep500lite.lv3.launch import find_mpiexec, run_job
 
 __all__ = ["AllreduceBenchmark", "DEFAULT_ALGORITHMS", "calibration_sizes", "message_sizes", "parse_bytes",
-           "parse_algorithms", "run_allreduce_benchmark", "worker_main"]
+           "parse_algorithms", "pass_spread", "run_allreduce_benchmark", "worker_main"]
 
 DEFAULT_ALGORITHMS = ALGORITHMS
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
@@ -107,7 +107,8 @@ class AllreduceBenchmark:
             ran), ``samples`` (seconds, the slowest rank's per call), ``predicted`` (the ping-pong
             alpha-beta model's seconds, or None), ``calibrated`` (the fitted model's seconds, or
             None), ``wrong`` (elements that differ from the exact sum, over all ranks and the
-            checked calls), ``bytes_sent`` (rank 0's per call).
+            checked calls), ``bytes_sent`` (rank 0's per call), ``pass_medians`` (the median of
+            each pass, with ``passes > 1``; absent in files of older versions).
         mpi_library: the MPI library's version line.
         calibration: the fitted model's :meth:`~deep500lite.lv3.costmodel.CalibratedModel.to_dict`
             (None when the run had none).
@@ -120,12 +121,22 @@ class AllreduceBenchmark:
     calibration: dict | None = None
 
     def summaries(self):
-        """``(row, Summary, algbw, busbw)`` for every row (bandwidths in bytes per second)."""
+        """``(row, Summary, algbw, busbw)`` for every row (bandwidths in bytes per second).
+
+        With several passes the Summary's median is the median of the passes' medians and its
+        interval their range (min, max) instead of the 95% CI of the pooled calls.
+        """
         from deep500lite.metrics.statistics import summarize
 
         out = []
         for row in self.rows:
             s = summarize(row["samples"])
+            medians = row.get("pass_medians") or []
+            if len(medians) > 1:
+                # passes take different numbers of calls (the faster, more): the median of the passes'
+                # medians, with their range, weighs each pass alike, as the calibration's fit does
+                s = dataclasses.replace(s, median=float(np.median(medians)), ci_low=float(min(medians)),
+                                        ci_high=float(max(medians)))
             algbw = row["bytes"] / s.median if s.median > 0 else float("nan")
             out.append((row, s, algbw, algbw * bus_factor(self.ranks)))
         return out
@@ -136,16 +147,49 @@ class AllreduceBenchmark:
 
         headers = ["size", "algorithm", "time median [95% CI]", "algbw GB/s", "busbw GB/s", "alpha-beta model",
                    "calibrated model", "error", "#wrong"]
+        drift = self.passes() > 1
+        if drift:
+            headers[2] = "time: median of passes [range]"
+            headers.insert(3, "between passes")
         rows = []
         for row, s, algbw, busbw in self.summaries():
             name = row["algorithm"] if row["algorithm"] != "auto" else f"auto->{row['chosen']}"
             pred = "-" if row["predicted"] is None else format_seconds(row["predicted"])
             cal = row.get("calibrated")
             err = "-" if cal is None or not s.median > 0 else f"{(cal / s.median - 1) * 100:+.1f}%"
-            rows.append([_format_bytes(row["bytes"]), name, format_ci(s.median, s.ci_low, s.ci_high),
-                         f"{algbw / 1e9:.3f}", f"{busbw / 1e9:.3f}", pred,
-                         "-" if cal is None else format_seconds(cal), err, row["wrong"]])
+            cells = [_format_bytes(row["bytes"]), name, format_ci(s.median, s.ci_low, s.ci_high),
+                     f"{algbw / 1e9:.3f}", f"{busbw / 1e9:.3f}", pred,
+                     "-" if cal is None else format_seconds(cal), err, row["wrong"]]
+            if drift:
+                spread = pass_spread(row)
+                cells.insert(3, "-" if spread is None else f"{spread * 100:.0f}%")
+            rows.append(cells)
         return format_table(headers, rows, fmt)
+
+    def passes(self) -> int:
+        """How many passes the rows pooled (1 for results without ``pass_medians``)."""
+        return max((len(r.get("pass_medians") or [0]) for r in self.rows), default=1)
+
+    def summary(self, tolerance: float = 0.2) -> list:
+        """Lines that judge the calibrated model: rows within ``tolerance`` of the measured median, the
+        worst rows, and (with several passes) how far the machine's own medians moved between passes."""
+        errs = [(n, a, e) for n, a, e in self.errors() if a != "auto"]
+        lines = []
+        if errs:
+            inside = sum(abs(e) <= tolerance for _, _, e in errs)
+            worst = sorted(errs, key=lambda t: -abs(t[2]))[:5]
+            lines.append(f"calibrated model within {tolerance:.0%} of the measured median: {inside} of {len(errs)} "
+                         f"rows (point-to-point algorithms); largest errors: "
+                         + ", ".join(f"{a} {_format_bytes(n)} {e * 100:+.0f}%" for n, a, e in worst))
+        spreads = [(r["bytes"], r["algorithm"], pass_spread(r)) for r in self.rows if pass_spread(r) is not None]
+        if spreads:
+            values = np.array([sp for _, _, sp in spreads])
+            n, a, top = max(spreads, key=lambda t: t[2])
+            wide = int(np.sum(values > tolerance))
+            lines.append(f"between the {self.passes()} passes a row's median moved by {np.median(values) * 100:.0f}% "
+                         f"(median over rows), up to {top * 100:.0f}% ({a} {_format_bytes(n)}); {wide} of "
+                         f"{len(values)} rows moved by more than {tolerance:.0%}: the machine's own repeatability")
+        return lines
 
     def describe_model(self) -> str:
         """One line with the calibrated alpha, beta (as bandwidth) and gamma."""
@@ -201,7 +245,9 @@ class AllreduceBenchmark:
         """Rebuild the results from :meth:`to_dict`'s JSON (``bench allreduce --json``)."""
         keys = ("bytes", "algorithm", "chosen", "samples", "predicted", "wrong", "bytes_sent")
         try:
-            rows = [dict({k: row[k] for k in keys}, calibrated=row.get("calibrated")) for row in data["rows"]]
+            rows = [dict({k: row[k] for k in keys}, calibrated=row.get("calibrated"),
+                         **({"pass_medians": row["pass_medians"]} if row.get("pass_medians") else {}))
+                    for row in data["rows"]]
             return cls(ranks=int(data["ranks"]), model=dict(data["model"]), rows=rows,
                        mpi_library=data.get("mpi_library", ""), calibration=data.get("calibration"))
         except (KeyError, TypeError) as exc:
@@ -259,6 +305,14 @@ class AllreduceBenchmark:
         return os.fspath(path)
 
 
+def pass_spread(row: dict) -> float | None:
+    """``max / min - 1`` of a row's per-pass medians (None with fewer than two passes)."""
+    medians = [m for m in row.get("pass_medians") or [] if m > 0]
+    if len(medians) < 2:
+        return None
+    return max(medians) / min(medians) - 1.0
+
+
 def _format_bytes(n: int) -> str:
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= scale and n % scale == 0:
@@ -269,7 +323,7 @@ def _format_bytes(n: int) -> str:
 def run_allreduce_benchmark(ranks: int, sizes, algorithms=DEFAULT_ALGORITHMS, max_time: float = 0.5,
                             comm_timeout: float = 120.0, mpiexec: str | None = None,
                             progress: bool = True, job_timeout: float | None = None, model_file=None,
-                            save_model=None, calibrate: bool = True) -> AllreduceBenchmark:
+                            save_model=None, calibrate: bool = True, passes: int = 1) -> AllreduceBenchmark:
     """Launch the MPI job on ``ranks`` ranks and return its results.
 
     Args:
@@ -286,11 +340,17 @@ def run_allreduce_benchmark(ranks: int, sizes, algorithms=DEFAULT_ALGORITHMS, ma
         save_model: write the fitted model here (merged with the file's other rank counts).
         calibrate: run the short calibration of the real algorithms (False and no ``model_file``:
             no calibrated predictions; ``auto`` then uses the ping-pong model).
+        passes: run the calibration and the measurement this many times, alternating (calibration,
+            measurement, calibration, ...): the model is fitted to the median of the calibration
+            passes, each row pools its samples over the passes and keeps each pass's median
+            (``pass_medians``), which shows how much the machine itself drifts between passes.
     """
     if not isinstance(ranks, int) or ranks < 2:
         raise UserError(f"bench allreduce needs at least 2 ranks (-n). Received: {ranks!r}")
     if not max_time > 0:
         raise UserError(f"--max-time must be a positive number of seconds. Received: {max_time!r}")
+    if not isinstance(passes, int) or isinstance(passes, bool) or passes < 1:
+        raise UserError(f"passes must be a whole number >= 1. Received: {passes!r}")
     sizes = [int(s) for s in sizes]
     if any(s < _ITEMSIZE or s % _ITEMSIZE for s in sizes):
         raise UserError(f"Message sizes must be positive multiples of {_ITEMSIZE} bytes. Received: {sizes}")
@@ -304,7 +364,7 @@ def run_allreduce_benchmark(ranks: int, sizes, algorithms=DEFAULT_ALGORITHMS, ma
     with tempfile.TemporaryDirectory(prefix="d5-allreduce-") as tmp:
         config = {"sizes": sizes, "algorithms": algorithms, "max_time": max_time, "timeout": comm_timeout,
                   "progress": progress, "output": os.path.join(tmp, "result.json"), "model_file": model_file,
-                  "calibrate": bool(calibrate), "calibration_sizes": calibration_sizes(sizes),
+                  "calibrate": bool(calibrate), "calibration_sizes": calibration_sizes(sizes), "passes": passes,
                   "save_model": None if save_model is None else os.path.abspath(save_model)}
         config_path = os.path.join(tmp, "config.json")
         with open(config_path, "w") as f:
@@ -375,28 +435,49 @@ def worker_main(config_path: str) -> int:
 
     with open(config_path) as f:
         config = json.load(f)
-    from deep500lite.lv3.costmodel import CalibratedModel, calibrate_allreduce
+    from deep500lite.lv3.costmodel import CalibratedModel, calibration_rows, model_from_rows
 
     comm = MPICommunicator(timeout=config["timeout"])
     model = comm.calibrate(use_file=False)
     calibrated = None
+    calibrating = not config.get("model_file") and config.get("calibrate", True)
     if config.get("model_file"):
         calibrated = CalibratedModel.load(config["model_file"])
-    elif config.get("calibrate", True):
-        if comm.rank == 0 and config["progress"]:
-            print(f"... calibrating the cost model at {', '.join(map(_format_bytes, config['calibration_sizes']))}",
-                  file=sys.stderr, flush=True)
-        calibrated = calibrate_allreduce(comm, sizes=config["calibration_sizes"])
+        comm.cost_model = calibrated
+    passes = int(config.get("passes", 1))
+    cal_runs, rows = [], []
+    for k in range(passes):
+        label = f"pass {k + 1}/{passes}: " if passes > 1 else ""
+        if calibrating:
+            if comm.rank == 0 and config["progress"]:
+                print(f"... {label}calibrating the cost model at "
+                      f"{', '.join(map(_format_bytes, config['calibration_sizes']))}", file=sys.stderr, flush=True)
+            cal_runs.append(calibration_rows(comm, sizes=config["calibration_sizes"]))
+            if k == 0:  # auto chooses by the first pass's fit in every pass
+                calibrated = model_from_rows(comm, cal_runs, environment=False)
+                comm.cost_model = calibrated
+        i = 0
+        for nbytes in config["sizes"]:
+            if comm.rank == 0 and config["progress"]:
+                print(f"... {label}{_format_bytes(nbytes)}", file=sys.stderr, flush=True)
+            for algorithm in config["algorithms"]:
+                row = _measure(comm, nbytes, algorithm, config["max_time"], MPI, model, calibrated)
+                row["pass_medians"] = [float(np.median(row["samples"]))]
+                if k == 0:
+                    rows.append(row)
+                else:
+                    rows[i]["samples"] += row["samples"]
+                    rows[i]["pass_medians"] += row["pass_medians"]
+                    rows[i]["wrong"] += row["wrong"]
+                i += 1
+    if calibrating:
+        # the fit to every pass's calibration predicts every row (auto: the algorithm it ran)
+        calibrated = model_from_rows(comm, cal_runs)
+        for row in rows:
+            if row["chosen"] in P2P_ALGORITHMS:
+                row["calibrated"] = calibrated.cost(row["chosen"], row["bytes"], comm.size)
         if comm.rank == 0 and config.get("save_model"):
             calibrated.save(config["save_model"])
-    if calibrated is not None:
-        comm.cost_model = calibrated
-    rows = []
-    for nbytes in config["sizes"]:
-        if comm.rank == 0 and config["progress"]:
-            print(f"... {_format_bytes(nbytes)}", file=sys.stderr, flush=True)
-        for algorithm in config["algorithms"]:
-            rows.append(_measure(comm, nbytes, algorithm, config["max_time"], MPI, model, calibrated))
     if comm.rank == 0:
         result = {"ranks": comm.size, "model": dataclasses.asdict(model), "rows": rows,
                   "calibration": None if calibrated is None else calibrated.to_dict(),

@@ -47,6 +47,10 @@ def add_subparser(sub):
                         "already in the file are kept); 'auto' uses it when DEEP500LITE_ALLREDUCE_MODEL names it")
     p.add_argument("--no-calibrate", action="store_true",
                    help="skip the short calibration of the real algorithms (no calibrated predictions)")
+    p.add_argument("--passes", type=positive_int, default=1, metavar="K",
+                   help="calibrate and measure K times, alternating; the model is fitted to the median of the "
+                        "calibration passes, each row pools its passes and shows how far its median moved between "
+                        "them (the machine's own repeatability; default 1)")
     p.add_argument("--format", default="table", help="table, markdown or csv (default table)")
     p.add_argument("--json", default=None, metavar="FILE",
                    help="write every raw sample, the model and the environment here")
@@ -122,7 +126,8 @@ def run(args) -> int:
             result = bench.run_allreduce_benchmark(args.ranks, sizes, algorithms, max_time=args.max_time,
                                                    comm_timeout=args.timeout, mpiexec=args.mpiexec,
                                                    model_file=args.model, save_model=args.save_model,
-                                                   calibrate=not args.no_calibrate, job_timeout=job_timeout)
+                                                   calibrate=not args.no_calibrate, job_timeout=job_timeout,
+                                                   passes=args.passes)
     except StartupTimeout:
         raise
     except JobTimeout as exc:
@@ -134,6 +139,8 @@ def run(args) -> int:
     if result.calibration:
         print(result.describe_calibration(), file=text)
     print(result.table(args.format), flush=True)
+    for line in result.summary():
+        print(line, file=text)
     wrong = result.total_wrong()
     print(f"data check: {wrong} wrong elements" + (" -- SOME RESULTS ARE WRONG" if wrong else ""), file=text)
     if args.json:

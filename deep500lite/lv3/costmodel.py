@@ -55,7 +55,7 @@ from deep500lite.lv3.allreduce import P2P_ALGORITHMS, SCRATCH_LIMIT, _core_ranks
 
 __all__ = ["CACHE_CANDIDATES", "CALIBRATION_SIZES", "MODEL_ENV", "CostParameters", "CalibratedModel", "cost_terms",
            "fit_parameters", "memory_fraction",
-           "calibrate_allreduce", "model_file_from_env"]
+           "calibrate_allreduce", "calibration_rows", "model_from_rows", "pooled_rows", "model_file_from_env"]
 
 #: Message sizes (bytes) of the default calibration run.
 CALIBRATION_SIZES = (16 << 10, 128 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20)
@@ -335,25 +335,13 @@ def _time_algorithm(comm, x, algorithm: str, max_time: float, min_reps: int, max
     return float(np.median(slowest))
 
 
-def calibrate_allreduce(comm, sizes=CALIBRATION_SIZES, algorithms=P2P_ALGORITHMS, max_time: float = 0.1,
-                        min_reps: int = 5, max_reps: int = 200, environment: bool = True) -> CalibratedModel:
-    """Time the real allreduce algorithms on ``comm`` and fit a :class:`CalibratedModel` (collective).
+def calibration_rows(comm, sizes=CALIBRATION_SIZES, algorithms=P2P_ALGORITHMS, max_time: float = 0.1,
+                     min_reps: int = 5, max_reps: int = 200) -> list:
+    """One calibration pass (collective): ``[(algorithm, bytes, ranks, median seconds)]`` per size and algorithm.
 
     For each size and algorithm: one warm-up call, a pilot call that sets the repetitions (rank 0's,
-    broadcast), then that many calls between barriers; a call's time is the slowest rank's and the
-    median over calls is fitted. Every rank returns the same model (the fit is on shared numbers).
-
-    Args:
-        comm: a :class:`~deep500lite.lv3.communication.CommunicationNetwork` with ``size >= 2``.
-        sizes: message sizes in bytes (multiples of 4; float32 arrays).
-        algorithms: which of :data:`~deep500lite.lv3.allreduce.P2P_ALGORITHMS` to time (at least
-            two with different term ratios make the parameters identifiable; all four by default).
-        max_time: seconds of timed calls per size and algorithm, roughly.
-        min_reps, max_reps: bounds on the calls per size and algorithm.
-        environment: record :func:`deep500lite.environment.collect_environment` (rank 0's).
-
-    Returns:
-        The model for ``comm.size`` ranks.
+    broadcast), then that many calls between barriers; a call's time is the slowest rank's.
+    Arguments as in :func:`calibrate_allreduce`.
     """
     if comm.size < 2:
         raise UserError(f"Calibrating an allreduce model needs at least 2 ranks. Received: size={comm.size}")
@@ -370,6 +358,25 @@ def calibrate_allreduce(comm, sizes=CALIBRATION_SIZES, algorithms=P2P_ALGORITHMS
         for algorithm in algorithms:
             rows.append((algorithm, nbytes, comm.size,
                          _time_algorithm(comm, x, algorithm, max_time, min_reps, max_reps)))
+    return rows
+
+
+def pooled_rows(passes) -> list:
+    """Rows of several calibration passes pooled: per (algorithm, bytes, ranks), the median over passes."""
+    times: dict = {}
+    for rows in passes:
+        for a, n, p, seconds in rows:
+            times.setdefault((a, n, p), []).append(seconds)
+    return [(a, n, p, float(np.median(t))) for (a, n, p), t in times.items()]
+
+
+def model_from_rows(comm, passes, environment: bool = True) -> CalibratedModel:
+    """Fit a :class:`CalibratedModel` for ``comm.size`` ranks to the rows of one or more calibration passes.
+
+    Every rank must pass the same rows (they are the slowest rank's times, shared); rank 0's
+    environment is recorded when ``environment``.
+    """
+    rows = pooled_rows(passes)
     params = fit_parameters(rows)
     env = {}
     if environment:
@@ -381,3 +388,33 @@ def calibrate_allreduce(comm, sizes=CALIBRATION_SIZES, algorithms=P2P_ALGORITHMS
             env["mpi_library"] = " ".join(mpi.Get_library_version().splitlines()[0].split())
     return CalibratedModel(type(comm).__name__, ((comm.size, params),),
                            {str(comm.size): [[a, n, s] for a, n, _, s in rows]}, env)
+
+
+def calibrate_allreduce(comm, sizes=CALIBRATION_SIZES, algorithms=P2P_ALGORITHMS, max_time: float = 0.1,
+                        min_reps: int = 5, max_reps: int = 200, environment: bool = True,
+                        passes: int = 1) -> CalibratedModel:
+    """Time the real allreduce algorithms on ``comm`` and fit a :class:`CalibratedModel` (collective).
+
+    For each size and algorithm: one warm-up call, a pilot call that sets the repetitions (rank 0's,
+    broadcast), then that many calls between barriers; a call's time is the slowest rank's and the
+    median over calls is fitted (with ``passes > 1``, the median of the passes' medians). Every
+    rank returns the same model (the fit is on shared numbers).
+
+    Args:
+        comm: a :class:`~deep500lite.lv3.communication.CommunicationNetwork` with ``size >= 2``.
+        sizes: message sizes in bytes (multiples of 4; float32 arrays).
+        algorithms: which of :data:`~deep500lite.lv3.allreduce.P2P_ALGORITHMS` to time (at least
+            two with different term ratios make the parameters identifiable; all four by default).
+        max_time: seconds of timed calls per size and algorithm, roughly.
+        min_reps, max_reps: bounds on the calls per size and algorithm.
+        environment: record :func:`deep500lite.environment.collect_environment` (rank 0's).
+        passes: how many times to time every size and algorithm, one pass after the other; on a
+            machine whose speed drifts over seconds the median of the passes is steadier than one.
+
+    Returns:
+        The model for ``comm.size`` ranks.
+    """
+    if not isinstance(passes, int) or isinstance(passes, bool) or passes < 1:
+        raise UserError(f"passes must be a whole number >= 1. Received: {passes!r}")
+    runs = [calibration_rows(comm, sizes, algorithms, max_time, min_reps, max_reps) for _ in range(passes)]
+    return model_from_rows(comm, runs, environment)

@@ -164,9 +164,11 @@ def test_bench_allreduce_saves_the_model_and_reports_its_error_per_row(tmp_path)
     model_path, out_json = tmp_path / "m.json", tmp_path / "bench.json"
     common = ["bench", "allreduce", "-n", "2", "--min-bytes", "1KiB", "--max-bytes", "16KiB", "--factor", "4",
               "--max-time", "0.02", "--timeout", "30", "--algorithms", "ring,tree,auto"]
-    first = run_cli(*common, "--save-model", model_path, timeout=180)
+    first = run_cli(*common, "--save-model", model_path, "--passes", "2", timeout=180)
     assert first.returncode == 0, first.stdout + first.stderr
     assert "calibrated model on 2 ranks" in first.stdout and "error" in first.stdout
+    assert "between passes" in first.stdout and "between the 2 passes" in first.stdout
+    assert "calibrated model within 20% of the measured median:" in first.stdout
     saved = cm.CalibratedModel.load(model_path)
     assert saved.ranks == [2] and saved.environment["cpu"]["model"]
     second = run_cli(*common, "--model", model_path, "--json", out_json, timeout=180)
@@ -203,3 +205,54 @@ def test_receive_buffers_are_reused_below_the_limit():
     x = np.arange(12, dtype=np.float32)
     for name in ar.P2P_ALGORITHMS:
         assert np.array_equal(ar.run_allreduce(One(), x, "sum", name), x)
+
+
+def test_pooled_rows_take_the_median_of_the_passes_and_the_fit_follows():
+    fast = synthetic_rows(TRUE, 2)
+    slow = [(a, n, p, 3 * t) for a, n, p, t in fast]
+    middle = [(a, n, p, 1.5 * t) for a, n, p, t in fast]
+    pooled = cm.pooled_rows([fast, slow, middle])
+    assert [(a, n, p) for a, n, p, _ in pooled] == [(a, n, p) for a, n, p, _ in fast]
+    assert [t for *_, t in pooled] == pytest.approx([1.5 * t for *_, t in fast])
+    # every time scaled by 1.5: the fitted model predicts 1.5x the true one
+    fitted = cm.fit_parameters(pooled)
+    for a in ar.P2P_ALGORITHMS:
+        assert fitted.seconds(a, 1 << 20, 2) == pytest.approx(1.5 * TRUE.seconds(a, 1 << 20, 2), rel=1e-6)
+
+
+def test_bench_rows_with_passes_report_the_median_of_passes_and_their_spread():
+    from deep500lite.bench.allreduce import AllreduceBenchmark, pass_spread
+
+    # pass 1 ran 3 calls of 1 ms; pass 2, 9 calls of 0.5 ms (the faster pass has more calls)
+    rows = [{"bytes": 1 << 20, "algorithm": "ring", "chosen": "ring", "samples": [1e-3] * 3 + [0.5e-3] * 9,
+             "predicted": 1e-4, "calibrated": 0.9e-3, "wrong": 0, "bytes_sent": 1 << 20,
+             "pass_medians": [1e-3, 0.5e-3]},
+             {"bytes": 4, "algorithm": "tree", "chosen": "tree", "samples": [2e-5] * 4, "predicted": 1e-5,
+              "calibrated": 2.1e-5, "wrong": 0, "bytes_sent": 4, "pass_medians": [2e-5, 2e-5]}]
+    bench = AllreduceBenchmark(ranks=2, model={"alpha": 1e-6, "beta": 1e-10, "gamma": 1e-11}, rows=rows)
+    assert pass_spread(rows[0]) == pytest.approx(1.0) and pass_spread(rows[1]) == 0.0
+    assert pass_spread({"pass_medians": [1e-3]}) is None and pass_spread({}) is None
+    (_, s, _, _), (_, s2, _, _) = bench.summaries()
+    # not the pooled median (0.5 ms, set by the faster pass's many calls) but the passes' median
+    assert (s.median, s.ci_low, s.ci_high) == pytest.approx((0.75e-3, 0.5e-3, 1e-3))
+    assert s2.median == pytest.approx(2e-5)
+    text = bench.table()
+    assert "median of passes [range]" in text and "between passes" in text and "100%" in text
+    assert f"{(0.9e-3 / 0.75e-3 - 1) * 100:+.1f}%" in text
+    lines = bench.summary()
+    assert lines[0].startswith("calibrated model within 20% of the measured median: 2 of 2 rows")
+    assert "up to 100% (ring 1 MiB)" in lines[1] and "1 of 2 rows moved by more than 20%" in lines[1]
+    again = AllreduceBenchmark.from_dict(json.loads(json.dumps(bench.to_dict())))
+    assert again.table() == text and again.passes() == 2
+    one = AllreduceBenchmark(ranks=2, model=bench.model, rows=[dict(rows[1], pass_medians=None)])
+    assert one.passes() == 1 and "between passes" not in one.table() and len(one.summary()) == 1
+
+
+def test_passes_must_be_a_positive_whole_number():
+    from deep500lite.bench.allreduce import run_allreduce_benchmark
+
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(UserError, match="passes must be a whole number >= 1. Received"):
+            run_allreduce_benchmark(2, [4], passes=bad)
+        with pytest.raises(UserError, match="passes must be a whole number >= 1. Received"):
+            cm.calibrate_allreduce(object(), passes=bad)
