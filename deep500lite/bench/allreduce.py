@@ -124,7 +124,8 @@ class AllreduceBenchmark:
         """``(row, Summary, algbw, busbw)`` for every row (bandwidths in bytes per second).
 
         With several passes the Summary's median is the median of the passes' medians and its
-        interval their range (min, max) instead of the 95% CI of the pooled calls.
+        interval their range (min, max) instead of the 95% CI of the pooled calls (its
+        ``ci_coverage`` is then None).
         """
         from deep500lite.metrics.statistics import summarize
 
@@ -136,7 +137,7 @@ class AllreduceBenchmark:
                 # passes take different numbers of calls (the faster, more): the median of the passes'
                 # medians, with their range, weighs each pass alike, as the calibration's fit does
                 s = dataclasses.replace(s, median=float(np.median(medians)), ci_low=float(min(medians)),
-                                        ci_high=float(max(medians)))
+                                        ci_high=float(max(medians)), ci_coverage=None)
             algbw = row["bytes"] / s.median if s.median > 0 else float("nan")
             out.append((row, s, algbw, algbw * bus_factor(self.ranks)))
         return out
