@@ -27,6 +27,10 @@ EXPECTED_FAILURES: dict[str, str] = {
                               "rtol=1e-3) on some CPUs")
        for name in ["test_attention_4d_causal_fp16_expanded",
                     "test_attention_4d_gqa_with_past_and_present_fp16_expanded"]},
+    "test_causal_conv_with_state_silu_fp16_expanded": MachineDependent(
+        "float16 rounding: on an AMD EPYC (AVX-512 with FP16/BF16) TensorFlow's half-precision convolution rounds "
+        "3 of 64 outputs 1 ulp away from the ONNX expansion's (relative 1.2e-3, above the test's rtol=1e-3); it "
+        "passes on an Intel Xeon"),
 }
 
 globals().update(node_test_cases("tensorflow", EXPECTED_FAILURES, __name__))
