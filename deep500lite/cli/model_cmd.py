@@ -18,7 +18,8 @@ import math
 import os
 import sys
 
-__all__ = ["add_parser", "run", "run_allreduce", "run_layers", "describe_target", "target_onnx", "parse_interconnect",
+__all__ = ["add_parser", "run", "run_allreduce", "run_layers", "describe_target", "target_onnx", "step_from_run",
+           "parse_interconnect",
            "parse_accelerator"]
 
 
@@ -79,6 +80,13 @@ def add_parser(sub):
     s.add_argument("--measured-step", type=float, default=None, metavar="SECONDS",
                    help="a measured 1-accelerator step at the per-accelerator batch (e.g. from 'deep500lite run'): "
                         "scales the roofline compute model to match it")
+    s.add_argument("--step-from", default=None, metavar="FILE",
+                   help="the results.json of a 1-rank 'deep500lite run' (its --out folder): its median step is "
+                        "--measured-step and the spread of its steps is --jitter (given flags win)")
+    s.add_argument("--jitter", type=float, default=None, metavar="CV",
+                   help="coefficient of variation of one accelerator's compute per step (0.05: 5%%); a synchronous "
+                        "step waits for the slowest of P accelerators, jitter * compute * E[max of P normals] "
+                        "(default 0, or from --step-from)")
     s.add_argument("--gemm-from", default=None, metavar="FILE",
                    help="the JSON of 'deep500lite bench op --suite skinny --json': the GEMM efficiency and m_half "
                         "fitted to those measured rates against that file's peak (with --accelerator this: the "
@@ -297,13 +305,49 @@ def _table(result, fmt: str) -> str:
 
     headers = ["nodes", "accel.", "batch/accel.", "step", "compute", "allreduce", "exposed comm", "exposed I/O",
                "algorithm", "speedup", "efficiency"]
+    jitter = result.setup.jitter > 0
+    if jitter:
+        headers.insert(7, "wait for slowest")
     rows = []
     for r in result.rows:
-        rows.append([r.nodes, r.accelerators, f"{r.batch:g}", format_seconds(r.step), format_seconds(r.compute),
-                     format_seconds(r.comm) if r.comm else "-", format_seconds(r.comm_exposed) if r.comm else "-",
-                     format_seconds(r.io_exposed) if r.io else "-", ",".join(r.algorithms) or "-",
-                     f"{result.speedup(r):.2f}", f"{result.efficiency(r) * 100:.1f}%"])
+        cells = [r.nodes, r.accelerators, f"{r.batch:g}", format_seconds(r.step), format_seconds(r.compute),
+                 format_seconds(r.comm) if r.comm else "-", format_seconds(r.comm_exposed) if r.comm else "-",
+                 format_seconds(r.io_exposed) if r.io else "-", ",".join(r.algorithms) or "-",
+                 f"{result.speedup(r):.2f}", f"{result.efficiency(r) * 100:.1f}%"]
+        if jitter:
+            cells.insert(7, format_seconds(r.straggler) if r.straggler else "-")
+        rows.append(cells)
     return format_table(headers, rows, fmt)
+
+
+def step_from_run(path: str) -> tuple[float, float]:
+    """``(median step seconds, robust coefficient of variation)`` from a 1-rank run's ``results.json``.
+
+    The spread is the interquartile range over 1.349 (a normal distribution's standard deviation,
+    unmoved by a few very slow steps) divided by the median. A :class:`UserError` names what is wrong.
+    """
+    from deep500lite.errors import UserError
+
+    flag = f"--step-from {path!r}"
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise UserError(f"--step-from must name the results.json of a 'deep500lite run' (in its --out folder); it "
+                        f"cannot be read as JSON ({exc}). Received: {flag}") from None
+    step = data.get("summaries", {}).get("step_time") if isinstance(data, dict) else None
+    if not isinstance(step, dict) or not all(isinstance(step.get(k), (int, float)) for k in ("median", "q1", "q3")):
+        got = sorted(data) if isinstance(data, dict) else type(data).__name__
+        raise UserError(f"--step-from must name the results.json of a 'deep500lite run': it has no "
+                        f"summaries.step_time with median, q1 and q3. Received: {flag} with keys {got}")
+    ranks = (data.get("distributed") or {}).get("ranks", 1)
+    if ranks != 1:
+        raise UserError(f"--step-from needs a 1-rank run (its steps hold no communication; the model adds that). "
+                        f"Received: {flag}, a run on {ranks} ranks")
+    if not step["median"] > 0:
+        raise UserError(f"--step-from: the run's median step must be positive. Received: {flag} with median "
+                        f"{step['median']!r}")
+    return float(step["median"]), max(0.0, float(step["q3"] - step["q1"])) / 1.349 / float(step["median"])
 
 
 def _plot(result, path) -> str:
@@ -382,6 +426,22 @@ def run(args) -> int:
         raise UserError(f"--host-cores must be at least 1. Received: {args.host_cores!r}")
     if args.per_node < 1:
         raise UserError(f"--per-node must be at least 1. Received: {args.per_node!r}")
+    step_source = None
+    if args.jitter is not None and args.scheme != "data":
+        raise UserError(f"--jitter adds the wait for the slowest rank to data-parallel training; it cannot be "
+                        f"combined with another --scheme. Received: --scheme {args.scheme} --jitter {args.jitter:g}")
+    if args.step_from:
+        if args.measured_step is not None:
+            raise UserError(f"--step-from gives the measured step; do not give --measured-step too. Received: "
+                            f"--step-from {args.step_from!r} --measured-step {args.measured_step:g}")
+        median, cv = step_from_run(args.step_from)
+        args.measured_step = median
+        step_source = f"{args.step_from}: median step {median * 1e6:.4g} us, spread {cv * 100:.3g}%"
+        if args.jitter is None and args.scheme == "data":
+            args.jitter = cv
+    if args.jitter is not None and not (args.jitter >= 0 and math.isfinite(args.jitter)):
+        raise UserError(f"--jitter is a coefficient of variation, a finite number >= 0 (0.05 means 5%). "
+                        f"Received: --jitter {args.jitter!r}")
     if args.compute_from and (args.scheme != "data" or args.measured_step is not None):
         raise UserError(f"--compute-from gives the compute model of data-parallel training; it cannot be combined "
                         f"with --measured-step or another --scheme. Received: --scheme {args.scheme}"
@@ -430,6 +490,7 @@ def run(args) -> int:
     setup = scaling.ScalingSetup(model, network, acc, per_node=args.per_node, intra=intra, algorithm=args.algorithm,
                                  fusion_bytes=int(args.fusion_mb * (1 << 20)), overlap=not args.no_overlap, io=io,
                                  allreduce_model=allreduce_model, host_cores=args.host_cores,
+                                 jitter=args.jitter or 0.0,
                                  measured=(_load_compute(args.compute_from, model.name, args.layer_sum)
                                            if args.compute_from else None))
     if args.measured_step is not None:
@@ -462,9 +523,14 @@ def run(args) -> int:
         if not m.matched(model):
             print(f"warning: no layer name of {model.name} is in {args.compute_from}: a built-in description such "
                   f"as alexnet has its own layer names; measure an ONNX file or recipe with 'model layers'", file=text)
+    if step_source:
+        print(f"step from {step_source}", file=text)
     if setup.compute_scale != 1.0:
         print(f"compute scaled by {setup.compute_scale:.3g} to match the measured step of "
               f"{args.measured_step:g} s", file=text)
+    if setup.jitter:
+        print(f"jitter {setup.jitter * 100:.3g}% of the compute per step: each step waits for the slowest "
+              f"accelerator (normal tails)", file=text)
     print(f"{result.mode} scaling, {label} {batch:g}; fusion {args.fusion_mb:g} MiB, "
           f"{'no overlap' if args.no_overlap else 'overlap with backward'}, I/O {args.io}", file=text)
     print(_table(result, args.format), flush=True)
