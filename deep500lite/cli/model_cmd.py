@@ -320,6 +320,18 @@ def _table(result, fmt: str) -> str:
     return format_table(headers, rows, fmt)
 
 
+def _read_json(path: str, flag: str, what: str):
+    """The JSON in ``path`` given with ``flag``; a file that cannot be read is a :class:`UserError` saying ``what`` it should be."""
+    from deep500lite.errors import UserError
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{flag} must name {what}; {path!r} cannot be read as JSON ({exc}). "
+                        f"Received: {flag} {path!r}") from None
+
+
 def step_from_run(path: str) -> tuple[float, float]:
     """``(median step seconds, robust coefficient of variation)`` from a 1-rank run's ``results.json``.
 
@@ -329,12 +341,7 @@ def step_from_run(path: str) -> tuple[float, float]:
     from deep500lite.errors import UserError
 
     flag = f"--step-from {path!r}"
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError) as exc:
-        raise UserError(f"--step-from must name the results.json of a 'deep500lite run' (in its --out folder); it "
-                        f"cannot be read as JSON ({exc}). Received: {flag}") from None
+    data = _read_json(path, "--step-from", "the results.json of a 'deep500lite run' (in its --out folder)")
     step = data.get("summaries", {}).get("step_time") if isinstance(data, dict) else None
     if not isinstance(step, dict) or not all(isinstance(step.get(k), (int, float)) for k in ("median", "q1", "q3")):
         got = sorted(data) if isinstance(data, dict) else type(data).__name__
@@ -458,12 +465,7 @@ def run(args) -> int:
     batch = args.batch if args.batch is not None else float(default_batch or 32)
     fs_bw = float("inf") if args.fs_bandwidth is None else args.fs_bandwidth * 1e9
     if args.io_from:
-        try:
-            with open(args.io_from, encoding="utf-8") as f:
-                bench_io = json.load(f)
-        except (OSError, ValueError) as exc:
-            raise UserError(f"--io-from must name the JSON file of 'bench dataset --json'; {args.io_from!r} cannot "
-                            f"be read as JSON ({exc}). Received: --io-from {args.io_from!r}") from None
+        bench_io = _read_json(args.io_from, "--io-from", "the JSON file of 'bench dataset --json'")
         if not isinstance(bench_io, dict):
             raise UserError(f"--io-from must name the JSON file of 'bench dataset --json' (an object at the top); "
                             f"{args.io_from!r} holds a {type(bench_io).__name__}. Received: --io-from {args.io_from!r}")
@@ -794,12 +796,7 @@ def _load_compute(path: str, model_name: str, layer_sum: bool = False):
     from deep500lite.bench import layer_times, scaling
     from deep500lite.errors import UserError
 
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError) as exc:
-        raise UserError(f"--compute-from must name the JSON file of 'model layers --json'; {path!r} cannot be read "
-                        f"as JSON ({exc}). Received: --compute-from {path!r}") from None
+    data = _read_json(path, "--compute-from", "the JSON file of 'model layers --json'")
     layer_times.check_layer_times(data, f"--compute-from {path!r}")
     if data["model"] != model_name:
         raise UserError(f"--compute-from {path!r} holds the layers of another network ({data['model']!r}); measure "
