@@ -446,9 +446,6 @@ def run(args) -> int:
         step_source = f"{args.step_from}: median step {median * 1e6:.4g} us, spread {cv * 100:.3g}%"
         if args.jitter is None and args.scheme == "data":
             args.jitter = cv
-    if args.jitter is not None and not (args.jitter >= 0 and math.isfinite(args.jitter)):
-        raise UserError(f"--jitter is a coefficient of variation, a finite number >= 0 (0.05 means 5%). "
-                        f"Received: --jitter {args.jitter!r}")
     if args.compute_from and (args.scheme != "data" or args.measured_step is not None):
         raise UserError(f"--compute-from gives the compute model of data-parallel training; it cannot be combined "
                         f"with --measured-step or another --scheme. Received: --scheme {args.scheme}"
