@@ -69,7 +69,11 @@ def main() -> None:
         start = _StartMark(os.path.join(folder, name))
         sys.meta_path.insert(0, start)
     # Run by path, sys.path[0] is this file's folder; 'python -m mpi4py' has the working directory there.
-    sys.path[0] = os.getcwd()
+    # In safe-path mode (PYTHONSAFEPATH, -P) nothing was prepended, and 'python -P -m' adds nothing:
+    # sys.path[0] is then the first PYTHONPATH entry, kept.
+    if not getattr(sys.flags, "safe_path", False) and sys.path \
+            and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
+        sys.path[0] = os.getcwd()
     from mpi4py.run import main as run_mpi4py
 
     try:

@@ -105,3 +105,27 @@ def test_build_command_runs_python_under_mpi4py():
     assert launch_cmd.build_command(["python", "-m", "mpi4py", "t.py"]) == ["python", "-m", "mpi4py", "t.py"]
     assert launch_cmd.build_command(["hostname"]) == ["hostname"]
     assert launch_cmd.build_command(["pythonista"]) == ["pythonista"]
+
+
+@requires_mpi
+@pytest.mark.parametrize("safe_path", [False, True])
+def test_rank_start_finds_modules_where_python_m_mpi4py_does(tmp_path, safe_path):
+    """A rank started through rank_start.py imports from the same sys.path as ``python -m mpi4py``:
+    the working directory first, or (PYTHONSAFEPATH) the PYTHONPATH entries first, as for a
+    deep500lite installed with ``pip --target`` and run outside the checkout."""
+    for where in ("site", "cwd"):
+        (tmp_path / where).mkdir()
+        (tmp_path / where / "d5probe.py").write_text(f"WHERE = {where!r}\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONSAFEPATH"}
+    env["PYTHONPATH"] = str(tmp_path / "site")
+    if safe_path:
+        env["PYTHONSAFEPATH"] = "1"
+    code = "import d5probe; print('from', d5probe.WHERE)"
+
+    def run(*start):
+        return subprocess.run([sys.executable, *start, "-c", code], cwd=tmp_path / "cwd", env=env,
+                              capture_output=True, text=True, timeout=60)
+
+    native, ours = run("-m", "mpi4py"), run(launch_module.RANK_START)
+    assert native.returncode == 0 and ours.returncode == 0, (native.stderr, ours.stderr)
+    assert ours.stdout == native.stdout == f"from {'site' if safe_path else 'cwd'}\n"
