@@ -83,6 +83,12 @@ def add_parser(sub):
     s.add_argument("--step-from", default=None, metavar="FILE",
                    help="the results.json of a 1-rank 'deep500lite run' (its --out folder): its median step is "
                         "--measured-step and the spread of its steps is --jitter (given flags win)")
+    s.add_argument("--check", action="append", default=None, metavar="FILE[,FILE...]",
+                   help="results.json files of 'deep500lite run -n P' (their --out folders), any rank counts in the "
+                        "sweep: each run's measured step (the slowest rank's) beside the prediction for P ranks, "
+                        "with the error; exit status 1 when one is off by more than --tolerance")
+    s.add_argument("--tolerance", type=float, default=0.2, metavar="FRACTION",
+                   help="with --check: the largest relative error that counts as a match (default 0.2: 20%%)")
     s.add_argument("--jitter", type=float, default=None, metavar="CV",
                    help="coefficient of variation of one accelerator's compute per step (0.05: 5%%); a synchronous "
                         "step waits for the slowest of P accelerators, jitter * compute * E[max of P normals] "
@@ -357,6 +363,81 @@ def step_from_run(path: str) -> tuple[float, float]:
     return float(step["median"]), max(0.0, float(step["q3"] - step["q1"])) / 1.349 / float(step["median"])
 
 
+def measured_from_run(path: str) -> dict:
+    """The measured step of a ``deep500lite run`` of any rank count, for ``--check``.
+
+    A multi-rank run's step is the slowest rank's (``distributed.aggregate.step_time``, what its
+    ``job:`` line prints), a 1-rank run's its own (``summaries.step_time``). Returns a dict with
+    ``file``, ``ranks``, ``median``, ``ci_low`` and ``ci_high`` (seconds); a file that is not such
+    a results.json is a :class:`UserError` naming what it lacks.
+    """
+    from deep500lite.errors import UserError
+
+    flag = f"--check {path!r}"
+    data = _read_json(path, "--check", "the results.json of a 'deep500lite run' (in its --out folder)")
+    dist = data.get("distributed") if isinstance(data, dict) else None
+    ranks = dist.get("ranks", 1) if isinstance(dist, dict) else 1
+    if not isinstance(ranks, int) or isinstance(ranks, bool) or ranks < 1:
+        raise UserError(f"--check: the run's rank count must be a positive integer. Received: {flag} with "
+                        f"distributed.ranks {ranks!r}")
+    if not isinstance(data, dict):
+        step, where = None, "summaries.step_time"
+    elif ranks == 1:
+        step, where = (data.get("summaries") or {}).get("step_time"), "summaries.step_time"
+    else:
+        step, where = (dist.get("aggregate") or {}).get("step_time"), "distributed.aggregate.step_time"
+    if not isinstance(step, dict) or not all(isinstance(step.get(k), (int, float)) for k in ("median", "ci_low",
+                                                                                             "ci_high")):
+        got = sorted(data) if isinstance(data, dict) else type(data).__name__
+        raise UserError(f"--check must name the results.json of a 'deep500lite run': it has no {where} with median, "
+                        f"ci_low and ci_high. Received: {flag} with keys {got}")
+    if not step["median"] > 0:
+        raise UserError(f"--check: the run's median step must be positive. Received: {flag} with median "
+                        f"{step['median']!r}")
+    return {"file": path, "ranks": ranks, "median": float(step["median"]), "ci_low": float(step["ci_low"]),
+            "ci_high": float(step["ci_high"])}
+
+
+def _check_files(values) -> list[str]:
+    return [p.strip() for v in values or () for p in v.split(",") if p.strip()]
+
+
+def compare_runs(result, runs: list[dict], tolerance: float, calibration: str | None = None) -> list[dict]:
+    """Each measured run of :func:`measured_from_run` beside the sweep's prediction for its rank count.
+
+    Returns one dict per run: the run's fields plus ``predicted`` (seconds), ``error`` (predicted /
+    measured - 1) and ``verdict``: ``"within"`` or ``"outside"`` the tolerance, or ``"calibration
+    point"`` for the file the step was scaled to (``calibration``, the ``--step-from`` file).
+    """
+    by_count = {r.accelerators: r for r in result.rows}
+    out = []
+    for run in runs:
+        row = by_count[run["ranks"]]
+        error = row.step / run["median"] - 1
+        same = calibration is not None and os.path.exists(calibration) and os.path.samefile(run["file"], calibration)
+        verdict = "calibration point" if same else ("within" if abs(error) <= tolerance else "outside")
+        out.append(dict(run, predicted=row.step, error=error, verdict=verdict))
+    return out
+
+
+def _print_checks(checks: list[dict], tolerance: float, fmt: str, text) -> None:
+    from deep500lite.metrics.tables import format_seconds, format_table
+
+    rows = [[c["ranks"], c["file"], f"{format_seconds(c['median'])} [{format_seconds(c['ci_low'])}, "
+             f"{format_seconds(c['ci_high'])}]", format_seconds(c["predicted"]), f"{round(c['error'] * 100, 1) + 0.0:+.1f}%",  # + 0.0: no "-0.0%"
+             c["verdict"] if c["verdict"] == "calibration point" else
+             (f"within {tolerance * 100:g}%" if c["verdict"] == "within" else f"off by more than {tolerance * 100:g}%")]
+            for c in checks]
+    print("measured (--check) against predicted", file=text)
+    print(format_table(["ranks", "run", "measured step [95% CI]", "predicted", "error", "verdict"], rows, fmt),
+          file=text, flush=True)
+    judged = [c for c in checks if c["verdict"] != "calibration point"]
+    if judged:
+        good = sum(c["verdict"] == "within" for c in judged)
+        print(f"predicted within {tolerance * 100:g}% of the measured step in {good} of {len(judged)} runs"
+              + ("" if good == len(judged) else ": the check fails"), file=text)
+
+
 def _plot(result, path) -> str:
     import io
 
@@ -446,6 +527,12 @@ def run(args) -> int:
         step_source = f"{args.step_from}: median step {median * 1e6:.4g} us, spread {cv * 100:.3g}%"
         if args.jitter is None and args.scheme == "data":
             args.jitter = cv
+    if args.check and args.scheme != "data":
+        raise UserError(f"--check compares data-parallel predictions with 'deep500lite run -n P'; it cannot be "
+                        f"combined with another --scheme. Received: --scheme {args.scheme} --check")
+    if not (args.tolerance > 0 and math.isfinite(args.tolerance)):
+        raise UserError(f"--tolerance must be a positive fraction (0.2 means 20%). Received: {args.tolerance!r}")
+    checks = [measured_from_run(path) for path in _check_files(args.check)]
     if args.compute_from and (args.scheme != "data" or args.measured_step is not None):
         raise UserError(f"--compute-from gives the compute model of data-parallel training; it cannot be combined "
                         f"with --measured-step or another --scheme. Received: --scheme {args.scheme}"
@@ -456,6 +543,12 @@ def run(args) -> int:
     if _check_scheme(args) != "data":
         return _run_scheme(args)
     nodes = scaling.parse_nodes(args.nodes)
+    counts = sorted({n * args.per_node for n in nodes})
+    for c in checks:
+        if c["ranks"] not in counts:
+            raise UserError(f"--check {c['file']!r} is a run on {c['ranks']} ranks, which this sweep does not predict "
+                            f"(accelerators in the sweep: {', '.join(map(str, counts))}); add it to --nodes. "
+                            f"Received: --nodes {args.nodes}")
     network, acc, intra = parse_interconnect(args.network, "--network"), None, parse_interconnect(args.intra, "--intra")
     model, default_batch = describe_target(args.target)
     acc = _accelerator(args)
@@ -540,12 +633,21 @@ def run(args) -> int:
         print(f"scaling does not stop within {nodes[0]}..{nodes[-1]} nodes ({result.reason})", file=text)
     else:
         print(f"scaling stops at {result.stop} nodes: {result.reason}", file=text)
+    missing = [c for c in checks if c["ranks"] not in {r.accelerators for r in result.rows}]
+    if missing:
+        print(f"not checked (left out of the sweep): {', '.join(c['file'] for c in missing)}", file=text)
+    checks = compare_runs(result, [c for c in checks if c not in missing], args.tolerance, args.step_from)
+    if checks:
+        _print_checks(checks, args.tolerance, args.format, text)
     if args.json:
-        atomic_write_text(args.json, json.dumps(result.to_dict(), indent=1, default=str))
+        data = result.to_dict()
+        if checks:
+            data["checks"] = {"tolerance": args.tolerance, "runs": checks}
+        atomic_write_text(args.json, json.dumps(data, indent=1, default=str))
         print(f"wrote {args.json}", file=text)
     if args.plot:
         print(f"wrote {_plot(result, args.plot)}", file=text)
-    return 0
+    return 1 if any(c["verdict"] == "outside" for c in checks) or missing else 0
 
 
 _SCHEME_FLAGS = {"micro_batches": ("pipeline",), "activation_bytes": ("pipeline",), "halo_bytes": ("spatial",),

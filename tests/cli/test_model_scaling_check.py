@@ -1,0 +1,108 @@
+"""``model scaling --check``: predictions beside measured ``deep500lite run -n P`` steps.
+
+The runs in tests/data/scaling_check are real: ``deep500lite run digits_mlp_distributed -n P``
+(P = 1, 2, 4, 8; 10 epochs; ``algorithm=auto``) and the ``bench allreduce`` calibration they used,
+written on the 16-core lent machine of docs/scaling.md ("With a core per rank"), set A.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from deep500lite.cli import main
+
+DATA = Path(__file__).resolve().parent.parent / "data" / "scaling_check"
+RUNS = {p: DATA / f"run{p}.json" for p in (1, 2, 4, 8)}
+BASE = ["model", "scaling", "digits_mlp_distributed", "--nodes", "1,2,4,8", "--weak", "--batch", "32",
+        "--allreduce-model", str(DATA / "allreduce-model.json"), "--host-cores", "16", "--fusion-mb", "1",
+        "--no-overlap", "--accelerator", "k80", "--step-from", str(RUNS[1])]
+
+
+def measured(p: int) -> float:
+    """The slowest rank's median step as the run wrote it (the 1-rank run's own median)."""
+    data = json.loads(RUNS[p].read_text())
+    step = data["summaries"]["step_time"] if p == 1 else data["distributed"]["aggregate"]["step_time"]
+    return step["median"]
+
+
+def test_check_puts_each_run_beside_its_prediction(tmp_path, capsys):
+    out = tmp_path / "s.json"
+    check = ",".join(str(RUNS[p]) for p in (1, 2))
+    rc = main([*BASE, "--check", check, "--check", str(RUNS[4]), "--check", str(RUNS[8]), "--json", str(out)])
+    text = capsys.readouterr().out
+    data = json.loads(out.read_text())
+    predicted = {r["accelerators"]: r["step"] for r in data["rows"]}
+    runs = {c["ranks"]: c for c in data["checks"]["runs"]}
+    assert sorted(runs) == [1, 2, 4, 8] and data["checks"]["tolerance"] == 0.2
+    for p, c in runs.items():
+        assert c["median"] == measured(p) and c["predicted"] == predicted[p]
+        assert c["error"] == pytest.approx(predicted[p] / measured(p) - 1)
+        assert c["ci_low"] <= c["median"] <= c["ci_high"]
+    # the 1-rank run is the file the step was scaled to: a calibration point, not a test of the model
+    assert runs[1]["verdict"] == "calibration point" and runs[1]["error"] == pytest.approx(0, abs=1e-12)
+    expected = {p: abs(runs[p]["error"]) <= 0.2 for p in (2, 4, 8)}
+    assert {p: runs[p]["verdict"] == "within" for p in (2, 4, 8)} == expected
+    good = sum(expected.values())
+    assert f"predicted within 20% of the measured step in {good} of 3 runs" in text
+    assert rc == (0 if good == 3 else 1)
+
+
+def test_a_tighter_tolerance_fails_the_check_with_exit_1(tmp_path, capsys):
+    out = tmp_path / "s.json"
+    errors = []
+    for p in (2, 4, 8):
+        assert main([*BASE, "--check", str(RUNS[p]), "--tolerance", "1", "--json", str(out)]) == 0
+        errors.append(abs(json.loads(out.read_text())["checks"]["runs"][0]["error"]))
+    capsys.readouterr()
+    tight = min(errors) / 2  # every run misses at half its own smallest error
+    rc = main([*BASE, "--check", ",".join(str(RUNS[p]) for p in (2, 4, 8)), "--tolerance", str(tight)])
+    text = capsys.readouterr().out
+    assert rc == 1 and "in 0 of 3 runs: the check fails" in text
+    assert text.count(f"off by more than {tight * 100:g}%") == 3
+
+
+def test_csv_keeps_the_check_off_stdout(capsys):
+    main([*BASE, "--check", str(RUNS[2]), "--format", "csv"])
+    out, err = capsys.readouterr()
+    assert out.startswith("nodes,") and "measured step" not in out
+    assert "measured step [95% CI]" in err
+
+
+def test_bad_check_input_is_one_line_with_exit_2(tmp_path, capsys):
+    no_steps = tmp_path / "no_steps.json"
+    no_steps.write_text(json.dumps({"summaries": {}}))
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    zero = tmp_path / "zero.json"
+    data = json.loads(RUNS[2].read_text())
+    data["distributed"]["aggregate"]["step_time"]["median"] = 0.0
+    zero.write_text(json.dumps(data))
+    cases = [
+        (["--check", str(tmp_path / "missing.json")], "cannot be read as JSON"),
+        (["--check", str(broken)], "cannot be read as JSON"),
+        (["--check", str(no_steps)], "no summaries.step_time with median"),
+        (["--check", str(zero)], "median step must be positive"),
+        (["--nodes", "1,2", "--check", str(RUNS[4])], "a run on 4 ranks, which this sweep does not predict"),
+        (["--check", str(RUNS[2]), "--tolerance", "0"], "--tolerance must be a positive fraction"),
+        (["--check", str(RUNS[2]), "--tolerance", "nan"], "--tolerance must be a positive fraction"),
+    ]
+    for extra, expected in cases:
+        rc = main([*BASE, *extra])
+        err = capsys.readouterr().err.strip()
+        assert rc == 2 and len(err.splitlines()) == 1, (extra, err)
+        assert expected in err and "Received:" in err, (extra, err)
+    rc = main(["model", "scaling", "digits_mlp_distributed", "--nodes", "1,2", "--scheme", "pipeline",
+               "--check", str(RUNS[2])])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "cannot be combined with another --scheme" in err and len(err.splitlines()) == 1
+
+
+def test_the_bundled_runs_are_real_multi_rank_runs():
+    for p, path in RUNS.items():
+        data = json.loads(path.read_text())
+        assert (data.get("distributed") or {}).get("ranks", 1) == p
+        assert math.isfinite(measured(p)) and measured(p) > 0
