@@ -423,10 +423,15 @@ def compare_runs(result, runs: list[dict], tolerance: float, calibration: str | 
 def _print_checks(checks: list[dict], tolerance: float, fmt: str, text) -> None:
     from deep500lite.metrics.tables import format_seconds, format_table
 
-    rows = [[c["ranks"], c["file"], f"{format_seconds(c['median'])} [{format_seconds(c['ci_low'])}, "
-             f"{format_seconds(c['ci_high'])}]", format_seconds(c["predicted"]), f"{round(c['error'] * 100, 1) + 0.0:+.1f}%",  # + 0.0: no "-0.0%"
-             c["verdict"] if c["verdict"] == "calibration point" else
-             (f"within {tolerance * 100:g}%" if c["verdict"] == "within" else f"off by more than {tolerance * 100:g}%")]
+    def verdict(c):
+        if c["verdict"] == "calibration point":
+            return c["verdict"]
+        return f"within {tolerance * 100:g}%" if c["verdict"] == "within" else f"off by more than {tolerance * 100:g}%"
+
+    # round(...) + 0.0 turns a rounded -0.0 into 0.0 (the calibration point prints "+0.0%")
+    rows = [[c["ranks"], c["file"],
+             f"{format_seconds(c['median'])} [{format_seconds(c['ci_low'])}, {format_seconds(c['ci_high'])}]",
+             format_seconds(c["predicted"]), f"{round(c['error'] * 100, 1) + 0.0:+.1f}%", verdict(c)]
             for c in checks]
     print("measured (--check) against predicted", file=text)
     print(format_table(["ranks", "run", "measured step [95% CI]", "predicted", "error", "verdict"], rows, fmt),
