@@ -16,8 +16,13 @@ otherwise):
   layer. The rewrite unfolds ``x`` with a grouped Conv whose weight is one-hot (one output channel
   per input channel and kernel position: an im2col in one ONNX Runtime kernel), then contracts it
   with ``dy`` in one batched ``MatMul`` and sums over the batch:
-  ``dW = ReduceSum_n(dy[n] @ cols[n]^T)``. Group 1, any stride, dilation and pads; at least
-  :data:`MIN_CHANNELS` input and output channels and a kernel of two taps or more.
+  ``dW = ReduceSum_n(dy[n] @ cols[n]^T)``. A strided 1x1 kernel (ResNet's stride-2 shortcuts,
+  where the autodiff's form also computes the 3 of 4 positions it then cuts away) needs no
+  im2col: the columns are a strided ``Slice`` of ``x``. Group 1, any stride, dilation and pads;
+  at least :data:`MIN_CHANNELS` input and output channels or :data:`MIN_POSITIONS` output
+  positions, and a kernel of two taps or more; or a 1x1 kernel with a stride above 1, no pads and
+  any channels. Stride-1 1x1 kernels keep the autodiff's form: with ``nchwc_conv`` it is faster
+  on MobileNetV2's small late layers.
 - ``input_gradient``: a ``ConvTranspose`` with stride 1 (the input gradient of a stride-1 Conv)
   becomes the ``Conv`` of the same input with the kernel flipped in space and its two channel axes
   swapped, padded by ``dilation * (kernel - 1) - pad``: ONNX Runtime runs ConvTranspose as a GEMM
@@ -55,7 +60,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from deep500lite.errors import UserError
 
-__all__ = ["MIN_CHANNELS", "REWRITES", "nchwc_block_size", "rewrite_training_model", "rewrites_for"]
+__all__ = ["MIN_CHANNELS", "MIN_POSITIONS", "REWRITES", "nchwc_block_size", "rewrite_training_model", "rewrites_for"]
 
 REWRITES = ("weight_gradient", "input_gradient", "relu_mask", "nchwc_conv")
 """The names of the rewrites :func:`rewrite_training_model` knows, in the order it applies them."""
@@ -63,10 +68,19 @@ REWRITES = ("weight_gradient", "input_gradient", "relu_mask", "nchwc_conv")
 _NCHWC = "com.microsoft.nchwc"
 
 MIN_CHANNELS = 16
-"""``weight_gradient`` and ``input_gradient`` apply to convolutions with at least this many input
-and output channels and more than one kernel tap: measured on this project's 2-core Xeon, they
-made LeNet (1-16 channels, 5x5) and MobileNetV2's pointwise (1x1) layers slower, and ResNet-20
-(16-64 channels, 3x3) faster."""
+"""``input_gradient`` applies to convolutions with at least this many input and output channels
+and more than one kernel tap, and ``weight_gradient``'s one-hot form to those with this many
+channels or :data:`MIN_POSITIONS` output positions: measured on this project's 2-core Xeon, the
+rewrites made LeNet's second layer (6 -> 16 channels, 5x5 on 12x12) slower and ResNet-20 (16-64
+channels, 3x3) faster."""
+
+MIN_POSITIONS = 256
+"""``weight_gradient`` also applies to convolutions of fewer than :data:`MIN_CHANNELS` channels
+when the output gradient has at least this many positions per sample (16x16): there the
+autodiff's form, a Conv whose kernel is the whole output gradient, is the slow one (ResNet-20's
+stem, 3 -> 16 channels on 32x32: 4.2 ms against 1.0 ms rewritten on a 2-core AMD EPYC; LeNet's
+first layer, 1 -> 6 on 24x24: 0.65 against 0.52 ms; its second, 6 -> 16 on 8x8: 0.43 against 0.48
+ms, so left alone)."""
 
 
 class _Graph:
@@ -176,8 +190,12 @@ def _weight_gradient(g: _Graph, conv) -> tuple | None:
     kernel = [int(k) for k in ends]
     channels = xshape[1]
     dyshape = g.info.get(tdy.input[0], (None, None))[1]
-    if (channels is None or dyshape is None or len(dyshape) != rank or channels < MIN_CHANNELS
-            or dyshape[1] is None or dyshape[1] < MIN_CHANNELS or int(np.prod(kernel)) < 2):
+    if (channels is None or dyshape is None or len(dyshape) != rank or dyshape[1] is None
+            or any(d is None for d in dyshape[2:])):
+        return None
+    taps = int(np.prod(kernel))
+    few_channels = channels < MIN_CHANNELS or dyshape[1] < MIN_CHANNELS
+    if taps >= 2 and few_channels and int(np.prod(dyshape[2:])) < MIN_POSITIONS:
         return None
     # the forward convolution's geometry: the autodiff swapped its strides and dilations
     strides = list(_attr(conv, "dilations", [1] * n))
@@ -190,17 +208,25 @@ def _weight_gradient(g: _Graph, conv) -> tuple | None:
         out = (size + pads[i] + pads[i + n] - dil[i] * (kernel[i] - 1) - 1) // strides[i] + 1
         if out != dyshape[2 + i]:
             return None
-    taps = int(np.prod(kernel))
-    onehot = np.zeros((channels * taps, 1, *kernel), np.float32)
-    eye = np.eye(taps, dtype=np.float32).reshape(taps, *kernel)
-    for c in range(channels):
-        onehot[c * taps:(c + 1) * taps, 0] = eye
     x, dy, dw = tx.input[0], tdy.input[0], back.output[0]
     new = []
-    w = g.add_init("onehot", onehot)
-    node, cols = g.node("Conv", [x, w], group=channels, kernel_shape=kernel, strides=strides, dilations=dil,
-                        pads=pads)
-    new.append(node)
+    if taps == 1:  # a strided 1x1 kernel: the columns are every stride-th pixel of x
+        if any(pads) or all(st == 1 for st in strides) or _opset(g.model) < 10:  # Slice takes steps from 10
+            return None
+        node, cols = g.node("Slice", [x, g.add_init("starts", np.zeros(n, np.int64)),
+                                      g.add_init("ends", np.array(xshape[2:], np.int64)),
+                                      g.add_init("axes", np.arange(2, rank, dtype=np.int64)),
+                                      g.add_init("steps", np.array(strides, np.int64))])
+        new.append(node)
+    else:
+        onehot = np.zeros((channels * taps, 1, *kernel), np.float32)
+        eye = np.eye(taps, dtype=np.float32).reshape(taps, *kernel)
+        for c in range(channels):
+            onehot[c * taps:(c + 1) * taps, 0] = eye
+        w = g.add_init("onehot", onehot)
+        node, cols = g.node("Conv", [x, w], group=channels, kernel_shape=kernel, strides=strides, dilations=dil,
+                            pads=pads)
+        new.append(node)
     flat = g.add_init("shape", np.array([0, 0, -1], np.int64))
     node, cols = g.node("Reshape", [cols, flat])
     new.append(node)

@@ -72,9 +72,18 @@ CASES = [  # id, channels, size, second layer, bias, transpose, rank, expected c
     ("grouped_left_alone", (18, 20, 22), 8, {"pads": [1, 1, 1, 1], "group": 2}, True, False, 2, (1, 0, 0)),
     ("conv_transpose_layer", (17, 18, 19), 6, {"pads": [1, 1, 1, 1], "strides": [2, 2], "output_padding": [1, 1]},
      True, True, 2, (2, 0, 0)),
-    # below MIN_CHANNELS (LeNet's sizes) and 1x1 kernels: measured slower rewritten, so left alone
+    # below MIN_CHANNELS on small images (LeNet's sizes): measured slower rewritten, so left alone
     ("few_channels_left_alone", (1, 6, 16), 12, {"kernel": [5, 5]}, True, False, 2, (0, 0, 0)),
-    ("pointwise_left_alone", (17, 18, 19), 6, {"kernel": [1, 1]}, True, False, 2, (1, 0, 0)),
+    # ...but rewritten from MIN_POSITIONS output positions (16x16, a stem's size)
+    ("few_channels_large_image", (3, 6, 5), 16, {"pads": [1, 1, 1, 1]}, True, False, 2, (2, 0, 0)),
+    # strided 1x1 kernels (ResNet's shortcuts): the columns are a strided Slice of x; stride 1 is left alone
+    ("pointwise_stride1_left_alone", (17, 18, 19), 6, {"kernel": [1, 1]}, True, False, 2, (1, 0, 0)),
+    ("pointwise_stride2_odd_size", (5, 18, 7), 7, {"kernel": [1, 1], "strides": [2, 2]}, False, False, 2,
+     (1, 0, 0)),
+    ("pointwise_stride_2x3_conv1d_rank", (17, 18, 19), 11, {"kernel": [1], "strides": [3]}, True, False, 1,
+     (2, 0, 0)),
+    ("pointwise_padded_left_alone", (17, 18, 19), 6, {"kernel": [1, 1], "pads": [1, 1, 1, 1]}, True, False, 2,
+     (1, 0, 0)),
     # channels a multiple of the block: the forward Convs and the stride-1 input gradient run NCHWc
     ("nchwc_stride1_bias", (16, 16, 32), 6, {"pads": [1, 1, 1, 1]}, True, False, 2, (2, 1, 3 if B else 0)),
     ("nchwc_stride2_dilated", (16, 32, 16), 9, {"pads": [2, 2, 2, 2], "strides": [2, 2], "dilations": [2, 2]},
@@ -172,9 +181,9 @@ def test_resnet20_fused_step_matches_the_reference_executor():
     fused = d5.executor(_resnet(2), "onnxruntime")
     fopt = ortfw.MomentumOptimizer(fused, **kwargs)
     floss = float(np.asarray(fopt.step(feeds)["loss"]))
-    # the stem (3 input channels) and the two 1x1 shortcuts keep the autodiff's forms
+    # every weight gradient: 18 3x3 layers, the stem (3 channels, 16x16 = MIN_POSITIONS) and two 1x1 shortcuts
     # 16-64 channels are multiples of every NCHWc block (16, 8, 4): 18 forward + 16 input-gradient Convs
-    assert fused._fused.rewrites == {"weight_gradient": 18, "input_gradient": 16, "relu_mask": 19,
+    assert fused._fused.rewrites == {"weight_gradient": 21, "input_gradient": 16, "relu_mask": 19,
                                      "nchwc_conv": 34 if B else 0}
     ref = d5.executor(_resnet(2), "reference")
     rloss = float(np.asarray(d5ref.MomentumOptimizer(ref, **kwargs).step(feeds)["loss"]))
