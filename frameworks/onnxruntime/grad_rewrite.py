@@ -60,7 +60,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from deep500lite.errors import UserError
 
-__all__ = ["MIN_CHANNELS", "MIN_POSITIONS", "REWRITES", "nchwc_block_size", "rewrite_training_model", "rewrites_for"]
+__all__ = ["MIN_CHANNELS", "MIN_POSITIONS", "REWRITES", "nchwc_block_size", "rewrite_training_model",
+           "rewrites_for"]
 
 REWRITES = ("weight_gradient", "input_gradient", "relu_mask", "nchwc_conv")
 """The names of the rewrites :func:`rewrite_training_model` knows, in the order it applies them."""
@@ -70,9 +71,9 @@ _NCHWC = "com.microsoft.nchwc"
 MIN_CHANNELS = 16
 """``input_gradient`` applies to convolutions with at least this many input and output channels
 and more than one kernel tap, and ``weight_gradient``'s one-hot form to those with this many
-channels or :data:`MIN_POSITIONS` output positions: measured on this project's 2-core Xeon, the
-rewrites made LeNet's second layer (6 -> 16 channels, 5x5 on 12x12) slower and ResNet-20 (16-64
-channels, 3x3) faster."""
+channels or :data:`MIN_POSITIONS` output positions. Measured on this project's 2-core Xeon,
+rewriting every layer made LeNet (1-16 channels, 5x5) slower and ResNet-20 (16-64 channels, 3x3)
+faster."""
 
 MIN_POSITIONS = 256
 """``weight_gradient`` also applies to convolutions of fewer than :data:`MIN_CHANNELS` channels
