@@ -338,6 +338,40 @@ def _read_json(path: str, flag: str, what: str):
                         f"Received: {flag} {path!r}") from None
 
 
+def _run_results(path: str, flag: str) -> tuple[dict, int]:
+    """``(results, ranks)`` of the ``results.json`` of a ``deep500lite run`` given with ``flag``."""
+    from deep500lite.errors import UserError
+
+    data = _read_json(path, flag, "the results.json of a 'deep500lite run' (in its --out folder)")
+    dist = data.get("distributed") if isinstance(data, dict) else None
+    ranks = dist.get("ranks", 1) if isinstance(dist, dict) else 1
+    if not isinstance(ranks, int) or isinstance(ranks, bool) or ranks < 1:
+        raise UserError(f"{flag}: the run's rank count must be a positive integer. Received: {flag} {path!r} with "
+                        f"distributed.ranks {ranks!r}")
+    return data, ranks
+
+
+def _run_step(data, ranks: int, path: str, flag: str, keys: tuple) -> dict:
+    """The step-time summary of a run: the slowest rank's (``distributed.aggregate.step_time``, what
+    a multi-rank run's ``job:`` line prints) or a 1-rank run's own (``summaries.step_time``), with
+    ``keys`` numeric and a positive median; a :class:`UserError` names what is missing."""
+    from deep500lite.errors import UserError
+
+    if ranks == 1:
+        where, parent = "summaries.step_time", data.get("summaries") if isinstance(data, dict) else None
+    else:
+        where, parent = "distributed.aggregate.step_time", data["distributed"].get("aggregate")
+    step = (parent or {}).get("step_time")
+    if not isinstance(step, dict) or not all(isinstance(step.get(k), (int, float)) for k in keys):
+        got = sorted(data) if isinstance(data, dict) else type(data).__name__
+        raise UserError(f"{flag} must name the results.json of a 'deep500lite run': it has no {where} with "
+                        f"{', '.join(keys[:-1])} and {keys[-1]}. Received: {flag} {path!r} with keys {got}")
+    if not step["median"] > 0:
+        raise UserError(f"{flag}: the run's median step must be positive. Received: {flag} {path!r} with median "
+                        f"{step['median']!r}")
+    return step
+
+
 def step_from_run(path: str) -> tuple[float, float]:
     """``(median step seconds, robust coefficient of variation)`` from a 1-rank run's ``results.json``.
 
@@ -346,54 +380,23 @@ def step_from_run(path: str) -> tuple[float, float]:
     """
     from deep500lite.errors import UserError
 
-    flag = f"--step-from {path!r}"
-    data = _read_json(path, "--step-from", "the results.json of a 'deep500lite run' (in its --out folder)")
-    step = data.get("summaries", {}).get("step_time") if isinstance(data, dict) else None
-    if not isinstance(step, dict) or not all(isinstance(step.get(k), (int, float)) for k in ("median", "q1", "q3")):
-        got = sorted(data) if isinstance(data, dict) else type(data).__name__
-        raise UserError(f"--step-from must name the results.json of a 'deep500lite run': it has no "
-                        f"summaries.step_time with median, q1 and q3. Received: {flag} with keys {got}")
-    ranks = (data.get("distributed") or {}).get("ranks", 1)
+    data, ranks = _run_results(path, "--step-from")
     if ranks != 1:
         raise UserError(f"--step-from needs a 1-rank run (its steps hold no communication; the model adds that). "
-                        f"Received: {flag}, a run on {ranks} ranks")
-    if not step["median"] > 0:
-        raise UserError(f"--step-from: the run's median step must be positive. Received: {flag} with median "
-                        f"{step['median']!r}")
+                        f"Received: --step-from {path!r}, a run on {ranks} ranks")
+    step = _run_step(data, 1, path, "--step-from", ("median", "q1", "q3"))
     return float(step["median"]), max(0.0, float(step["q3"] - step["q1"])) / 1.349 / float(step["median"])
 
 
 def measured_from_run(path: str) -> dict:
     """The measured step of a ``deep500lite run`` of any rank count, for ``--check``.
 
-    A multi-rank run's step is the slowest rank's (``distributed.aggregate.step_time``, what its
-    ``job:`` line prints), a 1-rank run's its own (``summaries.step_time``). Returns a dict with
-    ``file``, ``ranks``, ``median``, ``ci_low`` and ``ci_high`` (seconds); a file that is not such
-    a results.json is a :class:`UserError` naming what it lacks.
+    A multi-rank run's step is the slowest rank's, a 1-rank run's its own (see :func:`_run_step`).
+    Returns a dict with ``file``, ``ranks``, ``median``, ``ci_low`` and ``ci_high`` (seconds); a
+    file that is not such a results.json is a :class:`UserError` naming what it lacks.
     """
-    from deep500lite.errors import UserError
-
-    flag = f"--check {path!r}"
-    data = _read_json(path, "--check", "the results.json of a 'deep500lite run' (in its --out folder)")
-    dist = data.get("distributed") if isinstance(data, dict) else None
-    ranks = dist.get("ranks", 1) if isinstance(dist, dict) else 1
-    if not isinstance(ranks, int) or isinstance(ranks, bool) or ranks < 1:
-        raise UserError(f"--check: the run's rank count must be a positive integer. Received: {flag} with "
-                        f"distributed.ranks {ranks!r}")
-    if not isinstance(data, dict):
-        step, where = None, "summaries.step_time"
-    elif ranks == 1:
-        step, where = (data.get("summaries") or {}).get("step_time"), "summaries.step_time"
-    else:
-        step, where = (dist.get("aggregate") or {}).get("step_time"), "distributed.aggregate.step_time"
-    if not isinstance(step, dict) or not all(isinstance(step.get(k), (int, float)) for k in ("median", "ci_low",
-                                                                                             "ci_high")):
-        got = sorted(data) if isinstance(data, dict) else type(data).__name__
-        raise UserError(f"--check must name the results.json of a 'deep500lite run': it has no {where} with median, "
-                        f"ci_low and ci_high. Received: {flag} with keys {got}")
-    if not step["median"] > 0:
-        raise UserError(f"--check: the run's median step must be positive. Received: {flag} with median "
-                        f"{step['median']!r}")
+    data, ranks = _run_results(path, "--check")
+    step = _run_step(data, ranks, path, "--check", ("median", "ci_low", "ci_high"))
     return {"file": path, "ranks": ranks, "median": float(step["median"]), "ci_low": float(step["ci_low"]),
             "ci_high": float(step["ci_high"])}
 
