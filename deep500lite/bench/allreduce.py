@@ -7,7 +7,9 @@ algorithms (:mod:`deep500lite.lv3.costmodel`), which ``auto`` then uses; then fo
 size and algorithm it runs one checked warm-up call, sizes the repetitions from a short pilot,
 and times each call between barriers. Each row carries both predictions and the fitted model's
 relative error against the measured median.
-A call's time is the slowest rank's. Rank 0 writes the raw samples to a JSON file that the
+A call's time is the slowest rank's. With ``interleave`` (``--interleave ROUNDS``) the calibration
+sizes and the rows are instead timed a few calls at a time, every one once per round, in an order
+shuffled anew each round, so that the fit and the rows it predicts see the same machine. Rank 0 writes the raw samples to a JSON file that the
 launching process reads back into an :class:`AllreduceBenchmark`.
 
 Bandwidths follow the nccl-tests definitions: ``algbw = S / t`` and
@@ -112,6 +114,9 @@ class AllreduceBenchmark:
         mpi_library: the MPI library's version line.
         calibration: the fitted model's :meth:`~deep500lite.lv3.costmodel.CalibratedModel.to_dict`
             (None when the run had none).
+        rounds: with ``interleave``, the number of interleaved rounds (0: each row timed in one
+            stretch); each row's ``pass_medians`` then holds the medians of the first, second and
+            last third of the rounds.
     """
 
     ranks: int
@@ -119,13 +124,15 @@ class AllreduceBenchmark:
     rows: list
     mpi_library: str = ""
     calibration: dict | None = None
+    rounds: int = 0
 
     def summaries(self):
         """``(row, Summary, algbw, busbw)`` for every row (bandwidths in bytes per second).
 
         With several passes the Summary's median is the median of the passes' medians and its
         interval their range (min, max) instead of the 95% CI of the pooled calls (its
-        ``ci_coverage`` is then None).
+        ``ci_coverage`` is then None). Interleaved rounds time every row alike in every round, so
+        their calls are pooled as they are.
         """
         from deep500lite.metrics.statistics import summarize
 
@@ -133,7 +140,7 @@ class AllreduceBenchmark:
         for row in self.rows:
             s = summarize(row["samples"])
             medians = row.get("pass_medians") or []
-            if len(medians) > 1:
+            if len(medians) > 1 and not self.rounds:
                 # passes take different numbers of calls (the faster, more): the median of the passes'
                 # medians, with their range, weighs each pass alike, as the calibration's fit does
                 s = dataclasses.replace(s, median=float(np.median(medians)), ci_low=float(min(medians)),
@@ -149,7 +156,9 @@ class AllreduceBenchmark:
         headers = ["size", "algorithm", "time median [95% CI]", "algbw GB/s", "busbw GB/s", "alpha-beta model",
                    "calibrated model", "error", "#wrong"]
         drift = self.passes() > 1
-        if drift:
+        if drift and self.rounds:
+            headers.insert(3, "between thirds")
+        elif drift:
             headers[2] = "time: median of passes [range]"
             headers.insert(3, "between passes")
         rows = []
@@ -187,7 +196,10 @@ class AllreduceBenchmark:
             values = np.array([sp for _, _, sp in spreads])
             n, a, top = max(spreads, key=lambda t: t[2])
             wide = int(np.sum(values > tolerance))
-            lines.append(f"between the {self.passes()} passes a row's median moved by {np.median(values) * 100:.0f}% "
+            where = f"the {self.passes()} passes"
+            if self.rounds:
+                where = f"the thirds of the {self.rounds} interleaved rounds"
+            lines.append(f"between {where} a row's median moved by {np.median(values) * 100:.0f}% "
                          f"(median over rows), up to {top * 100:.0f}% ({a} {_format_bytes(n)}); {wide} of "
                          f"{len(values)} rows moved by more than {tolerance:.0%}: the machine's own repeatability")
         return lines
@@ -236,7 +248,7 @@ class AllreduceBenchmark:
         for row, s, algbw, busbw in self.summaries():
             rows.append(dict(row, summary=s.to_dict(), algbw=algbw, busbw=busbw))
         return {"benchmark": "allreduce", "ranks": self.ranks, "model": self.model,
-                "calibration": self.calibration,
+                "calibration": self.calibration, "rounds": self.rounds,
                 "mpi_library": self.mpi_library, "bandwidth": "nccl-tests: algbw = S/t, busbw = algbw*2(p-1)/p",
                 "rows": rows}
 
@@ -250,8 +262,9 @@ class AllreduceBenchmark:
                          **({"pass_medians": row["pass_medians"]} if row.get("pass_medians") else {}))
                     for row in data["rows"]]
             return cls(ranks=int(data["ranks"]), model=dict(data["model"]), rows=rows,
-                       mpi_library=data.get("mpi_library", ""), calibration=data.get("calibration"))
-        except (KeyError, TypeError) as exc:
+                       mpi_library=data.get("mpi_library", ""), calibration=data.get("calibration"),
+                       rounds=int(data.get("rounds") or 0))
+        except (KeyError, TypeError, ValueError) as exc:
             got = format_choices(sorted(map(str, data))) if isinstance(data, dict) else type(data).__name__
             raise UserError(f"Not the JSON of 'deep500lite bench allreduce --json': missing {exc}; give the output "
                             f"of that command. Received: {got}") from None
@@ -324,7 +337,8 @@ def _format_bytes(n: int) -> str:
 def run_allreduce_benchmark(ranks: int, sizes, algorithms=DEFAULT_ALGORITHMS, max_time: float = 0.5,
                             comm_timeout: float = 120.0, mpiexec: str | None = None,
                             progress: bool = True, job_timeout: float | None = None, model_file=None,
-                            save_model=None, calibrate: bool = True, passes: int = 1) -> AllreduceBenchmark:
+                            save_model=None, calibrate: bool = True, passes: int = 1,
+                            interleave: int = 0) -> AllreduceBenchmark:
     """Launch the MPI job on ``ranks`` ranks and return its results.
 
     Args:
@@ -345,6 +359,11 @@ def run_allreduce_benchmark(ranks: int, sizes, algorithms=DEFAULT_ALGORITHMS, ma
             measurement, calibration, ...): the model is fitted to the median of the calibration
             passes, each row pools its samples over the passes and keeps each pass's median
             (``pass_medians``), which shows how much the machine itself drifts between passes.
+        interleave: 0, or a number of rounds (at least 3): every calibration size and every row
+            (``auto`` apart) is timed once per round, in an order shuffled anew each round, for
+            ``max_time / interleave`` seconds, so that the calibration and the rows it predicts
+            see the same machine even when its speed drifts; ``auto`` is timed after the rounds,
+            choosing by the model fitted to them. Not combined with ``passes``.
     """
     if not isinstance(ranks, int) or ranks < 2:
         raise UserError(f"bench allreduce needs at least 2 ranks (-n). Received: {ranks!r}")
@@ -352,6 +371,11 @@ def run_allreduce_benchmark(ranks: int, sizes, algorithms=DEFAULT_ALGORITHMS, ma
         raise UserError(f"--max-time must be a positive number of seconds. Received: {max_time!r}")
     if not isinstance(passes, int) or isinstance(passes, bool) or passes < 1:
         raise UserError(f"passes must be a whole number >= 1. Received: {passes!r}")
+    if isinstance(interleave, bool) or not isinstance(interleave, int) or (interleave != 0 and interleave < 3):
+        raise UserError(f"interleave must be 0 (off) or a whole number of rounds >= 3. Received: {interleave!r}")
+    if interleave and passes > 1:
+        raise UserError(f"interleaved rounds replace passes; give one or the other. Received: interleave="
+                        f"{interleave}, passes={passes}")
     sizes = [int(s) for s in sizes]
     if any(s < _ITEMSIZE or s % _ITEMSIZE for s in sizes):
         raise UserError(f"Message sizes must be positive multiples of {_ITEMSIZE} bytes. Received: {sizes}")
@@ -366,6 +390,7 @@ def run_allreduce_benchmark(ranks: int, sizes, algorithms=DEFAULT_ALGORITHMS, ma
         config = {"sizes": sizes, "algorithms": algorithms, "max_time": max_time, "timeout": comm_timeout,
                   "progress": progress, "output": os.path.join(tmp, "result.json"), "model_file": model_file,
                   "calibrate": bool(calibrate), "calibration_sizes": calibration_sizes(sizes), "passes": passes,
+                  "rounds": interleave,
                   "save_model": None if save_model is None else os.path.abspath(save_model)}
         config_path = os.path.join(tmp, "config.json")
         with open(config_path, "w") as f:
@@ -380,7 +405,8 @@ def run_allreduce_benchmark(ranks: int, sizes, algorithms=DEFAULT_ALGORITHMS, ma
         with open(config["output"]) as f:
             data = json.load(f)
     return AllreduceBenchmark(ranks=data["ranks"], model=data["model"], rows=data["rows"],
-                              mpi_library=data["mpi_library"], calibration=data.get("calibration"))
+                              mpi_library=data["mpi_library"], calibration=data.get("calibration"),
+                              rounds=interleave)
 
 
 # ---------------------------------------------------------------- the MPI job
@@ -428,6 +454,92 @@ def _measure(comm, nbytes: int, algorithm: str, max_time: float, mpi, pingpong, 
             "predicted": predicted, "calibrated": cal, "wrong": total_wrong, "bytes_sent": bytes_sent}
 
 
+def _time_interleaved(comm, cells, rounds: int, max_time: float, mpi, progress: bool) -> list[dict]:
+    """Time every ``(algorithm, bytes)`` of ``cells`` once per round, in a new shuffled order each round (collective).
+
+    Each cell first gets a checked warm-up call and two pilot calls that set how many calls it takes
+    per round (about ``max_time / rounds`` seconds, rank 0's count, at least one). A round visits the
+    cells in a permutation that every rank draws alike from the round's number. Returns, per cell:
+    ``samples`` (each call's slowest rank), ``thirds`` (the medians of the first, second and last
+    third of the rounds), ``wrong`` (elements off the exact sum, in the warm-up and the last call,
+    over all ranks) and ``bytes_sent`` (this rank's, per call).
+    """
+    world = comm.comm
+    arrays, plan = {}, []
+    for algorithm, nbytes in cells:
+        x = arrays.setdefault(nbytes, _pattern(nbytes // _ITEMSIZE, comm.rank))
+        comm.reset_counters()
+        out = comm.allreduce(x, algorithm=algorithm)  # warm-up, checked
+        sent, wrong = comm.bytes_sent, _count_wrong(out, comm.size)
+        pilot = []
+        for _ in range(2):
+            world.Barrier()
+            t0 = time.perf_counter()
+            comm.allreduce(x, algorithm=algorithm)
+            pilot.append(time.perf_counter() - t0)
+        reps = np.array([max(1, min(1000, int(max_time / rounds / max(min(pilot), 1e-7))))], np.int64)
+        world.Bcast(reps, root=0)
+        plan.append({"reps": int(reps[0]), "wrong": wrong, "bytes_sent": sent, "samples": [], "round": []})
+    for r in range(rounds):
+        if comm.rank == 0 and progress:
+            print(f"... round {r + 1}/{rounds}: {len(cells)} cells in a shuffled order", file=sys.stderr, flush=True)
+        for i in np.random.default_rng(r).permutation(len(cells)):
+            (algorithm, nbytes), cell = cells[i], plan[i]
+            for _ in range(cell["reps"]):
+                world.Barrier()
+                t0 = time.perf_counter()
+                out = comm.allreduce(arrays[nbytes], algorithm=algorithm)
+                cell["samples"].append(time.perf_counter() - t0)
+            cell["round"] += [r] * cell["reps"]
+            if r == rounds - 1:
+                cell["wrong"] += _count_wrong(out, comm.size)
+    results = []
+    for cell in plan:
+        mine = np.asarray(cell["samples"], np.float64)
+        slowest = np.empty_like(mine)
+        world.Allreduce(mine, slowest, op=mpi.MAX)
+        third = np.asarray(cell["round"]) * 3 // rounds
+        results.append({"samples": slowest.tolist(), "wrong": world.allreduce(cell["wrong"]),
+                        "thirds": [float(np.median(slowest[third == k])) for k in range(3)],
+                        "bytes_sent": cell["bytes_sent"]})
+    return results
+
+
+def _interleaved_rows(config, comm, mpi, pingpong, calibrated, calibrating: bool):
+    """The rows of an interleaved run and the model fitted to its calibration cells (see ``interleave``)."""
+    from deep500lite.lv3.costmodel import model_from_rows
+
+    rounds = int(config["rounds"])
+    cal = [(a, n) for n in config["calibration_sizes"] for a in P2P_ALGORITHMS] if calibrating else []
+    timed_rows = [(a, n) for n in config["sizes"] for a in config["algorithms"] if a != "auto"]
+    if comm.rank == 0 and config["progress"]:
+        sizes = ", ".join(map(_format_bytes, config["calibration_sizes"]))
+        what = f"{len(cal)} calibration cells ({sizes}) and " if cal else ""
+        print(f"... interleaving {what}{len(timed_rows)} rows over {rounds} rounds", file=sys.stderr, flush=True)
+    timed = _time_interleaved(comm, cal + timed_rows, rounds, config["max_time"], mpi, config["progress"])
+    if calibrating:
+        calibrated = model_from_rows(comm, [[(a, n, comm.size, float(np.median(t["samples"])))
+                                             for (a, n), t in zip(cal, timed)]])
+        comm.cost_model = calibrated
+    by_cell = dict(zip(timed_rows, timed[len(cal):]))
+    rows = []
+    for nbytes in config["sizes"]:
+        for algorithm in config["algorithms"]:
+            if algorithm == "auto":  # after the rounds: it chooses by the model they fitted
+                row = _measure(comm, nbytes, algorithm, config["max_time"], mpi, pingpong, calibrated)
+                row["pass_medians"] = [float(np.median(row["samples"]))]
+                rows.append(row)
+                continue
+            t = by_cell[(algorithm, nbytes)]
+            p2p = algorithm in P2P_ALGORITHMS
+            rows.append({"bytes": nbytes, "algorithm": algorithm, "chosen": algorithm, "samples": t["samples"],
+                         "predicted": allreduce_cost(algorithm, nbytes, comm.size, pingpong) if p2p else None,
+                         "calibrated": (calibrated.cost(algorithm, nbytes, comm.size)
+                                        if p2p and calibrated is not None else None),
+                         "wrong": t["wrong"], "bytes_sent": t["bytes_sent"], "pass_medians": t["thirds"]})
+    return rows, calibrated
+
+
 def worker_main(config_path: str) -> int:
     """Body of the MPI job: every rank runs it (``python -m mpi4py -m deep500lite.bench.allreduce CONFIG``)."""
     from mpi4py import MPI
@@ -447,6 +559,12 @@ def worker_main(config_path: str) -> int:
         comm.cost_model = calibrated
     passes = int(config.get("passes", 1))
     cal_runs, rows = [], []
+    if config.get("rounds"):
+        rows, calibrated = _interleaved_rows(config, comm, MPI, model, calibrated, calibrating)
+        passes = 0
+        if calibrating and comm.rank == 0 and config.get("save_model"):
+            calibrated.save(config["save_model"])
+        calibrating = False  # fitted and saved: nothing left for the passes' code below
     for k in range(passes):
         label = f"pass {k + 1}/{passes}: " if passes > 1 else ""
         if calibrating:

@@ -51,6 +51,11 @@ def add_subparser(sub):
                    help="calibrate and measure K times, alternating; the model is fitted to the median of the "
                         "calibration passes, each row pools its passes and shows how far its median moved between "
                         "them (the machine's own repeatability; default 1)")
+    p.add_argument("--interleave", type=int, default=0, metavar="ROUNDS",
+                   help="time every calibration size and every row once per round, in a new shuffled order each "
+                        "round, ROUNDS >= 3 rounds (auto after them): the model and the rows it predicts then see the "
+                        "same machine, even one whose speed drifts; each row shows how far its median moved between "
+                        "the thirds of the rounds (default 0: off; not with --passes)")
     p.add_argument("--format", default="table", help="table, markdown or csv (default table)")
     p.add_argument("--json", default=None, metavar="FILE",
                    help="write every raw sample, the model and the environment here")
@@ -114,6 +119,12 @@ def run(args) -> int:
     if not math.isfinite(args.max_time) or args.max_time <= 0:
         raise UserError(f"--max-time must be a finite number of seconds > 0. Received: --max-time {args.max_time}")
     check_ranks(args.ranks, "-n", args.oversubscribe)
+    if args.interleave != 0 and args.interleave < 3:
+        raise UserError(f"--interleave must be a number of rounds, at least 3 (0: off). Received: --interleave "
+                        f"{args.interleave}")
+    if args.interleave and args.passes > 1:
+        raise UserError(f"--interleave times calibration and rows in the same rounds; it replaces --passes. "
+                        f"Received: --interleave {args.interleave} --passes {args.passes}")
     job_timeout, startup_timeout = resolve_timeouts(args.job_timeout, args.startup_timeout, flag="--job-timeout")
     if args.model and (args.save_model or args.no_calibrate):
         raise UserError("--model uses a calibration file; it cannot be combined with --save-model or "
@@ -127,7 +138,7 @@ def run(args) -> int:
                                                    comm_timeout=args.timeout, mpiexec=args.mpiexec,
                                                    model_file=args.model, save_model=args.save_model,
                                                    calibrate=not args.no_calibrate, job_timeout=job_timeout,
-                                                   passes=args.passes)
+                                                   passes=args.passes, interleave=args.interleave)
     except StartupTimeout:
         raise
     except JobTimeout as exc:

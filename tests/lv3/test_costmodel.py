@@ -256,3 +256,73 @@ def test_passes_must_be_a_positive_whole_number():
             run_allreduce_benchmark(2, [4], passes=bad)
         with pytest.raises(UserError, match="passes must be a whole number >= 1. Received"):
             cm.calibrate_allreduce(object(), passes=bad)
+
+
+@pytest.mark.mpi
+@requires_mpi
+def test_bench_allreduce_interleaves_calibration_and_rows_in_shuffled_rounds(tmp_path):
+    from support import run_cli
+
+    model_path, out_json = tmp_path / "m.json", tmp_path / "bench.json"
+    rounds = 3
+    proc = run_cli("bench", "allreduce", "-n", "2", "--min-bytes", "1KiB", "--max-bytes", "16KiB", "--factor", "4",
+                   "--max-time", "0.02", "--timeout", "30", "--algorithms", "ring,tree,native,auto",
+                   "--interleave", str(rounds), "--save-model", model_path, "--json", out_json, timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "between thirds" in proc.stdout and f"the thirds of the {rounds} interleaved rounds" in proc.stdout
+    assert f"round {rounds}/{rounds}" in proc.stderr and "data check: 0 wrong elements" in proc.stdout
+    data = json.loads(out_json.read_text())
+    saved = cm.CalibratedModel.load(model_path)
+    assert data["rounds"] == rounds and cm.CalibratedModel.from_dict(data["calibration"]) == saved
+    # the calibration timed all four point-to-point algorithms at its sizes, in the same rounds
+    cal_sizes = sorted({n for _, n, _ in saved.measurements["2"]})
+    assert sorted((a, n) for a, n, _ in saved.measurements["2"]) == sorted(
+        (a, n) for a in ar.P2P_ALGORITHMS for n in cal_sizes)
+    for row in data["rows"]:
+        if row["algorithm"] == "auto":  # timed after the rounds, choosing by the model fitted in them
+            assert row["chosen"] == ar.choose_algorithm(row["bytes"], 2, saved)
+            assert len(row["pass_medians"]) == 1
+            continue
+        samples = np.array(row["samples"])
+        assert len(samples) % rounds == 0 and row["wrong"] == 0  # the same count of calls in every round
+        # three rounds: each third is one round, whose calls come one after the other in the samples
+        assert row["pass_medians"] == pytest.approx([float(np.median(t)) for t in np.array_split(samples, 3)])
+        if row["algorithm"] in ar.P2P_ALGORITHMS:
+            assert row["calibrated"] == pytest.approx(saved.cost(row["algorithm"], row["bytes"], 2))
+            err = f"{(row['calibrated'] / row['summary']['median'] - 1) * 100:+.1f}%"
+            assert err in proc.stdout
+        else:
+            assert row["calibrated"] is None
+
+
+def test_interleaved_rows_pool_their_calls_and_report_thirds():
+    from deep500lite.bench.allreduce import AllreduceBenchmark
+
+    rows = [{"bytes": 1 << 20, "algorithm": "ring", "chosen": "ring", "samples": [1e-3] * 3 + [0.5e-3] * 6,
+             "predicted": 1e-4, "calibrated": 0.6e-3, "wrong": 0, "bytes_sent": 1 << 20,
+             "pass_medians": [1e-3, 0.5e-3, 0.5e-3]}]
+    bench = AllreduceBenchmark(ranks=2, model={"alpha": 1e-6, "beta": 1e-10, "gamma": 1e-11}, rows=rows, rounds=9)
+    (_, s, _, _), = bench.summaries()
+    # every round timed every row alike: the pooled median, with its 95% CI (not the median of the thirds)
+    assert s.median == pytest.approx(0.5e-3) and s.ci_coverage is not None
+    text = bench.table()
+    assert "between thirds" in text and "median of passes" not in text and "100%" in text
+    assert "between the thirds of the 9 interleaved rounds" in bench.summary()[1]
+    again = AllreduceBenchmark.from_dict(json.loads(json.dumps(bench.to_dict())))
+    assert again.rounds == 9 and again.table() == text
+
+
+def test_interleave_needs_three_rounds_and_no_passes(capsys):
+    from deep500lite.bench.allreduce import run_allreduce_benchmark
+    from deep500lite.cli import main
+
+    for bad in (1, 2, -3, 2.5, True):
+        with pytest.raises(UserError, match="interleave must be 0 .off. or a whole number of rounds >= 3. Received"):
+            run_allreduce_benchmark(2, [4], interleave=bad)
+    with pytest.raises(UserError, match="interleaved rounds replace passes"):
+        run_allreduce_benchmark(2, [4], interleave=3, passes=2)
+    for extra, expected in ((["--interleave", "2"], "--interleave must be a number of rounds, at least 3"),
+                            (["--interleave", "3", "--passes", "2"], "it replaces --passes")):
+        rc = main(["bench", "allreduce", "-n", "2", *extra])
+        err = capsys.readouterr().err.strip()
+        assert rc == 2 and len(err.splitlines()) == 1 and expected in err and "Received:" in err, err
