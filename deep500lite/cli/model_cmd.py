@@ -81,8 +81,9 @@ def add_parser(sub):
                    help="a measured 1-accelerator step at the per-accelerator batch (e.g. from 'deep500lite run'): "
                         "scales the roofline compute model to match it")
     s.add_argument("--step-from", default=None, metavar="FILE",
-                   help="the results.json of a 1-rank 'deep500lite run' (its --out folder): its median step is "
-                        "--measured-step and the spread of its steps is --jitter (given flags win)")
+                   help="the results.json of a 'deep500lite run' (its --out folder): the median of its 1-rank steps is "
+                        "--measured-step and their spread is --jitter (given flags win); a run on P > 1 ranks gives "
+                        "the 1-rank baseline it timed just before its ranks started")
     s.add_argument("--check", action="append", default=None, metavar="FILE[,FILE...]",
                    help="results.json files of 'deep500lite run -n P' (their --out folders), any rank counts in the "
                         "sweep: each run's measured step (the slowest rank's) beside the prediction for P ranks, "
@@ -373,18 +374,29 @@ def _run_step(data, ranks: int, path: str, flag: str, keys: tuple) -> dict:
 
 
 def step_from_run(path: str) -> tuple[float, float]:
-    """``(median step seconds, robust coefficient of variation)`` from a 1-rank run's ``results.json``.
+    """``(median step seconds, robust coefficient of variation)`` of the 1-rank step in a run's ``results.json``.
 
-    The spread is the interquartile range over 1.349 (a normal distribution's standard deviation,
-    unmoved by a few very slow steps) divided by the median. A :class:`UserError` names what is wrong.
+    A 1-rank run gives its own steps. A multi-rank run gives the 1-rank baseline it timed just
+    before its ranks started (``distributed.baseline.step_time``: the same recipe on one rank), the
+    1-rank step closest in time to that job. The spread is the interquartile range over 1.349 (a
+    normal distribution's standard deviation, unmoved by a few very slow steps) divided by the
+    median. A :class:`UserError` names what is wrong.
     """
     from deep500lite.errors import UserError
 
     data, ranks = _run_results(path, "--step-from")
-    if ranks != 1:
-        raise UserError(f"--step-from needs a 1-rank run (its steps hold no communication; the model adds that). "
-                        f"Received: --step-from {path!r}, a run on {ranks} ranks")
-    step = _run_step(data, 1, path, "--step-from", ("median", "q1", "q3"))
+    if ranks == 1:
+        step = _run_step(data, 1, path, "--step-from", ("median", "q1", "q3"))
+    else:
+        baseline = data["distributed"].get("baseline")
+        step = baseline.get("step_time") if isinstance(baseline, dict) else None
+        keys = ("median", "q1", "q3")
+        if not isinstance(step, dict) or not all(isinstance(step.get(k), (int, float)) for k in keys) \
+                or not step["median"] > 0:
+            raise UserError(f"--step-from needs a 1-rank run, or a run on more ranks with the 1-rank baseline it timed "
+                            f"first (distributed.baseline.step_time with a positive median, q1 and q3; its steps "
+                            f"hold no communication, the model adds that). Received: --step-from {path!r}, a run on "
+                            f"{ranks} ranks without it")
     return float(step["median"]), max(0.0, float(step["q3"] - step["q1"])) / 1.349 / float(step["median"])
 
 
@@ -417,7 +429,9 @@ def compare_runs(result, runs: list[dict], tolerance: float, calibration: str | 
     for run in runs:
         row = by_count[run["ranks"]]
         error = row.step / run["median"] - 1
-        same = calibration is not None and os.path.exists(calibration) and os.path.samefile(run["file"], calibration)
+        # only a 1-rank run is its own calibration point; a P-rank run lent its baseline, not its P-rank step
+        same = run["ranks"] == 1 and calibration is not None and os.path.exists(calibration) \
+            and os.path.samefile(run["file"], calibration)
         verdict = "calibration point" if same else ("within" if abs(error) <= tolerance else "outside")
         out.append(dict(run, predicted=row.step, error=error, verdict=verdict))
     return out
@@ -532,7 +546,9 @@ def run(args) -> int:
                             f"--step-from {args.step_from!r} --measured-step {args.measured_step:g}")
         median, cv = step_from_run(args.step_from)
         args.measured_step = median
-        step_source = f"{args.step_from}: median step {median * 1e6:.4g} us, spread {cv * 100:.3g}%"
+        step_ranks = _run_results(args.step_from, "--step-from")[1]
+        what = "median step" if step_ranks == 1 else f"the 1-rank baseline timed before its {step_ranks} ranks, median"
+        step_source = f"{args.step_from}: {what} {median * 1e6:.4g} us, spread {cv * 100:.3g}%"
         if args.jitter is None and args.scheme == "data":
             args.jitter = cv
     if args.check and args.scheme != "data":

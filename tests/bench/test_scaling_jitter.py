@@ -89,7 +89,7 @@ def test_bad_step_and_jitter_input_is_one_line_with_exit_2(one_rank_run, tmp_pat
     other = tmp_path / "other.json"
     other.write_text(json.dumps({"rows": []}))
     cases = [
-        (["--step-from", str(two)], "needs a 1-rank run"),
+        (["--step-from", str(two)], "a run on 2 ranks without it"),
         (["--step-from", str(other)], "no summaries.step_time"),
         (["--step-from", str(tmp_path / "missing.json")], "cannot be read as JSON"),
         (["--step-from", str(one_rank_run), "--measured-step", "0.001"], "do not give --measured-step too"),

@@ -106,3 +106,23 @@ def test_the_bundled_runs_are_real_multi_rank_runs():
         data = json.loads(path.read_text())
         assert (data.get("distributed") or {}).get("ranks", 1) == p
         assert math.isfinite(measured(p)) and measured(p) > 0
+
+
+def test_step_from_a_multi_rank_run_takes_its_1_rank_baseline(tmp_path, capsys):
+    out = tmp_path / "s.json"
+    base = json.loads(RUNS[2].read_text())["distributed"]["baseline"]["step_time"]
+    args = [a if a != str(RUNS[1]) else str(RUNS[2]) for a in BASE]
+    rc = main([*args, "--check", f"{RUNS[2]},{RUNS[4]}", "--json", str(out)])
+    text = capsys.readouterr().out
+    data = json.loads(out.read_text())
+    rows = {r["accelerators"]: r for r in data["rows"]}
+    assert rows[1]["step"] == pytest.approx(base["median"], rel=1e-9)  # 1 rank is the baseline the 2-rank run timed
+    cv = (base["q3"] - base["q1"]) / 1.349 / base["median"]
+    assert f"the 1-rank baseline timed before its 2 ranks, median {base['median'] * 1e6:.4g} us" in text
+    assert f"jitter {cv * 100:.3g}%" in text
+    runs = {c["ranks"]: c for c in data["checks"]["runs"]}
+    # the 2-rank run lent its baseline, not its 2-rank step: that step is predicted, not a calibration point
+    for p in (2, 4):
+        assert runs[p]["verdict"] == ("within" if abs(runs[p]["error"]) <= 0.2 else "outside")
+        assert runs[p]["predicted"] == rows[p]["step"] and runs[p]["median"] == measured(p)
+    assert rc == (0 if all(c["verdict"] == "within" for c in runs.values()) else 1)
