@@ -78,15 +78,22 @@ def parse_algorithms(text: str) -> list[str]:
     return names
 
 
-def calibration_sizes(sizes) -> list[int]:
+def calibration_sizes(sizes, factor: int | None = None) -> list[int]:
     """Sizes for the calibration run of a benchmark over ``sizes``.
 
     :data:`~deep500lite.lv3.costmodel.CALIBRATION_SIZES` up to twice the largest benchmark size;
     when that leaves fewer than three, the largest size and its 1/8 and 1/64 (multiples of 4).
+    With ``factor`` (at least 2): from 16 KiB, or the smallest benchmark size if smaller, up to the
+    largest, each ``factor`` times the last (``factor=2``: every power of two), and the largest.
     """
     from deep500lite.lv3.costmodel import CALIBRATION_SIZES
 
     top = max(int(s) for s in sizes)
+    if factor is not None:
+        if isinstance(factor, bool) or not isinstance(factor, int) or factor < 2:
+            raise UserError(f"The calibration size factor must be a whole number >= 2. Received: {factor!r}")
+        return message_sizes(max(_ITEMSIZE, min(16 << 10, min(int(s) for s in sizes)) // _ITEMSIZE * _ITEMSIZE),
+                             top, factor)
     chosen = [s for s in CALIBRATION_SIZES if s <= 2 * top]
     if len(chosen) >= 3:
         return chosen
@@ -338,7 +345,7 @@ def run_allreduce_benchmark(ranks: int, sizes, algorithms=DEFAULT_ALGORITHMS, ma
                             comm_timeout: float = 120.0, mpiexec: str | None = None,
                             progress: bool = True, job_timeout: float | None = None, model_file=None,
                             save_model=None, calibrate: bool = True, passes: int = 1,
-                            interleave: int = 0) -> AllreduceBenchmark:
+                            interleave: int = 0, calibration_factor: int | None = None) -> AllreduceBenchmark:
     """Launch the MPI job on ``ranks`` ranks and return its results.
 
     Args:
@@ -364,6 +371,9 @@ def run_allreduce_benchmark(ranks: int, sizes, algorithms=DEFAULT_ALGORITHMS, ma
             ``max_time / interleave`` seconds, so that the calibration and the rows it predicts
             see the same machine even when its speed drifts; ``auto`` is timed after the rounds,
             choosing by the model fitted to them. Not combined with ``passes``.
+        calibration_factor: None (the default sizes of :func:`calibration_sizes`), or the factor
+            between consecutive calibration sizes (2: every power of two from 16 KiB to the
+            largest size).
     """
     if not isinstance(ranks, int) or ranks < 2:
         raise UserError(f"bench allreduce needs at least 2 ranks (-n). Received: {ranks!r}")
@@ -379,6 +389,7 @@ def run_allreduce_benchmark(ranks: int, sizes, algorithms=DEFAULT_ALGORITHMS, ma
     sizes = [int(s) for s in sizes]
     if any(s < _ITEMSIZE or s % _ITEMSIZE for s in sizes):
         raise UserError(f"Message sizes must be positive multiples of {_ITEMSIZE} bytes. Received: {sizes}")
+    cal_sizes = calibration_sizes(sizes, calibration_factor)
     algorithms = parse_algorithms(",".join(algorithms))
     if model_file is not None:
         from deep500lite.lv3.costmodel import CalibratedModel
@@ -389,7 +400,7 @@ def run_allreduce_benchmark(ranks: int, sizes, algorithms=DEFAULT_ALGORITHMS, ma
     with tempfile.TemporaryDirectory(prefix="d5-allreduce-") as tmp:
         config = {"sizes": sizes, "algorithms": algorithms, "max_time": max_time, "timeout": comm_timeout,
                   "progress": progress, "output": os.path.join(tmp, "result.json"), "model_file": model_file,
-                  "calibrate": bool(calibrate), "calibration_sizes": calibration_sizes(sizes), "passes": passes,
+                  "calibrate": bool(calibrate), "calibration_sizes": cal_sizes, "passes": passes,
                   "rounds": interleave,
                   "save_model": None if save_model is None else os.path.abspath(save_model)}
         config_path = os.path.join(tmp, "config.json")

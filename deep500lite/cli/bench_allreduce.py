@@ -56,6 +56,10 @@ def add_subparser(sub):
                         "round, ROUNDS >= 3 rounds (auto after them): the model and the rows it predicts then see the "
                         "same machine, even one whose speed drifts; each row shows how far its median moved between "
                         "the thirds of the rounds (default 0: off; not with --passes)")
+    p.add_argument("--calibration-factor", type=int, default=None, metavar="F",
+                   help="calibrate at sizes from 16 KiB (or --min-bytes if smaller) to --max-bytes, each F times "
+                        "the last (2: every power of two); default: 16 KiB, 128 KiB, 1 MiB, 4 MiB, 16 MiB, 64 MiB up "
+                        "to twice --max-bytes")
     p.add_argument("--format", default="table", help="table, markdown or csv (default table)")
     p.add_argument("--json", default=None, metavar="FILE",
                    help="write every raw sample, the model and the environment here")
@@ -122,6 +126,13 @@ def run(args) -> int:
     if args.interleave != 0 and args.interleave < 3:
         raise UserError(f"--interleave must be a number of rounds, at least 3 (0: off). Received: --interleave "
                         f"{args.interleave}")
+    if args.calibration_factor is not None and args.calibration_factor < 2:
+        raise UserError(f"--calibration-factor must be a whole number >= 2. Received: --calibration-factor "
+                        f"{args.calibration_factor}")
+    if args.calibration_factor is not None and (args.model or args.no_calibrate):
+        raise UserError(f"--calibration-factor sets the sizes of the calibration run; there is none with "
+                        f"{'--model' if args.model else '--no-calibrate'}. Received: --calibration-factor "
+                        f"{args.calibration_factor}")
     if args.interleave and args.passes > 1:
         raise UserError(f"--interleave times calibration and rows in the same rounds; it replaces --passes. "
                         f"Received: --interleave {args.interleave} --passes {args.passes}")
@@ -138,7 +149,8 @@ def run(args) -> int:
                                                    comm_timeout=args.timeout, mpiexec=args.mpiexec,
                                                    model_file=args.model, save_model=args.save_model,
                                                    calibrate=not args.no_calibrate, job_timeout=job_timeout,
-                                                   passes=args.passes, interleave=args.interleave)
+                                                   passes=args.passes, interleave=args.interleave,
+                                                   calibration_factor=args.calibration_factor)
     except StartupTimeout:
         raise
     except JobTimeout as exc:

@@ -267,7 +267,8 @@ def test_bench_allreduce_interleaves_calibration_and_rows_in_shuffled_rounds(tmp
     rounds = 3
     proc = run_cli("bench", "allreduce", "-n", "2", "--min-bytes", "1KiB", "--max-bytes", "16KiB", "--factor", "4",
                    "--max-time", "0.02", "--timeout", "30", "--algorithms", "ring,tree,native,auto",
-                   "--interleave", str(rounds), "--save-model", model_path, "--json", out_json, timeout=180)
+                   "--interleave", str(rounds), "--calibration-factor", "2", "--save-model", model_path,
+                   "--json", out_json, timeout=180)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "between thirds" in proc.stdout and f"the thirds of the {rounds} interleaved rounds" in proc.stdout
     assert f"round {rounds}/{rounds}" in proc.stderr and "data check: 0 wrong elements" in proc.stdout
@@ -276,6 +277,7 @@ def test_bench_allreduce_interleaves_calibration_and_rows_in_shuffled_rounds(tmp
     assert data["rounds"] == rounds and cm.CalibratedModel.from_dict(data["calibration"]) == saved
     # the calibration timed all four point-to-point algorithms at its sizes, in the same rounds
     cal_sizes = sorted({n for _, n, _ in saved.measurements["2"]})
+    assert cal_sizes == [1 << 10, 2 << 10, 4 << 10, 8 << 10, 16 << 10]  # every power of two, 1 to 16 KiB
     assert sorted((a, n) for a, n, _ in saved.measurements["2"]) == sorted(
         (a, n) for a in ar.P2P_ALGORITHMS for n in cal_sizes)
     for row in data["rows"]:
@@ -323,6 +325,25 @@ def test_interleave_needs_three_rounds_and_no_passes(capsys):
         run_allreduce_benchmark(2, [4], interleave=3, passes=2)
     for extra, expected in ((["--interleave", "2"], "--interleave must be a number of rounds, at least 3"),
                             (["--interleave", "3", "--passes", "2"], "it replaces --passes")):
+        rc = main(["bench", "allreduce", "-n", "2", *extra])
+        err = capsys.readouterr().err.strip()
+        assert rc == 2 and len(err.splitlines()) == 1 and expected in err and "Received:" in err, err
+
+
+def test_calibration_sizes_by_factor(capsys):
+    from deep500lite.bench.allreduce import calibration_sizes
+    from deep500lite.cli import main
+
+    kib = 1 << 10
+    assert calibration_sizes([64 * kib, 64 << 20]) == [16 * kib, 128 * kib, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
+    assert calibration_sizes([64 * kib, 64 << 20], 2) == [16 * kib << k for k in range(13)]
+    assert calibration_sizes([4 * kib, 256 * kib], 4) == [4 * kib, 16 * kib, 64 * kib, 256 * kib]
+    assert calibration_sizes([64 * kib, 1 << 20], 8) == [16 * kib, 128 * kib, 1 << 20]
+    for bad in (1, 0, True, 2.0):
+        with pytest.raises(UserError, match="calibration size factor must be a whole number >= 2. Received"):
+            calibration_sizes([4 * kib], bad)
+    for extra, expected in ((["--calibration-factor", "1"], "--calibration-factor must be a whole number >= 2"),
+                            (["--calibration-factor", "2", "--no-calibrate"], "there is none with --no-calibrate")):
         rc = main(["bench", "allreduce", "-n", "2", *extra])
         err = capsys.readouterr().err.strip()
         assert rc == 2 and len(err.splitlines()) == 1 and expected in err and "Received:" in err, err
