@@ -431,22 +431,32 @@ def _count_wrong(result: np.ndarray, p: int) -> int:
     return int(np.count_nonzero(result != expected))
 
 
-def _measure(comm, nbytes: int, algorithm: str, max_time: float, mpi, pingpong, calibrated) -> dict:
-    world = comm.comm
-    x = _pattern(nbytes // _ITEMSIZE, comm.rank)
+def _warm_up(comm, x: np.ndarray, algorithm: str, budget: float, min_reps: int) -> tuple[int, int, int]:
+    """One checked warm-up call and two pilot calls (collective).
+
+    Returns:
+        ``(wrong elements in the warm-up's result, bytes this rank sent in it, calls that fill
+        about budget seconds)``: the count is rank 0's, at least ``min_reps`` and at most 1000.
+    """
     comm.reset_counters()
-    out = comm.allreduce(x, algorithm=algorithm)  # warm-up, checked
-    bytes_sent = comm.bytes_sent
-    wrong = _count_wrong(out, comm.size)
+    out = comm.allreduce(x, algorithm=algorithm)
+    sent, wrong = comm.bytes_sent, _count_wrong(out, comm.size)
     pilot = []
     for _ in range(2):
-        world.Barrier()
+        comm.comm.Barrier()
         t0 = time.perf_counter()
         comm.allreduce(x, algorithm=algorithm)
         pilot.append(time.perf_counter() - t0)
-    reps = np.array([max(3, min(1000, int(max_time / max(min(pilot), 1e-7))))], np.int64)
-    world.Bcast(reps, root=0)
-    samples = np.empty(int(reps[0]), np.float64)
+    reps = np.array([max(min_reps, min(1000, int(budget / max(min(pilot), 1e-7))))], np.int64)
+    comm.comm.Bcast(reps, root=0)
+    return wrong, sent, int(reps[0])
+
+
+def _measure(comm, nbytes: int, algorithm: str, max_time: float, mpi, pingpong, calibrated) -> dict:
+    world = comm.comm
+    x = _pattern(nbytes // _ITEMSIZE, comm.rank)
+    wrong, bytes_sent, reps = _warm_up(comm, x, algorithm, max_time, 3)
+    samples = np.empty(reps, np.float64)
     for i in range(samples.size):
         world.Barrier()
         t0 = time.perf_counter()
@@ -479,18 +489,8 @@ def _time_interleaved(comm, cells, rounds: int, max_time: float, mpi, progress: 
     arrays, plan = {}, []
     for algorithm, nbytes in cells:
         x = arrays.setdefault(nbytes, _pattern(nbytes // _ITEMSIZE, comm.rank))
-        comm.reset_counters()
-        out = comm.allreduce(x, algorithm=algorithm)  # warm-up, checked
-        sent, wrong = comm.bytes_sent, _count_wrong(out, comm.size)
-        pilot = []
-        for _ in range(2):
-            world.Barrier()
-            t0 = time.perf_counter()
-            comm.allreduce(x, algorithm=algorithm)
-            pilot.append(time.perf_counter() - t0)
-        reps = np.array([max(1, min(1000, int(max_time / rounds / max(min(pilot), 1e-7))))], np.int64)
-        world.Bcast(reps, root=0)
-        plan.append({"reps": int(reps[0]), "wrong": wrong, "bytes_sent": sent, "samples": [], "round": []})
+        wrong, sent, reps = _warm_up(comm, x, algorithm, max_time / rounds, 1)
+        plan.append({"reps": reps, "wrong": wrong, "bytes_sent": sent, "samples": [], "round": []})
     for r in range(rounds):
         if comm.rank == 0 and progress:
             print(f"... round {r + 1}/{rounds}: {len(cells)} cells in a shuffled order", file=sys.stderr, flush=True)
