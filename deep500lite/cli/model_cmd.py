@@ -83,7 +83,7 @@ def add_parser(sub):
     s.add_argument("--step-from", default=None, metavar="FILE",
                    help="the results.json of a 'deep500lite run' (its --out folder): the median of its 1-rank steps is "
                         "--measured-step and their spread is --jitter (given flags win); a run on P > 1 ranks gives "
-                        "the 1-rank baseline it timed just before its ranks started")
+                        "the 1-rank baseline it timed right after its ranks finished")
     s.add_argument("--check", action="append", default=None, metavar="FILE[,FILE...]",
                    help="results.json files of 'deep500lite run -n P' (their --out folders), any rank counts in the "
                         "sweep: each run's measured step (the slowest rank's) beside the prediction for P ranks, "
@@ -376,9 +376,9 @@ def _run_step(data, ranks: int, path: str, flag: str, keys: tuple) -> dict:
 def step_from_run(path: str) -> tuple[float, float]:
     """``(median step seconds, robust coefficient of variation)`` of the 1-rank step in a run's ``results.json``.
 
-    A 1-rank run gives its own steps. A multi-rank run gives the 1-rank baseline it timed just
-    before its ranks started (``distributed.baseline.step_time``: the same recipe on one rank), the
-    1-rank step closest in time to that job. The spread is the interquartile range over 1.349 (a
+    A 1-rank run gives its own steps. A multi-rank run gives the 1-rank baseline it timed right
+    after its ranks finished (``distributed.baseline.step_time``: the same recipe on one rank, for
+    as many steps as each rank took), the 1-rank step closest in time to that job. The spread is the interquartile range over 1.349 (a
     normal distribution's standard deviation, unmoved by a few very slow steps) divided by the
     median. A :class:`UserError` names what is wrong.
     """
@@ -547,7 +547,7 @@ def run(args) -> int:
         median, cv = step_from_run(args.step_from)
         args.measured_step = median
         step_ranks = _run_results(args.step_from, "--step-from")[1]
-        what = "median step" if step_ranks == 1 else f"the 1-rank baseline timed before its {step_ranks} ranks, median"
+        what = "median step" if step_ranks == 1 else f"the 1-rank baseline timed after its {step_ranks} ranks, median"
         step_source = f"{args.step_from}: {what} {median * 1e6:.4g} us, spread {cv * 100:.3g}%"
         if args.jitter is None and args.scheme == "data":
             args.jitter = cv

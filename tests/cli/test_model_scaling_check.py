@@ -118,7 +118,7 @@ def test_step_from_a_multi_rank_run_takes_its_1_rank_baseline(tmp_path, capsys):
     rows = {r["accelerators"]: r for r in data["rows"]}
     assert rows[1]["step"] == pytest.approx(base["median"], rel=1e-9)  # 1 rank is the baseline the 2-rank run timed
     cv = (base["q3"] - base["q1"]) / 1.349 / base["median"]
-    assert f"the 1-rank baseline timed before its 2 ranks, median {base['median'] * 1e6:.4g} us" in text
+    assert f"the 1-rank baseline timed after its 2 ranks, median {base['median'] * 1e6:.4g} us" in text
     assert f"jitter {cv * 100:.3g}%" in text
     runs = {c["ranks"]: c for c in data["checks"]["runs"]}
     # the 2-rank run lent its baseline, not its 2-rank step: that step is predicted, not a calibration point
