@@ -30,7 +30,7 @@ from deep500lite.errors import JobTimeout  # noqa: F401 - defined in errors, re-
 from deep500lite.errors import StartupTimeout, UserError
 from deep500lite.lv3.rank_start import STARTUP_DIR_ENV
 
-__all__ = ["find_mpiexec", "run_job", "JobTimeout", "StartupTimeout", "resolve_timeouts", "check_ranks",
+__all__ = ["find_mpiexec", "run_job", "JobTimeout", "StartupTimeout", "resolve_timeouts", "check_ranks", "usable_cores",
            "max_sensible_ranks", "DEFAULT_JOB_TIMEOUT", "DEFAULT_STARTUP_TIMEOUT", "JOB_TIMEOUT_ENV",
            "STARTUP_TIMEOUT_ENV", "RANK_START"]
 
@@ -108,13 +108,17 @@ def resolve_timeouts(timeout=None, startup_timeout=None, flag: str = "--timeout"
     return out[0], out[1]
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity; ``os.cpu_count()`` where that is unknown)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def max_sensible_ranks() -> int:
     """The most ranks a job may have on this machine without ``--oversubscribe``: 4 per usable core, at least 16."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
-    return max(16, 4 * cores)
+    return max(16, 4 * usable_cores())
 
 
 def check_ranks(ranks, flag: str = "-n", oversubscribe: bool = False) -> int:

@@ -41,6 +41,9 @@ def test_run_on_three_ranks_aggregates_per_rank_results_and_scaling(tmp_path):
                       "--progress", "none")
     assert rc in (0, 1), text
     assert "scaling efficiency" in text and "communication" in text, text
+    # more ranks than cores: the run says the step is not that of ranks with a core each
+    cores = len(os.sched_getaffinity(0))
+    assert (f"note: 3 ranks share {cores} core" in text) == (3 > cores), text
     agg = json.load(open(out / "results.json"))
     d = agg["distributed"]
     assert [row["rank"] for row in d["per_rank"]] == [0, 1, 2]
