@@ -9,8 +9,9 @@ and times each call between barriers. Each row carries both predictions and the 
 relative error against the measured median.
 A call's time is the slowest rank's. With ``interleave`` (``--interleave ROUNDS``) the calibration
 sizes and the rows are instead timed a few calls at a time, every one once per round, in an order
-shuffled anew each round, so that the fit and the rows it predicts see the same machine. Rank 0 writes the raw samples to a JSON file that the
-launching process reads back into an :class:`AllreduceBenchmark`.
+shuffled anew each round, so that the fit and the rows it predicts see the same machine. Rank 0
+writes the raw samples to a JSON file that the launching process reads back into an
+:class:`AllreduceBenchmark`.
 
 Bandwidths follow the nccl-tests definitions: ``algbw = S / t`` and
 ``busbw = algbw * 2 (p-1) / p`` for an allreduce of ``S`` bytes on ``p`` ranks.
@@ -124,6 +125,9 @@ class AllreduceBenchmark:
         rounds: with ``interleave``, the number of interleaved rounds (0: each row timed in one
             stretch); each row's ``pass_medians`` then holds the medians of the first, second and
             last third of the rounds.
+        auto_model: with ``interleave`` and a calibration, the first fit (to the calibration
+            cells' pilot calls) by which ``auto`` chose in the rounds, as ``calibration`` is
+            written (None otherwise).
     """
 
     ranks: int
@@ -132,6 +136,7 @@ class AllreduceBenchmark:
     mpi_library: str = ""
     calibration: dict | None = None
     rounds: int = 0
+    auto_model: dict | None = None
 
     def summaries(self):
         """``(row, Summary, algbw, busbw)`` for every row (bandwidths in bytes per second).
@@ -255,7 +260,7 @@ class AllreduceBenchmark:
         for row, s, algbw, busbw in self.summaries():
             rows.append(dict(row, summary=s.to_dict(), algbw=algbw, busbw=busbw))
         return {"benchmark": "allreduce", "ranks": self.ranks, "model": self.model,
-                "calibration": self.calibration, "rounds": self.rounds,
+                "calibration": self.calibration, "rounds": self.rounds, "auto_model": self.auto_model,
                 "mpi_library": self.mpi_library, "bandwidth": "nccl-tests: algbw = S/t, busbw = algbw*2(p-1)/p",
                 "rows": rows}
 
@@ -270,7 +275,7 @@ class AllreduceBenchmark:
                     for row in data["rows"]]
             return cls(ranks=int(data["ranks"]), model=dict(data["model"]), rows=rows,
                        mpi_library=data.get("mpi_library", ""), calibration=data.get("calibration"),
-                       rounds=int(data.get("rounds") or 0))
+                       rounds=int(data.get("rounds") or 0), auto_model=data.get("auto_model"))
         except (KeyError, TypeError, ValueError) as exc:
             got = format_choices(sorted(map(str, data))) if isinstance(data, dict) else type(data).__name__
             raise UserError(f"Not the JSON of 'deep500lite bench allreduce --json': missing {exc}; give the output "
@@ -367,10 +372,11 @@ def run_allreduce_benchmark(ranks: int, sizes, algorithms=DEFAULT_ALGORITHMS, ma
             passes, each row pools its samples over the passes and keeps each pass's median
             (``pass_medians``), which shows how much the machine itself drifts between passes.
         interleave: 0, or a number of rounds (at least 3): every calibration size and every row
-            (``auto`` apart) is timed once per round, in an order shuffled anew each round, for
+            is timed once per round, in an order shuffled anew each round, for
             ``max_time / interleave`` seconds, so that the calibration and the rows it predicts
-            see the same machine even when its speed drifts; ``auto`` is timed after the rounds,
-            choosing by the model fitted to them. Not combined with ``passes``.
+            see the same machine even when its speed drifts; ``auto`` is timed in the rounds too,
+            choosing by a first fit to the calibration cells' pilot calls (``auto_model``). Not
+            combined with ``passes``.
         calibration_factor: None (the default sizes of :func:`calibration_sizes`), or the factor
             between consecutive calibration sizes (2: every power of two from 16 KiB to the
             largest size).
@@ -417,7 +423,7 @@ def run_allreduce_benchmark(ranks: int, sizes, algorithms=DEFAULT_ALGORITHMS, ma
             data = json.load(f)
     return AllreduceBenchmark(ranks=data["ranks"], model=data["model"], rows=data["rows"],
                               mpi_library=data["mpi_library"], calibration=data.get("calibration"),
-                              rounds=interleave)
+                              rounds=interleave, auto_model=data.get("auto_model"))
 
 
 # ---------------------------------------------------------------- the MPI job
@@ -431,12 +437,13 @@ def _count_wrong(result: np.ndarray, p: int) -> int:
     return int(np.count_nonzero(result != expected))
 
 
-def _warm_up(comm, x: np.ndarray, algorithm: str, budget: float, min_reps: int) -> tuple[int, int, int]:
+def _warm_up(comm, x: np.ndarray, algorithm: str, budget: float, min_reps: int) -> tuple[int, int, int, float]:
     """One checked warm-up call and two pilot calls (collective).
 
     Returns:
         ``(wrong elements in the warm-up's result, bytes this rank sent in it, calls that fill
-        about budget seconds)``: the count is rank 0's, at least ``min_reps`` and at most 1000.
+        about budget seconds, this rank's faster pilot call in seconds)``: the count is rank 0's,
+        at least ``min_reps`` and at most 1000.
     """
     comm.reset_counters()
     out = comm.allreduce(x, algorithm=algorithm)
@@ -449,13 +456,13 @@ def _warm_up(comm, x: np.ndarray, algorithm: str, budget: float, min_reps: int) 
         pilot.append(time.perf_counter() - t0)
     reps = np.array([max(min_reps, min(1000, int(budget / max(min(pilot), 1e-7))))], np.int64)
     comm.comm.Bcast(reps, root=0)
-    return wrong, sent, int(reps[0])
+    return wrong, sent, int(reps[0]), min(pilot)
 
 
 def _measure(comm, nbytes: int, algorithm: str, max_time: float, mpi, pingpong, calibrated) -> dict:
     world = comm.comm
     x = _pattern(nbytes // _ITEMSIZE, comm.rank)
-    wrong, bytes_sent, reps = _warm_up(comm, x, algorithm, max_time, 3)
+    wrong, bytes_sent, reps, _ = _warm_up(comm, x, algorithm, max_time, 3)
     samples = np.empty(reps, np.float64)
     for i in range(samples.size):
         world.Barrier()
@@ -475,27 +482,32 @@ def _measure(comm, nbytes: int, algorithm: str, max_time: float, mpi, pingpong, 
             "predicted": predicted, "calibrated": cal, "wrong": total_wrong, "bytes_sent": bytes_sent}
 
 
-def _time_interleaved(comm, cells, rounds: int, max_time: float, mpi, progress: bool) -> list[dict]:
-    """Time every ``(algorithm, bytes)`` of ``cells`` once per round, in a new shuffled order each round (collective).
-
-    Each cell first gets a checked warm-up call and two pilot calls that set how many calls it takes
-    per round (about ``max_time / rounds`` seconds, rank 0's count, at least one). A round visits the
-    cells in a permutation that every rank draws alike from the round's number. Returns, per cell:
-    ``samples`` (each call's slowest rank), ``thirds`` (the medians of the first, second and last
-    third of the rounds), ``wrong`` (elements off the exact sum, in the warm-up and the last call,
-    over all ranks) and ``bytes_sent`` (this rank's, per call).
-    """
-    world = comm.comm
-    arrays, plan = {}, []
+def _plan_cells(comm, cells, arrays: dict, budget: float) -> list[dict]:
+    """Warm up every ``(algorithm, bytes)`` of ``cells`` and size its calls per round (collective, :func:`_warm_up`)."""
+    plan = []
     for algorithm, nbytes in cells:
         x = arrays.setdefault(nbytes, _pattern(nbytes // _ITEMSIZE, comm.rank))
-        wrong, sent, reps = _warm_up(comm, x, algorithm, max_time / rounds, 1)
-        plan.append({"reps": reps, "wrong": wrong, "bytes_sent": sent, "samples": [], "round": []})
+        wrong, sent, reps, pilot = _warm_up(comm, x, algorithm, budget, 1)
+        plan.append({"cell": (algorithm, nbytes), "reps": reps, "wrong": wrong, "bytes_sent": sent, "pilot": pilot,
+                     "samples": [], "round": []})
+    return plan
+
+
+def _time_rounds(comm, plan: list[dict], arrays: dict, rounds: int, mpi, progress: bool) -> list[dict]:
+    """Time every planned cell once per round, in a new shuffled order each round (collective).
+
+    A round visits the cells in a permutation that every rank draws alike from the round's
+    number. Returns, per cell: ``samples`` (each call's slowest rank), ``thirds`` (the medians of
+    the first, second and last third of the rounds), ``wrong`` (elements off the exact sum, in the
+    warm-up and the last call, over all ranks) and ``bytes_sent`` (this rank's, per call).
+    """
+    world = comm.comm
     for r in range(rounds):
         if comm.rank == 0 and progress:
-            print(f"... round {r + 1}/{rounds}: {len(cells)} cells in a shuffled order", file=sys.stderr, flush=True)
-        for i in np.random.default_rng(r).permutation(len(cells)):
-            (algorithm, nbytes), cell = cells[i], plan[i]
+            print(f"... round {r + 1}/{rounds}: {len(plan)} cells in a shuffled order", file=sys.stderr, flush=True)
+        for i in np.random.default_rng(r).permutation(len(plan)):
+            cell = plan[i]
+            algorithm, nbytes = cell["cell"]
             for _ in range(cell["reps"]):
                 world.Barrier()
                 t0 = time.perf_counter()
@@ -517,38 +529,47 @@ def _time_interleaved(comm, cells, rounds: int, max_time: float, mpi, progress: 
 
 
 def _interleaved_rows(config, comm, mpi, pingpong, calibrated, calibrating: bool):
-    """The rows of an interleaved run and the model fitted to its calibration cells (see ``interleave``)."""
+    """``(rows, the model fitted to the calibration cells, the first fit auto chose by or None)`` of an
+    interleaved run (see ``interleave``).
+
+    ``auto`` is timed in the rounds too. While calibrating, it chooses by a first fit to the
+    calibration cells' pilot calls (the slowest rank's faster pilot), made before the rounds; each
+    row records what it ran.
+    """
     from deep500lite.lv3.costmodel import model_from_rows
 
-    rounds = int(config["rounds"])
+    rounds, budget = int(config["rounds"]), config["max_time"] / int(config["rounds"])
     cal = [(a, n) for n in config["calibration_sizes"] for a in P2P_ALGORITHMS] if calibrating else []
-    timed_rows = [(a, n) for n in config["sizes"] for a in config["algorithms"] if a != "auto"]
+    row_cells = [(a, n) for n in config["sizes"] for a in config["algorithms"]]
     if comm.rank == 0 and config["progress"]:
         sizes = ", ".join(map(_format_bytes, config["calibration_sizes"]))
         what = f"{len(cal)} calibration cells ({sizes}) and " if cal else ""
-        print(f"... interleaving {what}{len(timed_rows)} rows over {rounds} rounds", file=sys.stderr, flush=True)
-    timed = _time_interleaved(comm, cal + timed_rows, rounds, config["max_time"], mpi, config["progress"])
+        print(f"... interleaving {what}{len(row_cells)} rows over {rounds} rounds", file=sys.stderr, flush=True)
+    arrays: dict = {}
+    plan, first = _plan_cells(comm, cal, arrays, budget), None
+    if cal and "auto" in config["algorithms"]:
+        mine = np.array([c["pilot"] for c in plan], np.float64)
+        pilots = np.empty_like(mine)
+        comm.comm.Allreduce(mine, pilots, op=mpi.MAX)
+        first = model_from_rows(comm, [[(a, n, comm.size, float(t)) for (a, n), t in zip(cal, pilots)]],
+                                environment=False)
+        comm.cost_model = first
+    plan += _plan_cells(comm, row_cells, arrays, budget)
+    chosen = {n: comm.choose_algorithm(n) for a, n in row_cells if a == "auto"}  # what auto runs in the rounds
+    timed = _time_rounds(comm, plan, arrays, rounds, mpi, config["progress"])
     if calibrating:
         calibrated = model_from_rows(comm, [[(a, n, comm.size, float(np.median(t["samples"])))
                                              for (a, n), t in zip(cal, timed)]])
         comm.cost_model = calibrated
-    by_cell = dict(zip(timed_rows, timed[len(cal):]))
     rows = []
-    for nbytes in config["sizes"]:
-        for algorithm in config["algorithms"]:
-            if algorithm == "auto":  # after the rounds: it chooses by the model they fitted
-                row = _measure(comm, nbytes, algorithm, config["max_time"], mpi, pingpong, calibrated)
-                row["pass_medians"] = [float(np.median(row["samples"]))]
-                rows.append(row)
-                continue
-            t = by_cell[(algorithm, nbytes)]
-            p2p = algorithm in P2P_ALGORITHMS
-            rows.append({"bytes": nbytes, "algorithm": algorithm, "chosen": algorithm, "samples": t["samples"],
-                         "predicted": allreduce_cost(algorithm, nbytes, comm.size, pingpong) if p2p else None,
-                         "calibrated": (calibrated.cost(algorithm, nbytes, comm.size)
-                                        if p2p and calibrated is not None else None),
-                         "wrong": t["wrong"], "bytes_sent": t["bytes_sent"], "pass_medians": t["thirds"]})
-    return rows, calibrated
+    for (algorithm, nbytes), t in zip(row_cells, timed[len(cal):]):
+        ran = chosen[nbytes] if algorithm == "auto" else algorithm
+        p2p = ran in P2P_ALGORITHMS
+        rows.append({"bytes": nbytes, "algorithm": algorithm, "chosen": ran, "samples": t["samples"],
+                     "predicted": allreduce_cost(ran, nbytes, comm.size, pingpong) if p2p else None,
+                     "calibrated": calibrated.cost(ran, nbytes, comm.size) if p2p and calibrated is not None else None,
+                     "wrong": t["wrong"], "bytes_sent": t["bytes_sent"], "pass_medians": t["thirds"]})
+    return rows, calibrated, first
 
 
 def worker_main(config_path: str) -> int:
@@ -569,9 +590,9 @@ def worker_main(config_path: str) -> int:
         calibrated = CalibratedModel.load(config["model_file"])
         comm.cost_model = calibrated
     passes = int(config.get("passes", 1))
-    cal_runs, rows = [], []
+    cal_runs, rows, auto_model = [], [], None
     if config.get("rounds"):
-        rows, calibrated = _interleaved_rows(config, comm, MPI, model, calibrated, calibrating)
+        rows, calibrated, auto_model = _interleaved_rows(config, comm, MPI, model, calibrated, calibrating)
         passes = 0
         if calibrating and comm.rank == 0 and config.get("save_model"):
             calibrated.save(config["save_model"])
@@ -611,6 +632,7 @@ def worker_main(config_path: str) -> int:
     if comm.rank == 0:
         result = {"ranks": comm.size, "model": dataclasses.asdict(model), "rows": rows,
                   "calibration": None if calibrated is None else calibrated.to_dict(),
+                  "auto_model": None if auto_model is None else auto_model.to_dict(),
                   "mpi_library": MPI.Get_library_version().splitlines()[0].strip()}
         with open(config["output"] + ".tmp", "w") as f:
             json.dump(result, f)

@@ -53,9 +53,9 @@ def add_subparser(sub):
                         "them (the machine's own repeatability; default 1)")
     p.add_argument("--interleave", type=int, default=0, metavar="ROUNDS",
                    help="time every calibration size and every row once per round, in a new shuffled order each "
-                        "round, ROUNDS >= 3 rounds (auto after them): the model and the rows it predicts then see the "
-                        "same machine, even one whose speed drifts; each row shows how far its median moved between "
-                        "the thirds of the rounds (default 0: off; not with --passes)")
+                        "round, ROUNDS >= 3 rounds (auto chooses by a first fit to the pilot calls): the model and the "
+                        "rows it predicts then see the same machine, even one whose speed drifts; each row shows how "
+                        "far its median moved between the thirds of the rounds (default 0: off; not with --passes)")
     p.add_argument("--calibration-factor", type=int, default=None, metavar="F",
                    help="calibrate at sizes from 16 KiB (or --min-bytes if smaller) to --max-bytes, each F times "
                         "the last (2: every power of two); default: 16 KiB, 128 KiB, 1 MiB, 4 MiB, 16 MiB, 64 MiB up "

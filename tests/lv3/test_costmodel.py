@@ -280,17 +280,19 @@ def test_bench_allreduce_interleaves_calibration_and_rows_in_shuffled_rounds(tmp
     assert cal_sizes == [1 << 10, 2 << 10, 4 << 10, 8 << 10, 16 << 10]  # every power of two, 1 to 16 KiB
     assert sorted((a, n) for a, n, _ in saved.measurements["2"]) == sorted(
         (a, n) for a in ar.P2P_ALGORITHMS for n in cal_sizes)
+    first = cm.CalibratedModel.from_dict(data["auto_model"])  # fitted to the calibration cells' pilot calls
+    assert sorted(first.measurements["2"]) != sorted(saved.measurements["2"])
     for row in data["rows"]:
-        if row["algorithm"] == "auto":  # timed after the rounds, choosing by the model fitted in them
-            assert row["chosen"] == ar.choose_algorithm(row["bytes"], 2, saved)
-            assert len(row["pass_medians"]) == 1
-            continue
+        if row["algorithm"] == "auto":  # in the rounds, choosing by that first fit
+            assert row["chosen"] == ar.choose_algorithm(row["bytes"], 2, first)
+        else:
+            assert row["chosen"] == row["algorithm"]
         samples = np.array(row["samples"])
         assert len(samples) % rounds == 0 and row["wrong"] == 0  # the same count of calls in every round
         # three rounds: each third is one round, whose calls come one after the other in the samples
         assert row["pass_medians"] == pytest.approx([float(np.median(t)) for t in np.array_split(samples, 3)])
-        if row["algorithm"] in ar.P2P_ALGORITHMS:
-            assert row["calibrated"] == pytest.approx(saved.cost(row["algorithm"], row["bytes"], 2))
+        if row["chosen"] in ar.P2P_ALGORITHMS:
+            assert row["calibrated"] == pytest.approx(saved.cost(row["chosen"], row["bytes"], 2))
             err = f"{(row['calibrated'] / row['summary']['median'] - 1) * 100:+.1f}%"
             assert err in proc.stdout
         else:
@@ -303,7 +305,8 @@ def test_interleaved_rows_pool_their_calls_and_report_thirds():
     rows = [{"bytes": 1 << 20, "algorithm": "ring", "chosen": "ring", "samples": [1e-3] * 3 + [0.5e-3] * 6,
              "predicted": 1e-4, "calibrated": 0.6e-3, "wrong": 0, "bytes_sent": 1 << 20,
              "pass_medians": [1e-3, 0.5e-3, 0.5e-3]}]
-    bench = AllreduceBenchmark(ranks=2, model={"alpha": 1e-6, "beta": 1e-10, "gamma": 1e-11}, rows=rows, rounds=9)
+    bench = AllreduceBenchmark(ranks=2, model={"alpha": 1e-6, "beta": 1e-10, "gamma": 1e-11}, rows=rows, rounds=9,
+                               auto_model={"format": "x"})
     (_, s, _, _), = bench.summaries()
     # every round timed every row alike: the pooled median, with its 95% CI (not the median of the thirds)
     assert s.median == pytest.approx(0.5e-3) and s.ci_coverage is not None
@@ -311,7 +314,7 @@ def test_interleaved_rows_pool_their_calls_and_report_thirds():
     assert "between thirds" in text and "median of passes" not in text and "100%" in text
     assert "between the thirds of the 9 interleaved rounds" in bench.summary()[1]
     again = AllreduceBenchmark.from_dict(json.loads(json.dumps(bench.to_dict())))
-    assert again.rounds == 9 and again.table() == text
+    assert again.rounds == 9 and again.table() == text and again.auto_model == {"format": "x"}
 
 
 def test_interleave_needs_three_rounds_and_no_passes(capsys):
