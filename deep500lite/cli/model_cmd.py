@@ -378,9 +378,9 @@ def step_from_run(path: str) -> tuple[float, float]:
 
     A 1-rank run gives its own steps. A multi-rank run gives the 1-rank baseline it timed right
     after its ranks finished (``distributed.baseline.step_time``: the same recipe on one rank, for
-    as many steps as each rank took), the 1-rank step closest in time to that job. The spread is the interquartile range over 1.349 (a
-    normal distribution's standard deviation, unmoved by a few very slow steps) divided by the
-    median. A :class:`UserError` names what is wrong.
+    as many steps as each rank took), the 1-rank step closest in time to that job. The spread is
+    the interquartile range over 1.349 (a normal distribution's standard deviation, unmoved by a
+    few very slow steps) divided by the median. A :class:`UserError` names what is wrong.
     """
     from deep500lite.errors import UserError
 
@@ -394,9 +394,9 @@ def step_from_run(path: str) -> tuple[float, float]:
         if not isinstance(step, dict) or not all(isinstance(step.get(k), (int, float)) for k in keys) \
                 or not step["median"] > 0:
             raise UserError(f"--step-from needs a 1-rank run, or a run on more ranks with the 1-rank baseline it timed "
-                            f"first (distributed.baseline.step_time with a positive median, q1 and q3; its steps "
-                            f"hold no communication, the model adds that). Received: --step-from {path!r}, a run on "
-                            f"{ranks} ranks without it")
+                            f"after them (distributed.baseline.step_time with a positive median, q1 and q3; a run "
+                            f"without --no-baseline has it). Received: --step-from {path!r}, a run on {ranks} ranks "
+                            f"without it")
     return float(step["median"]), max(0.0, float(step["q3"] - step["q1"])) / 1.349 / float(step["median"])
 
 

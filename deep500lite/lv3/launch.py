@@ -30,8 +30,8 @@ from deep500lite.errors import JobTimeout  # noqa: F401 - defined in errors, re-
 from deep500lite.errors import StartupTimeout, UserError
 from deep500lite.lv3.rank_start import STARTUP_DIR_ENV
 
-__all__ = ["find_mpiexec", "run_job", "JobTimeout", "StartupTimeout", "resolve_timeouts", "check_ranks", "usable_cores",
-           "max_sensible_ranks", "DEFAULT_JOB_TIMEOUT", "DEFAULT_STARTUP_TIMEOUT", "JOB_TIMEOUT_ENV",
+__all__ = ["find_mpiexec", "run_job", "JobTimeout", "StartupTimeout", "resolve_timeouts", "check_ranks",
+           "usable_cores", "max_sensible_ranks", "DEFAULT_JOB_TIMEOUT", "DEFAULT_STARTUP_TIMEOUT", "JOB_TIMEOUT_ENV",
            "STARTUP_TIMEOUT_ENV", "RANK_START"]
 
 #: Seconds a multi-rank command's job may run by default: 6 hours, longer than any bundled recipe by
