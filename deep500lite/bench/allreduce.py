@@ -572,31 +572,16 @@ def _interleaved_rows(config, comm, mpi, pingpong, calibrated, calibrating: bool
     return rows, calibrated, first
 
 
-def worker_main(config_path: str) -> int:
-    """Body of the MPI job: every rank runs it (``python -m mpi4py -m deep500lite.bench.allreduce CONFIG``)."""
-    from mpi4py import MPI
+def _pass_rows(config, comm, mpi, pingpong, calibrated, calibrating: bool):
+    """``(rows, the model fitted to every calibration pass)`` of a run in passes (see ``passes``).
 
-    from deep500lite.lv3.mpi import MPICommunicator
+    Each pass calibrates (when ``calibrating``) and then times every row in one stretch; ``auto``
+    chooses by the first pass's fit in every pass.
+    """
+    from deep500lite.lv3.costmodel import calibration_rows, model_from_rows
 
-    with open(config_path) as f:
-        config = json.load(f)
-    from deep500lite.lv3.costmodel import CalibratedModel, calibration_rows, model_from_rows
-
-    comm = MPICommunicator(timeout=config["timeout"])
-    model = comm.calibrate(use_file=False)
-    calibrated = None
-    calibrating = not config.get("model_file") and config.get("calibrate", True)
-    if config.get("model_file"):
-        calibrated = CalibratedModel.load(config["model_file"])
-        comm.cost_model = calibrated
     passes = int(config.get("passes", 1))
-    cal_runs, rows, auto_model = [], [], None
-    if config.get("rounds"):
-        rows, calibrated, auto_model = _interleaved_rows(config, comm, MPI, model, calibrated, calibrating)
-        passes = 0
-        if calibrating and comm.rank == 0 and config.get("save_model"):
-            calibrated.save(config["save_model"])
-        calibrating = False  # fitted and saved: nothing left for the passes' code below
+    cal_runs, rows = [], []
     for k in range(passes):
         label = f"pass {k + 1}/{passes}: " if passes > 1 else ""
         if calibrating:
@@ -604,7 +589,7 @@ def worker_main(config_path: str) -> int:
                 print(f"... {label}calibrating the cost model at "
                       f"{', '.join(map(_format_bytes, config['calibration_sizes']))}", file=sys.stderr, flush=True)
             cal_runs.append(calibration_rows(comm, sizes=config["calibration_sizes"]))
-            if k == 0:  # auto chooses by the first pass's fit in every pass
+            if k == 0:
                 calibrated = model_from_rows(comm, cal_runs, environment=False)
                 comm.cost_model = calibrated
         i = 0
@@ -612,7 +597,7 @@ def worker_main(config_path: str) -> int:
             if comm.rank == 0 and config["progress"]:
                 print(f"... {label}{_format_bytes(nbytes)}", file=sys.stderr, flush=True)
             for algorithm in config["algorithms"]:
-                row = _measure(comm, nbytes, algorithm, config["max_time"], MPI, model, calibrated)
+                row = _measure(comm, nbytes, algorithm, config["max_time"], mpi, pingpong, calibrated)
                 row["pass_medians"] = [float(np.median(row["samples"]))]
                 if k == 0:
                     rows.append(row)
@@ -627,8 +612,33 @@ def worker_main(config_path: str) -> int:
         for row in rows:
             if row["chosen"] in P2P_ALGORITHMS:
                 row["calibrated"] = calibrated.cost(row["chosen"], row["bytes"], comm.size)
-        if comm.rank == 0 and config.get("save_model"):
-            calibrated.save(config["save_model"])
+    return rows, calibrated
+
+
+def worker_main(config_path: str) -> int:
+    """Body of the MPI job: every rank runs it (``python -m mpi4py -m deep500lite.bench.allreduce CONFIG``)."""
+    from mpi4py import MPI
+
+    from deep500lite.lv3.mpi import MPICommunicator
+
+    with open(config_path) as f:
+        config = json.load(f)
+    from deep500lite.lv3.costmodel import CalibratedModel
+
+    comm = MPICommunicator(timeout=config["timeout"])
+    model = comm.calibrate(use_file=False)
+    calibrated = None
+    calibrating = not config.get("model_file") and config.get("calibrate", True)
+    if config.get("model_file"):
+        calibrated = CalibratedModel.load(config["model_file"])
+        comm.cost_model = calibrated
+    auto_model = None
+    if config.get("rounds"):
+        rows, calibrated, auto_model = _interleaved_rows(config, comm, MPI, model, calibrated, calibrating)
+    else:
+        rows, calibrated = _pass_rows(config, comm, MPI, model, calibrated, calibrating)
+    if calibrating and comm.rank == 0 and config.get("save_model"):
+        calibrated.save(config["save_model"])
     if comm.rank == 0:
         result = {"ranks": comm.size, "model": dataclasses.asdict(model), "rows": rows,
                   "calibration": None if calibrated is None else calibrated.to_dict(),

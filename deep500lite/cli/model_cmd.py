@@ -356,21 +356,44 @@ def _run_step(data, ranks: int, path: str, flag: str, keys: tuple) -> dict:
     """The step-time summary of a run: the slowest rank's (``distributed.aggregate.step_time``, what
     a multi-rank run's ``job:`` line prints) or a 1-rank run's own (``summaries.step_time``), with
     ``keys`` numeric and a positive median; a :class:`UserError` names what is missing."""
-    from deep500lite.errors import UserError
-
     if ranks == 1:
         where, parent = "summaries.step_time", data.get("summaries") if isinstance(data, dict) else None
     else:
         where, parent = "distributed.aggregate.step_time", data["distributed"].get("aggregate")
-    step = (parent or {}).get("step_time")
+    return _checked_step((parent or {}).get("step_time"), where, data, path, flag, keys)
+
+
+def _checked_step(step, where: str, data, path: str, flag: str, keys: tuple, missing: str = "") -> dict:
+    """``step`` (the summary found at ``where``) if it has ``keys`` numeric and a positive median, else a
+    :class:`UserError`; ``missing`` replaces the default message's explanation when the summary is absent."""
+    from deep500lite.errors import UserError
+
     if not isinstance(step, dict) or not all(isinstance(step.get(k), (int, float)) for k in keys):
         got = sorted(data) if isinstance(data, dict) else type(data).__name__
-        raise UserError(f"{flag} must name the results.json of a 'deep500lite run': it has no {where} with "
+        raise UserError(missing or f"{flag} must name the results.json of a 'deep500lite run': it has no {where} with "
                         f"{', '.join(keys[:-1])} and {keys[-1]}. Received: {flag} {path!r} with keys {got}")
     if not step["median"] > 0:
-        raise UserError(f"{flag}: the run's median step must be positive. Received: {flag} {path!r} with median "
-                        f"{step['median']!r}")
+        raise UserError(missing or f"{flag}: the run's median step must be positive. Received: {flag} {path!r} with "
+                        f"median {step['median']!r}")
     return step
+
+
+def _step_from(path: str) -> tuple[float, float, int]:
+    """:func:`step_from_run`'s two figures and the run's rank count."""
+    data, ranks = _run_results(path, "--step-from")
+    keys = ("median", "q1", "q3")
+    if ranks == 1:
+        step = _run_step(data, 1, path, "--step-from", keys)
+    else:
+        baseline = data["distributed"].get("baseline")
+        step = _checked_step(
+            baseline.get("step_time") if isinstance(baseline, dict) else None, "distributed.baseline.step_time",
+            data, path, "--step-from", keys,
+            missing=f"--step-from needs a 1-rank run, or a run on more ranks with the 1-rank baseline it timed after "
+                    f"them (distributed.baseline.step_time with a positive median, q1 and q3; a run without "
+                    f"--no-baseline has it). Received: --step-from {path!r}, a run on {ranks} ranks without it")
+    median = float(step["median"])
+    return median, max(0.0, float(step["q3"] - step["q1"])) / 1.349 / median, ranks
 
 
 def step_from_run(path: str) -> tuple[float, float]:
@@ -382,22 +405,7 @@ def step_from_run(path: str) -> tuple[float, float]:
     the interquartile range over 1.349 (a normal distribution's standard deviation, unmoved by a
     few very slow steps) divided by the median. A :class:`UserError` names what is wrong.
     """
-    from deep500lite.errors import UserError
-
-    data, ranks = _run_results(path, "--step-from")
-    if ranks == 1:
-        step = _run_step(data, 1, path, "--step-from", ("median", "q1", "q3"))
-    else:
-        baseline = data["distributed"].get("baseline")
-        step = baseline.get("step_time") if isinstance(baseline, dict) else None
-        keys = ("median", "q1", "q3")
-        if not isinstance(step, dict) or not all(isinstance(step.get(k), (int, float)) for k in keys) \
-                or not step["median"] > 0:
-            raise UserError(f"--step-from needs a 1-rank run, or a run on more ranks with the 1-rank baseline it timed "
-                            f"after them (distributed.baseline.step_time with a positive median, q1 and q3; a run "
-                            f"without --no-baseline has it). Received: --step-from {path!r}, a run on {ranks} ranks "
-                            f"without it")
-    return float(step["median"]), max(0.0, float(step["q3"] - step["q1"])) / 1.349 / float(step["median"])
+    return _step_from(path)[:2]
 
 
 def measured_from_run(path: str) -> dict:
@@ -544,9 +552,8 @@ def run(args) -> int:
         if args.measured_step is not None:
             raise UserError(f"--step-from gives the measured step; do not give --measured-step too. Received: "
                             f"--step-from {args.step_from!r} --measured-step {args.measured_step:g}")
-        median, cv = step_from_run(args.step_from)
+        median, cv, step_ranks = _step_from(args.step_from)
         args.measured_step = median
-        step_ranks = _run_results(args.step_from, "--step-from")[1]
         what = "median step" if step_ranks == 1 else f"the 1-rank baseline timed after its {step_ranks} ranks, median"
         step_source = f"{args.step_from}: {what} {median * 1e6:.4g} us, spread {cv * 100:.3g}%"
         if args.jitter is None and args.scheme == "data":
