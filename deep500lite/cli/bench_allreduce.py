@@ -112,7 +112,7 @@ def run(args) -> int:
     """Run ``deep500lite bench allreduce`` from parsed arguments; returns the exit status (1 if any data was wrong)."""
     from deep500lite.bench import allreduce as bench
     from deep500lite.errors import StartupTimeout, UserError, format_choices
-    from deep500lite.lv3.launch import JobTimeout, check_ranks, resolve_timeouts
+    from deep500lite.lv3.launch import JobTimeout, check_ranks, oversubscription_note, resolve_timeouts
     from deep500lite.metrics.tables import TABLE_FORMATS
     from deep500lite.utils import atomic_write_text
 
@@ -143,6 +143,9 @@ def run(args) -> int:
                         f"{'--save-model' if args.save_model else '--no-calibrate'}")
     if args.model:
         load_calibration_file(args.model, "--model")
+    note = oversubscription_note(args.ranks, "time of each allreduce")
+    if note:
+        print(note, file=sys.stderr if args.format == "csv" else sys.stdout, flush=True)
     try:
         with _startup_timeout(startup_timeout):
             result = bench.run_allreduce_benchmark(args.ranks, sizes, algorithms, max_time=args.max_time,

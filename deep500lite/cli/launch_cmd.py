@@ -18,7 +18,8 @@ import sys
 from deep500lite.cli.args import positive_int, positive_seconds
 from deep500lite.errors import Deep500Error, StartupTimeout, UserError
 from deep500lite.lv3.launch import (DEFAULT_JOB_TIMEOUT, DEFAULT_STARTUP_TIMEOUT, JOB_TIMEOUT_ENV, STARTUP_TIMEOUT_ENV,
-                                    JobTimeout, check_ranks, find_mpiexec, resolve_timeouts, run_job)
+                                    JobTimeout, check_ranks, find_mpiexec, oversubscription_note, resolve_timeouts,
+                                    run_job)
 
 __all__ = ["add_parser", "run", "build_command", "check_command", "main", "EXIT_TIMEOUT"]
 
@@ -152,6 +153,9 @@ def run(args) -> int:
     check_command(args.program)
     cmd = [find_mpiexec(args.mpiexec, "deep500lite launch"), "-n", str(args.ranks), *per_rank]
     env = dict(os.environ)
+    note = oversubscription_note(args.ranks, "job's timing")
+    if note:
+        print(note, file=sys.stderr, flush=True)
     if args.comm_timeout is not None:
         env["DEEP500LITE_COMM_TIMEOUT"] = str(args.comm_timeout)
     try:

@@ -31,8 +31,8 @@ from deep500lite.errors import StartupTimeout, UserError
 from deep500lite.lv3.rank_start import STARTUP_DIR_ENV
 
 __all__ = ["find_mpiexec", "run_job", "JobTimeout", "StartupTimeout", "resolve_timeouts", "check_ranks",
-           "usable_cores", "max_sensible_ranks", "DEFAULT_JOB_TIMEOUT", "DEFAULT_STARTUP_TIMEOUT", "JOB_TIMEOUT_ENV",
-           "STARTUP_TIMEOUT_ENV", "RANK_START"]
+           "usable_cores", "oversubscription_note", "max_sensible_ranks", "DEFAULT_JOB_TIMEOUT",
+           "DEFAULT_STARTUP_TIMEOUT", "JOB_TIMEOUT_ENV", "STARTUP_TIMEOUT_ENV", "RANK_START"]
 
 #: Seconds a multi-rank command's job may run by default: 6 hours, longer than any bundled recipe by
 #: far, short enough that a job hung after start-up still ends the same working day.
@@ -114,6 +114,24 @@ def usable_cores() -> int:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         return os.cpu_count() or 1
+
+
+def oversubscription_note(ranks: int, what: str = "step") -> str | None:
+    """A one-line note when ``ranks`` is above :func:`usable_cores`, else ``None``.
+
+    Ranks that share cores take turns on them and wait in every exchange for ranks that are not
+    running, so what they measure is not what ``ranks`` ranks with a core each would measure.
+
+    Args:
+        ranks: the job's rank count.
+        what: what the job measures, for the note ("step", "allreduce", ...).
+    """
+    cores = usable_cores()
+    if ranks <= cores:
+        return None
+    return (f"note: {ranks} ranks share {cores} core{'s' if cores > 1 else ''} here: they take turns on them and "
+            f"wait in every exchange for ranks that are not running, so the {what} is not that of {ranks} ranks "
+            f"with a core each (docs/scaling.md, Limits)")
 
 
 def max_sensible_ranks() -> int:

@@ -107,8 +107,8 @@ def run_distributed(recipe: str, ranks: int, out: str, *, sets=(), seed: int = 0
     Raises:
         UserError: a bad argument, or a job that failed or wrote no results.
     """
-    from deep500lite.lv3.launch import (JobTimeout, StartupTimeout, check_ranks, find_mpiexec, resolve_timeouts,
-                                        run_job, usable_cores)
+    from deep500lite.lv3.launch import (JobTimeout, StartupTimeout, check_ranks, find_mpiexec,
+                                        oversubscription_note, resolve_timeouts, run_job)
     from deep500lite.recipe.results import write_results
 
     check_ranks(ranks, "-n/--ranks", oversubscribe)
@@ -133,11 +133,9 @@ def run_distributed(recipe: str, ranks: int, out: str, *, sets=(), seed: int = 0
 
     os.makedirs(out, exist_ok=True)
     print(f"training on {ranks} rank{'s' if ranks > 1 else ''} (mpiexec -n {ranks})", flush=True)
-    cores = usable_cores()
-    if ranks > cores:
-        print(f"note: {ranks} ranks share {cores} core{'s' if cores > 1 else ''} here: they take turns on them and "
-              f"wait in every exchange for ranks that are not running, so the step is not that of {ranks} ranks "
-              f"with a core each (docs/scaling.md, Limits)", flush=True)
+    note = oversubscription_note(ranks, "step")
+    if note:
+        print(note, flush=True)
     job(ranks, out, f"{ranks}-rank job")
     if ranks == 1:
         per_rank = [_read(os.path.join(out, "results.json"), "1-rank job")]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 
@@ -184,6 +186,24 @@ def test_bench_allreduce_saves_the_model_and_reports_its_error_per_row(tmp_path)
         assert err in second.stdout
     bad = run_cli(*common, "--model", tmp_path / "missing.json", timeout=60)
     assert bad.returncode == 2 and "does not exist" in bad.stderr and "Received:" in bad.stderr
+
+
+@pytest.mark.mpi
+@requires_mpi
+def test_bench_allreduce_notes_ranks_that_share_cores_and_keeps_csv_clean():
+    from support import run_cli
+
+    cores = len(os.sched_getaffinity(0))
+    if cores > 7:
+        pytest.skip(f"{cores + 1} ranks would be needed to share this machine's {cores} cores")
+    ranks = cores + 1
+    res = run_cli("bench", "allreduce", "-n", str(ranks), "--min-bytes", "1KiB", "--max-bytes", "1KiB",
+                  "--max-time", "0.01", "--timeout", "60", "--algorithms", "ring", "--no-calibrate",
+                  "--format", "csv", timeout=240)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert f"note: {ranks} ranks share {cores} core" in res.stderr, res.stderr
+    rows = list(csv.reader(io.StringIO(res.stdout)))  # stdout stays a CSV table: the note is on stderr
+    assert rows[0][:2] == ["size", "algorithm"] and [r[:2] for r in rows[1:]] == [["1 KiB", "ring"]], res.stdout
 
 
 def test_receive_buffers_are_reused_below_the_limit():

@@ -45,6 +45,18 @@ def test_launch_runs_a_script_on_every_rank(p):
     assert rc == 0, out
     for r in range(p):
         assert f"rank {r} of {p} started with ['ok', '--flag']" in out and f"rank {r} finished" in out, out
+    # more ranks than this machine's cores: the launcher says that the ranks take turns
+    cores = len(os.sched_getaffinity(0))
+    assert (f"note: {p} ranks share {cores} core" in out) == (p > cores), out
+
+
+def test_the_oversubscription_note_follows_the_usable_cores():
+    cores = len(os.sched_getaffinity(0))
+    assert launch_module.usable_cores() == cores
+    assert launch_module.oversubscription_note(cores) is None
+    note = launch_module.oversubscription_note(cores + 1, "allreduce")
+    assert note.startswith(f"note: {cores + 1} ranks share {cores} core")
+    assert f"so the allreduce is not that of {cores + 1} ranks with a core each" in note
 
 
 @pytest.mark.mpi
