@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import math
 import os
 import re
 import sys
@@ -90,11 +91,11 @@ def calibration_sizes(sizes, factor: int | None = None) -> list[int]:
     from deep500lite.lv3.costmodel import CALIBRATION_SIZES
 
     top = max(int(s) for s in sizes)
+    low = max(_ITEMSIZE, min(16 << 10, min(int(s) for s in sizes)) // _ITEMSIZE * _ITEMSIZE)
     if factor is not None:
         if isinstance(factor, bool) or not isinstance(factor, int) or factor < 2:
             raise UserError(f"The calibration size factor must be a whole number >= 2. Received: {factor!r}")
-        return message_sizes(max(_ITEMSIZE, min(16 << 10, min(int(s) for s in sizes)) // _ITEMSIZE * _ITEMSIZE),
-                             top, factor)
+        return message_sizes(low, top, factor)
     chosen = [s for s in CALIBRATION_SIZES if s <= 2 * top]
     if len(chosen) >= 3:
         return chosen
@@ -197,12 +198,22 @@ class AllreduceBenchmark:
         worst rows, and (with several passes) how far the machine's own medians moved between passes."""
         errs = [(n, a, e) for n, a, e in self.errors() if a != "auto"]
         lines = []
+        span = self.calibrated_span()
+        outside = [t for t in errs if span and not span[0] <= t[0] <= span[1]]
+        errs = [t for t in errs if t not in outside]
+        where = f" at the calibrated sizes ({_format_bytes(span[0])} to {_format_bytes(span[1])})" if outside else ""
         if errs:
             inside = sum(abs(e) <= tolerance for _, _, e in errs)
             worst = sorted(errs, key=lambda t: -abs(t[2]))[:5]
             lines.append(f"calibrated model within {tolerance:.0%} of the measured median: {inside} of {len(errs)} "
-                         f"rows (point-to-point algorithms); largest errors: "
+                         f"rows (point-to-point algorithms){where}; largest errors: "
                          + ", ".join(f"{a} {_format_bytes(n)} {e * 100:+.0f}%" for n, a, e in worst))
+        if outside:
+            inside = sum(abs(e) <= tolerance for _, _, e in outside)
+            sizes = sorted({n for n, _, _ in outside})
+            lines.append(f"beyond the calibrated sizes ({', '.join(map(_format_bytes, sizes))}) the model "
+                         f"extrapolates: {inside} of {len(outside)} rows within {tolerance:.0%}; calibrate there "
+                         f"with --calibration-factor")
         spreads = [(r["bytes"], r["algorithm"], pass_spread(r)) for r in self.rows if pass_spread(r) is not None]
         if spreads:
             values = np.array([sp for _, _, sp in spreads])
@@ -215,6 +226,13 @@ class AllreduceBenchmark:
                          f"(median over rows), up to {top * 100:.0f}% ({a} {_format_bytes(n)}); {wide} of "
                          f"{len(values)} rows moved by more than {tolerance:.0%}: the machine's own repeatability")
         return lines
+
+    def calibrated_span(self) -> tuple[int, int] | None:
+        """The smallest and largest message size (bytes) the model was fitted to on this rank count,
+        or None (no calibration, or a file without its measurements)."""
+        points = ((self.calibration or {}).get("measurements") or {}).get(str(self.ranks)) or []
+        sizes = [int(p[1]) for p in points]
+        return (min(sizes), max(sizes)) if sizes else None
 
     def describe_model(self) -> str:
         """One line with the calibrated alpha, beta (as bandwidth) and gamma."""
@@ -482,14 +500,21 @@ def _measure(comm, nbytes: int, algorithm: str, max_time: float, mpi, pingpong, 
             "predicted": predicted, "calibrated": cal, "wrong": total_wrong, "bytes_sent": bytes_sent}
 
 
-def _plan_cells(comm, cells, arrays: dict, budget: float) -> list[dict]:
-    """Warm up every ``(algorithm, bytes)`` of ``cells`` and size its calls per round (collective, :func:`_warm_up`)."""
+def _plan_cells(comm, cells, arrays: dict, budget: float, rounds: int) -> list[dict]:
+    """Warm up every ``(algorithm, bytes)`` of ``cells`` and size its calls per round (collective, :func:`_warm_up`).
+
+    A cell whose one call takes longer than ``budget`` (its share of a round) is timed once every
+    ``every`` rounds instead, at most ``rounds // 3`` apart so that each third of the rounds still
+    has a call; its time then stays near ``budget * rounds``. ``every`` is rank 0's.
+    """
     plan = []
     for algorithm, nbytes in cells:
         x = arrays.setdefault(nbytes, _pattern(nbytes // _ITEMSIZE, comm.rank))
         wrong, sent, reps, pilot = _warm_up(comm, x, algorithm, budget, 1)
-        plan.append({"cell": (algorithm, nbytes), "reps": reps, "wrong": wrong, "bytes_sent": sent, "pilot": pilot,
-                     "samples": [], "round": []})
+        every = np.array([min(max(1, math.ceil(pilot / budget)), max(1, rounds // 3))], np.int64)
+        comm.comm.Bcast(every, root=0)
+        plan.append({"cell": (algorithm, nbytes), "reps": reps, "every": int(every[0]), "wrong": wrong,
+                     "bytes_sent": sent, "pilot": pilot, "samples": [], "round": []})
     return plan
 
 
@@ -497,7 +522,8 @@ def _time_rounds(comm, plan: list[dict], arrays: dict, rounds: int, mpi, progres
     """Time every planned cell once per round, in a new shuffled order each round (collective).
 
     A round visits the cells in a permutation that every rank draws alike from the round's
-    number. Returns, per cell: ``samples`` (each call's slowest rank), ``thirds`` (the medians of
+    number; a cell with ``every`` > 1 (see :func:`_plan_cells`) is timed in every ``every``-th
+    round only, its first call in round ``i % every`` (``i``: its place in the plan). Returns, per cell: ``samples`` (each call's slowest rank), ``thirds`` (the medians of
     the first, second and last third of the rounds), ``wrong`` (elements off the exact sum, in the
     warm-up and the last call, over all ranks) and ``bytes_sent`` (this rank's, per call).
     """
@@ -507,6 +533,8 @@ def _time_rounds(comm, plan: list[dict], arrays: dict, rounds: int, mpi, progres
             print(f"... round {r + 1}/{rounds}: {len(plan)} cells in a shuffled order", file=sys.stderr, flush=True)
         for i in np.random.default_rng(r).permutation(len(plan)):
             cell = plan[i]
+            if (r - i) % cell["every"]:
+                continue
             algorithm, nbytes = cell["cell"]
             for _ in range(cell["reps"]):
                 world.Barrier()
@@ -514,7 +542,7 @@ def _time_rounds(comm, plan: list[dict], arrays: dict, rounds: int, mpi, progres
                 out = comm.allreduce(arrays[nbytes], algorithm=algorithm)
                 cell["samples"].append(time.perf_counter() - t0)
             cell["round"] += [r] * cell["reps"]
-            if r == rounds - 1:
+            if r + cell["every"] >= rounds:  # the cell's last round
                 cell["wrong"] += _count_wrong(out, comm.size)
     results = []
     for cell in plan:
@@ -546,7 +574,7 @@ def _interleaved_rows(config, comm, mpi, pingpong, calibrated, calibrating: bool
         what = f"{len(cal)} calibration cells ({sizes}) and " if cal else ""
         print(f"... interleaving {what}{len(row_cells)} rows over {rounds} rounds", file=sys.stderr, flush=True)
     arrays: dict = {}
-    plan, first = _plan_cells(comm, cal, arrays, budget), None
+    plan, first = _plan_cells(comm, cal, arrays, budget, rounds), None
     if cal and "auto" in config["algorithms"]:
         mine = np.array([c["pilot"] for c in plan], np.float64)
         pilots = np.empty_like(mine)
@@ -554,7 +582,7 @@ def _interleaved_rows(config, comm, mpi, pingpong, calibrated, calibrating: bool
         first = model_from_rows(comm, [[(a, n, comm.size, float(t)) for (a, n), t in zip(cal, pilots)]],
                                 environment=False)
         comm.cost_model = first
-    plan += _plan_cells(comm, row_cells, arrays, budget)
+    plan += _plan_cells(comm, row_cells, arrays, budget, rounds)
     chosen = {n: comm.choose_algorithm(n) for a, n in row_cells if a == "auto"}  # what auto runs in the rounds
     timed = _time_rounds(comm, plan, arrays, rounds, mpi, config["progress"])
     if calibrating:

@@ -13,7 +13,11 @@ import sys
 
 from deep500lite.cli.args import add_job_limit_options, positive_int, positive_seconds
 
-__all__ = ["add_subparser", "run", "load_calibration_file"]
+__all__ = ["add_subparser", "run", "load_calibration_file", "DEFAULT_ROUNDS"]
+
+# --interleave's default: 48 rounds were within 20% at every row more often than 24 on the 2-core
+# VM (docs/scaling.md); each cell's time is --max-time whatever the rounds.
+DEFAULT_ROUNDS = 48
 
 
 def add_subparser(sub):
@@ -31,7 +35,7 @@ def add_subparser(sub):
     p.add_argument("--algorithms", default=",".join(_default_algorithms()),
                    help="comma-separated: native, ring, recursive_doubling, rabenseifner, tree, auto (default all)")
     p.add_argument("--min-bytes", default="4", help="smallest message, e.g. 4, 1KiB (default 4)")
-    p.add_argument("--max-bytes", default="256MiB", help="largest message, e.g. 64MiB (default 256MiB)")
+    p.add_argument("--max-bytes", default="64MiB", help="largest message, e.g. 256MiB (default 64MiB)")
     p.add_argument("--factor", type=int, default=4, help="each size is this many times the last (default 4)")
     p.add_argument("--max-time", type=float, default=0.5, metavar="SECONDS",
                    help="seconds of timed calls per size and algorithm, roughly; at least 3 calls (default 0.5)")
@@ -51,15 +55,16 @@ def add_subparser(sub):
                    help="calibrate and measure K times, alternating; the model is fitted to the median of the "
                         "calibration passes, each row pools its passes and shows how far its median moved between "
                         "them (the machine's own repeatability; default 1)")
-    p.add_argument("--interleave", type=int, default=0, metavar="ROUNDS",
+    p.add_argument("--interleave", type=int, default=None, metavar="ROUNDS",
                    help="time every calibration size and every row once per round, in a new shuffled order each "
                         "round, ROUNDS >= 3 rounds (auto chooses by a first fit to the pilot calls): the model and the "
                         "rows it predicts then see the same machine, even one whose speed drifts; each row shows how "
-                        "far its median moved between the thirds of the rounds (default 0: off; not with --passes)")
+                        f"far its median moved between the thirds of the rounds (default {DEFAULT_ROUNDS}, or off with "
+                        "--passes; 0: off)")
     p.add_argument("--calibration-factor", type=int, default=None, metavar="F",
                    help="calibrate at sizes from 16 KiB (or --min-bytes if smaller) to --max-bytes, each F times "
                         "the last (2: every power of two); default: 16 KiB, 128 KiB, 1 MiB, 4 MiB, 16 MiB, 64 MiB up "
-                        "to twice --max-bytes")
+                        "to twice --max-bytes, and below 16 KiB --min-bytes and every 16th size above it")
     p.add_argument("--format", default="table", help="table, markdown or csv (default table)")
     p.add_argument("--json", default=None, metavar="FILE",
                    help="write every raw sample, the model and the environment here")
@@ -123,6 +128,8 @@ def run(args) -> int:
     if not math.isfinite(args.max_time) or args.max_time <= 0:
         raise UserError(f"--max-time must be a finite number of seconds > 0. Received: --max-time {args.max_time}")
     check_ranks(args.ranks, "-n", args.oversubscribe)
+    if args.interleave is None:
+        args.interleave = 0 if args.passes > 1 else DEFAULT_ROUNDS
     if args.interleave != 0 and args.interleave < 3:
         raise UserError(f"--interleave must be a number of rounds, at least 3 (0: off). Received: --interleave "
                         f"{args.interleave}")

@@ -176,6 +176,9 @@ def test_bench_allreduce_saves_the_model_and_reports_its_error_per_row(tmp_path)
     second = run_cli(*common, "--model", model_path, "--json", out_json, timeout=180)
     assert second.returncode == 0, second.stdout + second.stderr
     data = json.loads(out_json.read_text())
+    # without --passes the rows are timed in the default 48 interleaved rounds
+    assert data["rounds"] == 48 and "the thirds of the 48 interleaved rounds" in second.stdout
+    assert "interleaved" not in first.stdout  # --passes turns the default rounds off
     assert cm.CalibratedModel.from_dict(data["calibration"]) == saved
     for row in data["rows"]:
         assert row["calibrated"] == pytest.approx(saved.cost(row["chosen"], row["bytes"], 2))
@@ -317,6 +320,49 @@ def test_bench_allreduce_interleaves_calibration_and_rows_in_shuffled_rounds(tmp
             assert err in proc.stdout
         else:
             assert row["calibrated"] is None
+
+
+@pytest.mark.mpi
+@requires_mpi
+def test_a_cell_slower_than_its_share_of_a_round_is_timed_in_every_other_round(tmp_path):
+    from support import run_cli
+
+    out_json, rounds = tmp_path / "bench.json", 6
+    # 1 ms per cell and round: one 16 MiB allreduce takes several, a 4 KiB one some microseconds
+    proc = run_cli("bench", "allreduce", "-n", "2", "--min-bytes", "4KiB", "--max-bytes", "16MiB", "--factor",
+                   "4096", "--max-time", str(0.001 * rounds), "--timeout", "60", "--algorithms", "ring",
+                   "--no-calibrate", "--interleave", str(rounds), "--json", out_json, timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    small, big = json.loads(out_json.read_text())["rows"]
+    assert (small["bytes"], big["bytes"]) == (4 << 10, 16 << 20)
+    assert len(small["samples"]) % rounds == 0 and len(small["samples"]) > rounds
+    # every rounds // 3 = 2 rounds: one call in each third, none of the thirds empty
+    assert len(big["samples"]) == rounds // 2 and big["wrong"] == 0
+    assert big["pass_medians"] == pytest.approx(big["samples"])
+
+
+def test_rows_beyond_the_calibrated_sizes_are_counted_apart():
+    from deep500lite.bench.allreduce import AllreduceBenchmark
+
+    def row(n, measured, predicted):
+        return {"bytes": n, "algorithm": "ring", "chosen": "ring", "samples": [measured] * 3, "predicted": None,
+                "calibrated": predicted, "wrong": 0, "bytes_sent": n}
+
+    calibration = {"measurements": {"2": [["ring", 16 << 10, 1e-5], ["tree", 1 << 20, 1e-4]]}}
+    rows = [row(4, 10e-6, 30e-6), row(64 << 10, 50e-6, 55e-6), row(1 << 20, 400e-6, 300e-6),
+            row(4 << 20, 2e-3, 2.1e-3)]
+    bench = AllreduceBenchmark(ranks=2, model={"alpha": 1e-6, "beta": 1e-10, "gamma": 1e-11}, rows=rows,
+                               calibration=calibration)
+    assert bench.calibrated_span() == (16 << 10, 1 << 20)
+    inside, beyond = bench.summary()
+    assert inside.startswith("calibrated model within 20% of the measured median: 1 of 2 rows (point-to-point "
+                             "algorithms) at the calibrated sizes (16 KiB to 1 MiB); largest errors: ring 1 MiB -25%")
+    assert beyond.startswith("beyond the calibrated sizes (4 B, 4 MiB) the model extrapolates: 1 of 2 rows within 20%")
+    # a model without its measurements (or none): every row is judged alike, as before
+    bench.calibration = {"measurements": {}}
+    assert bench.calibrated_span() is None
+    assert bench.summary()[0].startswith("calibrated model within 20% of the measured median: 2 of 4 rows "
+                                         "(point-to-point algorithms); largest")
 
 
 def test_interleaved_rows_pool_their_calls_and_report_thirds():
