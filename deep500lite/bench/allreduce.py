@@ -91,11 +91,11 @@ def calibration_sizes(sizes, factor: int | None = None) -> list[int]:
     from deep500lite.lv3.costmodel import CALIBRATION_SIZES
 
     top = max(int(s) for s in sizes)
-    low = max(_ITEMSIZE, min(16 << 10, min(int(s) for s in sizes)) // _ITEMSIZE * _ITEMSIZE)
     if factor is not None:
         if isinstance(factor, bool) or not isinstance(factor, int) or factor < 2:
             raise UserError(f"The calibration size factor must be a whole number >= 2. Received: {factor!r}")
-        return message_sizes(low, top, factor)
+        return message_sizes(max(_ITEMSIZE, min(16 << 10, min(int(s) for s in sizes)) // _ITEMSIZE * _ITEMSIZE),
+                             top, factor)
     chosen = [s for s in CALIBRATION_SIZES if s <= 2 * top]
     if len(chosen) >= 3:
         return chosen
@@ -393,8 +393,10 @@ def run_allreduce_benchmark(ranks: int, sizes, algorithms=DEFAULT_ALGORITHMS, ma
             is timed once per round, in an order shuffled anew each round, for
             ``max_time / interleave`` seconds, so that the calibration and the rows it predicts
             see the same machine even when its speed drifts; ``auto`` is timed in the rounds too,
-            choosing by a first fit to the calibration cells' pilot calls (``auto_model``). Not
-            combined with ``passes``.
+            choosing by a first fit to the calibration cells' pilot calls (``auto_model``). A
+            cell whose one call is longer than ``max_time / interleave`` is timed every few
+            rounds instead (at most ``interleave // 3`` apart). Not combined with ``passes``.
+            (``deep500lite bench allreduce`` runs 48 rounds unless given ``--passes``.)
         calibration_factor: None (the default sizes of :func:`calibration_sizes`), or the factor
             between consecutive calibration sizes (2: every power of two from 16 KiB to the
             largest size).
@@ -523,8 +525,9 @@ def _time_rounds(comm, plan: list[dict], arrays: dict, rounds: int, mpi, progres
 
     A round visits the cells in a permutation that every rank draws alike from the round's
     number; a cell with ``every`` > 1 (see :func:`_plan_cells`) is timed in every ``every``-th
-    round only, its first call in round ``i % every`` (``i``: its place in the plan). Returns, per cell: ``samples`` (each call's slowest rank), ``thirds`` (the medians of
-    the first, second and last third of the rounds), ``wrong`` (elements off the exact sum, in the
+    round only, first in round ``i % every`` (``i``: its place in the plan). Returns, per cell:
+    ``samples`` (each call's slowest rank), ``thirds`` (the medians of the first, second and
+    last third of the rounds), ``wrong`` (elements off the exact sum, in the
     warm-up and the last call, over all ranks) and ``bytes_sent`` (this rank's, per call).
     """
     world = comm.comm

@@ -64,7 +64,7 @@ def add_subparser(sub):
     p.add_argument("--calibration-factor", type=int, default=None, metavar="F",
                    help="calibrate at sizes from 16 KiB (or --min-bytes if smaller) to --max-bytes, each F times "
                         "the last (2: every power of two); default: 16 KiB, 128 KiB, 1 MiB, 4 MiB, 16 MiB, 64 MiB up "
-                        "to twice --max-bytes, and below 16 KiB --min-bytes and every 16th size above it")
+                        "to twice --max-bytes")
     p.add_argument("--format", default="table", help="table, markdown or csv (default table)")
     p.add_argument("--json", default=None, metavar="FILE",
                    help="write every raw sample, the model and the environment here")
