@@ -199,8 +199,10 @@ class AllreduceBenchmark:
         errs = [(n, a, e) for n, a, e in self.errors() if a != "auto"]
         lines = []
         span = self.calibrated_span()
-        outside = [t for t in errs if span and not span[0] <= t[0] <= span[1]]
-        errs = [t for t in errs if t not in outside]
+        fitted, outside = [], []
+        for t in errs:
+            (outside if span and not span[0] <= t[0] <= span[1] else fitted).append(t)
+        errs = fitted
         where = f" at the calibrated sizes ({_format_bytes(span[0])} to {_format_bytes(span[1])})" if outside else ""
         if errs:
             inside = sum(abs(e) <= tolerance for _, _, e in errs)
