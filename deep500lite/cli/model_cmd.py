@@ -412,13 +412,18 @@ def measured_from_run(path: str) -> dict:
     """The measured step of a ``deep500lite run`` of any rank count, for ``--check``.
 
     A multi-rank run's step is the slowest rank's, a 1-rank run's its own (see :func:`_run_step`).
-    Returns a dict with ``file``, ``ranks``, ``median``, ``ci_low`` and ``ci_high`` (seconds); a
-    file that is not such a results.json is a :class:`UserError` naming what it lacks.
+    Returns a dict with ``file``, ``ranks``, ``median``, ``ci_low`` and ``ci_high`` (seconds), and
+    ``usable_cores``: the cores the run could use, from its recorded environment (None when the
+    file does not say); a file that is not such a results.json is a :class:`UserError` naming what
+    it lacks.
     """
     data, ranks = _run_results(path, "--check")
     step = _run_step(data, ranks, path, "--check", ("median", "ci_low", "ci_high"))
+    cpu = (data.get("environment") or {}).get("cpu")
+    cores = cpu.get("usable_cores") if isinstance(cpu, dict) else None
     return {"file": path, "ranks": ranks, "median": float(step["median"]), "ci_low": float(step["ci_low"]),
-            "ci_high": float(step["ci_high"])}
+            "ci_high": float(step["ci_high"]),
+            "usable_cores": cores if isinstance(cores, int) and not isinstance(cores, bool) and cores > 0 else None}
 
 
 def _check_files(values) -> list[str]:
@@ -445,7 +450,7 @@ def compare_runs(result, runs: list[dict], tolerance: float, calibration: str | 
     return out
 
 
-def _print_checks(checks: list[dict], tolerance: float, fmt: str, text) -> None:
+def _print_checks(checks: list[dict], tolerance: float, fmt: str, text, host_cores: int | None = None) -> None:
     from deep500lite.metrics.tables import format_seconds, format_table
 
     def verdict(c):
@@ -466,6 +471,27 @@ def _print_checks(checks: list[dict], tolerance: float, fmt: str, text) -> None:
         good = sum(c["verdict"] == "within" for c in judged)
         print(f"predicted within {tolerance * 100:g}% of the measured step in {good} of {len(judged)} runs"
               + ("" if good == len(judged) else ": the check fails"), file=text)
+    for c in judged:
+        note = oversubscribed_note(c, host_cores)
+        if note:
+            print(note, file=text)
+
+
+def oversubscribed_note(check: dict, host_cores: int | None) -> str | None:
+    """A note for a checked run that had more ranks than usable cores (None for any other run).
+
+    Such ranks take turns on the cores. The model slows each rank's compute by ranks / cores
+    (``--host-cores``) but does not predict the waits for partners the scheduler has not run yet,
+    which on the 2-core VM of docs/scaling.md doubled the 4-rank step.
+    """
+    cores = check.get("usable_cores")
+    if cores is None or check["ranks"] <= cores:
+        return None
+    hint = (f"; give --host-cores {cores} so that the prediction at least shares the cores" if host_cores is None
+            else "")
+    return (f"note: {check['file']} ran {check['ranks']} ranks on {cores} usable core{'s' if cores > 1 else ''}: "
+            f"they took turns on the cores, and the model does not predict their waits for ranks the scheduler had "
+            f"not run yet (docs/scaling.md, 'Where the 4-rank step goes'){hint}")
 
 
 def _plot(result, path) -> str:
@@ -669,7 +695,7 @@ def run(args) -> int:
         print(f"not checked (left out of the sweep): {', '.join(c['file'] for c in missing)}", file=text)
     checks = compare_runs(result, [c for c in checks if c not in missing], args.tolerance, args.step_from)
     if checks:
-        _print_checks(checks, args.tolerance, args.format, text)
+        _print_checks(checks, args.tolerance, args.format, text, args.host_cores)
     if args.json:
         data = result.to_dict()
         if checks:

@@ -3,6 +3,8 @@
 The runs in tests/data/scaling_check are real: ``deep500lite run digits_mlp_distributed -n P``
 (P = 1, 2, 4, 8; 10 epochs; ``algorithm=auto``) and the ``bench allreduce`` calibration they used,
 written on the 16-core lent machine of docs/scaling.md ("With a core per rank"), set A.
+``run4-on-2-cores.json`` is the same recipe on 4 ranks on the 2-core AMD VM (``algorithm=auto``,
+the calibration of docs/results/run-n-amd-2026-11-27/ar-interleaved.json), 2026-11-27.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from deep500lite.cli import main
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "scaling_check"
 RUNS = {p: DATA / f"run{p}.json" for p in (1, 2, 4, 8)}
+SHARED = DATA / "run4-on-2-cores.json"  # 4 ranks on a machine with 2 usable cores
 BASE = ["model", "scaling", "digits_mlp_distributed", "--nodes", "1,2,4,8", "--weak", "--batch", "32",
         "--allreduce-model", str(DATA / "allreduce-model.json"), "--host-cores", "16", "--fusion-mb", "1",
         "--no-overlap", "--accelerator", "k80", "--step-from", str(RUNS[1])]
@@ -126,3 +129,40 @@ def test_step_from_a_multi_rank_run_takes_its_1_rank_baseline(tmp_path, capsys):
         assert runs[p]["verdict"] == ("within" if abs(runs[p]["error"]) <= 0.2 else "outside")
         assert runs[p]["predicted"] == rows[p]["step"] and runs[p]["median"] == measured(p)
     assert rc == (0 if all(c["verdict"] == "within" for c in runs.values()) else 1)
+
+
+def test_a_run_with_more_ranks_than_cores_gets_a_note(tmp_path, capsys):
+    recorded = json.loads(SHARED.read_text())["environment"]["cpu"]["usable_cores"]
+    assert json.loads(SHARED.read_text())["distributed"]["ranks"] > recorded  # the file is what the test needs
+    out = tmp_path / "s.json"
+    main([*BASE, "--check", f"{RUNS[8]},{SHARED}", "--json", str(out)])
+    text = capsys.readouterr().out
+    runs = {c["file"]: c for c in json.loads(out.read_text())["checks"]["runs"]}
+    assert runs[str(SHARED)]["usable_cores"] == recorded
+    assert runs[str(RUNS[8])]["usable_cores"] == json.loads(RUNS[8].read_text())["environment"]["cpu"]["usable_cores"]
+    notes = [line for line in text.splitlines() if line.startswith("note: ")]
+    # only the shared run: 8 ranks on the 16-core machine had a core each
+    assert notes == [f"note: {SHARED} ran 4 ranks on {recorded} usable cores: they took turns on the cores, and the "
+                     f"model does not predict their waits for ranks the scheduler had not run yet (docs/scaling.md, "
+                     f"'Where the 4-rank step goes')"]
+
+
+def test_the_note_asks_for_host_cores_when_the_sweep_has_none(capsys):
+    args = [a for i, a in enumerate(BASE) if a != "--host-cores" and BASE[i - 1] != "--host-cores"]
+    assert len(args) == len(BASE) - 2
+    main([*args, "--check", str(SHARED)])
+    recorded = json.loads(SHARED.read_text())["environment"]["cpu"]["usable_cores"]
+    note = [line for line in capsys.readouterr().out.splitlines() if line.startswith("note: ")]
+    assert len(note) == 1 and note[0].endswith(f"; give --host-cores {recorded} so that the prediction at least "
+                                               f"shares the cores")
+
+
+def test_a_run_without_a_recorded_core_count_gets_no_note(tmp_path, capsys):
+    data = json.loads(SHARED.read_text())
+    del data["environment"]["cpu"]
+    bare = tmp_path / "run4.json"
+    bare.write_text(json.dumps(data))
+    out = tmp_path / "s.json"
+    main([*BASE, "--check", str(bare), "--json", str(out)])
+    assert "note: " not in capsys.readouterr().out
+    assert json.loads(out.read_text())["checks"]["runs"][0]["usable_cores"] is None
