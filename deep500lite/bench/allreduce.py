@@ -253,9 +253,19 @@ class AllreduceBenchmark:
         if c is None:
             return ""
         mem = ""
-        if c.get("cache_bytes"):
-            mem = (f"; beyond the caches (half of the traffic at {_format_bytes(int(c['cache_bytes']))}): beta = "
-                   f"{c['beta_mem'] * 1e9:.4f}, gamma = {c['gamma_mem'] * 1e9:.4f}, delta = {c['delta_mem'] * 1e9:.4f} ns/B")
+
+        def costs(suffix):
+            return (f"beta = {c['beta' + suffix] * 1e9:.4f}, gamma = {c['gamma' + suffix] * 1e9:.4f}, "
+                    f"delta = {c['delta' + suffix] * 1e9:.4f} ns/B")
+        if c.get("cache_bytes") and c.get("memory_bytes"):
+            mem = (f"; past the first cache (half of the traffic at {_format_bytes(int(c['cache_bytes']))}, "
+                   f"crossover exponent {c.get('sharpness', 1.0):g}): {costs('_mid')}; beyond the caches (half of "
+                   f"the traffic at {_format_bytes(int(c['memory_bytes']))}): {costs('_mem')}")
+        elif c.get("cache_bytes"):
+            sharp = c.get("sharpness", 1.0)
+            sharp = f", crossover exponent {sharp:g}" if sharp != 1.0 else ""
+            mem = (f"; beyond the caches (half of the traffic at {_format_bytes(int(c['cache_bytes']))}{sharp}): "
+                   f"{costs('_mem')}")
         return (f"calibrated model on {self.ranks} ranks (fitted to the real algorithms): overhead = "
                 f"{c['overhead'] * 1e6:.2f} us, alpha = {c['alpha'] * 1e6:.2f} us/message, beta = "
                 f"{c['beta'] * 1e9:.4f} ns/B, gamma = {c['gamma'] * 1e9:.4f} ns/B, delta (copy) = "

@@ -10,8 +10,9 @@ fits, per rank count ``p``, by non-negative least squares on the relative error:
                          + (1 - phi) * (beta * wire_bytes + gamma * reduced_bytes + delta * copied_bytes)
                          + phi * (beta_mem * wire_bytes + gamma_mem * reduced_bytes + delta_mem * copied_bytes)
 
-with ``phi = n / (n + cache_bytes)`` the share of a buffer's traffic that misses the caches
-(``cache_bytes`` is chosen from :data:`CACHE_CANDIDATES` by the fit; 0 = one regime), and
+with ``phi = n^k / (n^k + cache_bytes^k)`` the share of a buffer's traffic that misses the caches
+(``cache_bytes`` is chosen from :data:`CACHE_CANDIDATES` by the fit; 0 = one regime; the
+sharpness ``k`` is 1 unless three regimes are fitted), and
 where the counts are those along one rank's critical path (:func:`cost_terms`); ``messages``
 counts every send and every receive a rank posts (a ring step posts one of each), since on one
 host the per-message software cost, not the wire, is the latency:
@@ -31,6 +32,22 @@ The copied bytes are the input copy every algorithm makes (fresh memory that the
 faults in page by page at first touch), plus, in parentheses, the receive buffer when it is larger
 than :data:`~deep500lite.lv3.allreduce.SCRATCH_LIMIT` (smaller ones are reused between calls);
 ``overhead`` is the fixed cost of one call (argument checks, allocation).
+
+Three regimes. When the calibration has at least :data:`THREE_REGIME_MIN_SIZES` sizes (as with
+``bench allreduce --calibration-factor 2``), the fit also tries a middle regime between two
+crossovers, ``cache_bytes < memory_bytes``, with sharpness ``k`` in :data:`SHARPNESS_CANDIDATES`,
+and keeps whichever fits the calibration best::
+
+    phi1 = frac(n, cache_bytes), phi2 = frac(n, memory_bytes),   frac(n, c) = n^k / (n^k + c^k)
+    byte costs = (1 - phi1) * cache costs + phi1 * (1 - phi2) * *_mid costs + phi1 * phi2 * *_mem costs
+
+On the 2-core AMD VM (1 MiB of L2 per core, a shared L3), copying into a buffer and sending it
+took 1.6-1.8 times as long as the same copy followed by sending a buffer the core had not
+written, up to 256 KiB, and about as long from 2 MiB: the partner had to fetch a small message
+out of the sender's own L2, while a larger one had already been pushed out to the shared L3 by
+the sender's writes. Per byte, the ring was cheapest at 1-2 MiB and cost more than twice as much
+past the L3 (docs/scaling.md, "Three regimes"). One crossover cannot follow that dip, two can. With fewer calibration sizes two crossovers are not pinned down, and the fit keeps
+one.
 
 A :class:`CalibratedModel` holds the fitted parameters per rank count, the raw medians it was
 fitted to, and the environment; :meth:`CalibratedModel.save` writes it as JSON (merging rank
@@ -53,7 +70,8 @@ import numpy as np
 from deep500lite.errors import UserError, format_choices
 from deep500lite.lv3.allreduce import P2P_ALGORITHMS, SCRATCH_LIMIT, _core_ranks
 
-__all__ = ["CACHE_CANDIDATES", "CALIBRATION_SIZES", "MODEL_ENV", "CostParameters", "CalibratedModel", "cost_terms",
+__all__ = ["CACHE_CANDIDATES", "CALIBRATION_SIZES", "MODEL_ENV", "SHARPNESS_CANDIDATES", "THREE_REGIME_MIN_SIZES",
+           "CostParameters", "CalibratedModel", "cost_terms",
            "fit_parameters", "memory_fraction",
            "calibrate_allreduce", "calibration_rows", "model_from_rows", "pooled_rows", "model_file_from_env"]
 
@@ -63,9 +81,15 @@ CALIBRATION_SIZES = (16 << 10, 128 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20)
 MODEL_ENV = "DEEP500LITE_ALLREDUCE_MODEL"
 _FORMAT = "deep500lite-allreduce-model/1"
 _NTERMS = 5
-_PARAMS = ("overhead", "alpha", "beta", "gamma", "delta", "beta_mem", "gamma_mem", "delta_mem", "cache_bytes")
+_PARAMS = ("overhead", "alpha", "beta", "gamma", "delta", "beta_mem", "gamma_mem", "delta_mem", "cache_bytes",
+           "beta_mid", "gamma_mid", "delta_mid", "memory_bytes", "sharpness")
+_DEFAULTS = {"sharpness": 1.0}
 #: Candidate sizes of the cache crossover tried by :func:`fit_parameters` (0: one regime only).
 CACHE_CANDIDATES = (0,) + tuple(1 << k for k in range(15, 28))
+#: Calibration sizes (distinct) from which :func:`fit_parameters` also tries three regimes.
+THREE_REGIME_MIN_SIZES = 9
+#: Sharpness exponents of the crossovers tried with three regimes.
+SHARPNESS_CANDIDATES = (1.0, 2.0, 4.0)
 
 
 def cost_terms(algorithm: str, nbytes: float, p: int) -> np.ndarray:
@@ -99,16 +123,25 @@ def cost_terms(algorithm: str, nbytes: float, p: int) -> np.ndarray:
     return np.array([1, 4 * levels, 2 * (q - 1) / q * n, (q - 1) / q * n, copied(n / 2)]) + fold
 
 
-def memory_fraction(nbytes: float, cache_bytes: float) -> float:
-    """``phi(n) = n / (n + cache_bytes)``: how much of a buffer's traffic goes to memory rather than cache
-    (0 when ``cache_bytes`` is 0: one regime)."""
-    return float(nbytes) / (float(nbytes) + cache_bytes) if cache_bytes > 0 else 0.0
+def memory_fraction(nbytes: float, cache_bytes: float, sharpness: float = 1.0) -> float:
+    """``phi(n) = n^k / (n^k + cache_bytes^k)`` (``k`` the sharpness): how much of a buffer's traffic goes
+    past a cache of about ``cache_bytes`` (0 when ``cache_bytes`` is 0: one regime)."""
+    if cache_bytes <= 0 or nbytes <= 0:
+        return 0.0
+    return 1.0 / (1.0 + (float(cache_bytes) / float(nbytes)) ** sharpness)
 
 
-def _design(terms: np.ndarray, nbytes: float, cache_bytes: float) -> np.ndarray:
-    """The 8 columns for :class:`CostParameters`: calls, messages, then the byte terms in cache and in memory."""
-    phi = memory_fraction(nbytes, cache_bytes)
-    return np.concatenate([terms[:2], (1 - phi) * terms[2:], phi * terms[2:]])
+def _design(terms: np.ndarray, nbytes: float, cache_bytes: float, memory_bytes: float = 0.0,
+            sharpness: float = 1.0) -> np.ndarray:
+    """The 11 columns for :class:`CostParameters`: calls, messages, then the byte terms in cache, in
+    memory and in the middle regime (all zero unless ``memory_bytes`` is set)."""
+    phi = memory_fraction(nbytes, cache_bytes, sharpness)
+    if memory_bytes > 0:
+        phi2 = memory_fraction(nbytes, memory_bytes, sharpness)
+        mid, mem = phi * (1 - phi2), phi * phi2
+    else:
+        mid, mem = 0.0, phi
+    return np.concatenate([terms[:2], (1 - phi) * terms[2:], mem * terms[2:], mid * terms[2:]])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,7 +150,10 @@ class CostParameters:
 
     Per-byte costs come in two regimes: a buffer of ``n`` bytes sends a fraction
     ``phi(n) = n / (n + cache_bytes)`` of its traffic at the memory costs (``*_mem``) and the rest at
-    the cache costs (:func:`memory_fraction`); ``cache_bytes = 0`` is a single regime.
+    the cache costs (:func:`memory_fraction`); ``cache_bytes = 0`` is a single regime. With
+    ``memory_bytes > 0`` there are three: the traffic past ``cache_bytes`` goes at the middle costs
+    (``*_mid``) until ``memory_bytes``, and at the memory costs past it, each crossover with the
+    exponent ``sharpness`` (see the module docstring).
 
     Attributes:
         overhead: seconds per call.
@@ -126,7 +162,11 @@ class CostParameters:
         gamma: seconds per byte reduced.
         delta: seconds per byte copied (the input copy and the temporary buffer).
         beta_mem, gamma_mem, delta_mem: the same for traffic that misses the caches.
-        cache_bytes: the buffer size at which half the traffic goes to memory.
+        cache_bytes: the buffer size at which half the traffic goes to memory (or, with three
+            regimes, past the first cache).
+        beta_mid, gamma_mid, delta_mid: the same for the middle regime (three regimes only).
+        memory_bytes: the second crossover (0: two regimes at most).
+        sharpness: the exponent ``k`` of the crossovers (1 with two regimes).
     """
 
     overhead: float
@@ -138,15 +178,21 @@ class CostParameters:
     gamma_mem: float = 0.0
     delta_mem: float = 0.0
     cache_bytes: float = 0.0
+    beta_mid: float = 0.0
+    gamma_mid: float = 0.0
+    delta_mid: float = 0.0
+    memory_bytes: float = 0.0
+    sharpness: float = 1.0
 
     def vector(self) -> np.ndarray:
-        """The eight coefficients that multiply :func:`_design`'s columns."""
+        """The eleven coefficients that multiply :func:`_design`'s columns."""
         return np.array([self.overhead, self.alpha, self.beta, self.gamma, self.delta, self.beta_mem,
-                         self.gamma_mem, self.delta_mem])
+                         self.gamma_mem, self.delta_mem, self.beta_mid, self.gamma_mid, self.delta_mid])
 
     def seconds(self, algorithm: str, nbytes: float, p: int) -> float:
         """Predicted seconds of one allreduce of ``nbytes`` on ``p`` ranks."""
-        return float(_design(cost_terms(algorithm, nbytes, p), nbytes, self.cache_bytes) @ self.vector())
+        terms = cost_terms(algorithm, nbytes, p)
+        return float(_design(terms, nbytes, self.cache_bytes, self.memory_bytes, self.sharpness) @ self.vector())
 
 
 def _nnls(a: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -169,13 +215,30 @@ def _nnls(a: np.ndarray, y: np.ndarray) -> np.ndarray:
     return coef
 
 
+_COEFFICIENTS = ("overhead", "alpha", "beta", "gamma", "delta", "beta_mem", "gamma_mem", "delta_mem", "beta_mid",
+                 "gamma_mid", "delta_mid")
+
+
+def _fit_design(x: np.ndarray, t: np.ndarray) -> tuple[float, np.ndarray]:
+    """``(sum of squared relative errors, coefficients)`` of the non-negative fit of ``x @ coef`` to ``t``
+    (columns that are zero in every row get 0)."""
+    used = np.any(x != 0, axis=0)
+    coef = np.zeros(x.shape[1])
+    coef[used] = _nnls((x / t[:, None])[:, used], np.ones(len(t)))
+    return float(np.sum((x @ coef / t - 1) ** 2)), coef
+
+
 def fit_parameters(rows) -> CostParameters:
     """Least-squares fit of :class:`CostParameters` to measured times of one rank count.
 
     Minimizes the sum of squared *relative* errors (each row divided by its time, so a 16 KiB and
     a 32 MiB row count alike) with every parameter kept non-negative (:func:`_nnls`), for each
     ``cache_bytes`` of :data:`CACHE_CANDIDATES`, and keeps the best (a single regime unless two
-    regimes lower the error by more than 10%).
+    regimes lower the error by more than 10%). When the rows hold at least
+    :data:`THREE_REGIME_MIN_SIZES` distinct sizes, it also tries three regimes: every pair of
+    crossovers ``cache_bytes < memory_bytes`` of :data:`CACHE_CANDIDATES` with each sharpness of
+    :data:`SHARPNESS_CANDIDATES` (and one crossover with each sharpness), and keeps whichever of
+    all these fits best.
 
     Args:
         rows: ``(algorithm, nbytes, p, seconds)`` tuples, all with the same ``p``.
@@ -190,16 +253,44 @@ def fit_parameters(rows) -> CostParameters:
     t = np.array([float(r[3]) for r in rows])
     if np.any(t <= 0):
         raise UserError(f"Measured times must be positive. Received: {t.min()}")
-    terms = [(cost_terms(a, n, p), n) for a, n, p, _ in rows]
+    terms = np.array([cost_terms(a, n, p) for a, n, p, _ in rows])
+    sizes = np.array([float(r[1]) for r in rows])
+
+    def fraction(crossover, sharpness):  # memory_fraction for every row at once
+        if crossover <= 0:
+            return np.zeros_like(sizes)
+        return 1.0 / (1.0 + (crossover / np.maximum(sizes, 1.0)) ** sharpness)
+
+    def fit(cache, memory=0.0, sharpness=1.0):
+        phi = fraction(cache, sharpness)
+        if memory > 0:
+            phi2 = fraction(memory, sharpness)
+            mid, mem = phi * (1 - phi2), phi * phi2
+        else:
+            mid, mem = np.zeros_like(phi), phi
+        x = np.concatenate([terms[:, :2], (1 - phi)[:, None] * terms[:, 2:], mem[:, None] * terms[:, 2:],
+                            mid[:, None] * terms[:, 2:]], axis=1)
+        sse, coef = _fit_design(x, t)
+        return sse, coef, (cache, memory, sharpness)
+
     best = None
     for cache in CACHE_CANDIDATES:
-        x = np.array([_design(tm, n, cache) for tm, n in terms])
-        coef = _nnls(x / t[:, None], np.ones(len(t)))
-        sse = float(np.sum((x @ coef / t - 1) ** 2))
-        if best is None or sse < (0.9 * best[0] - 1e-9 if best[2] == 0 else best[0]):
-            best = (sse, coef, cache)
-    _, coef, cache = best
-    return CostParameters(*map(float, coef), cache_bytes=float(cache))
+        cand = fit(cache)
+        if best is None or cand[0] < (0.9 * best[0] - 1e-9 if best[2][0] == 0 else best[0]):
+            best = cand
+    if len({int(r[1]) for r in rows}) >= THREE_REGIME_MIN_SIZES:
+        crossovers = [c for c in CACHE_CANDIDATES if c > 0]
+        for k in SHARPNESS_CANDIDATES:
+            for i, cache in enumerate(crossovers):
+                for memory in [0.0] + crossovers[i + 1:]:
+                    if k == 1.0 and memory == 0.0:
+                        continue  # tried above
+                    cand = fit(cache, memory, k)
+                    if cand[0] < best[0]:
+                        best = cand
+    _, coef, (cache, memory, sharpness) = best
+    return CostParameters(**{name: float(v) for name, v in zip(_COEFFICIENTS, coef)}, cache_bytes=float(cache),
+                          memory_bytes=float(memory), sharpness=float(sharpness))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -262,7 +353,10 @@ class CalibratedModel:
         """JSON-ready form (:meth:`from_dict` reads it back)."""
         return {"format": _FORMAT, "communicator": self.communicator,
                 "model": "t = overhead + alpha*messages + (1-phi)*(beta*wire + gamma*reduced + delta*copied) + "
-                         "phi*(beta_mem*wire + gamma_mem*reduced + delta_mem*copied), phi = n/(n + cache_bytes)",
+                         "phi*(1-phi2)*(beta_mid*wire + gamma_mid*reduced + delta_mid*copied) + "
+                         "phi*phi2*(beta_mem*wire + gamma_mem*reduced + delta_mem*copied), "
+                         "phi = f(cache_bytes), phi2 = f(memory_bytes) (1 when memory_bytes is 0), "
+                         "f(c) = n^sharpness/(n^sharpness + c^sharpness)",
                 "parameters": {str(p): dataclasses.asdict(par) for p, par in self.parameters},
                 "measurements": self.measurements, "environment": self.environment}
 
@@ -275,7 +369,8 @@ class CalibratedModel:
                             f"'deep500lite bench allreduce --save-model'). Received: {got!r}")
         try:
             params = tuple(sorted((int(p), CostParameters(**{k: float(v[k]) for k in _PARAMS[:5]},
-                                                          **{k: float(v.get(k, 0.0)) for k in _PARAMS[5:]}))
+                                                          **{k: float(v.get(k, _DEFAULTS.get(k, 0.0)))
+                                                             for k in _PARAMS[5:]}))
                                   for p, v in data["parameters"].items()))
             return cls(str(data["communicator"]), params, dict(data.get("measurements", {})),
                        dict(data.get("environment") or {}))
