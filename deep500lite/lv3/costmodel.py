@@ -46,8 +46,8 @@ took 1.6-1.8 times as long as the same copy followed by sending a buffer the cor
 written, up to 256 KiB, and about as long from 2 MiB: the partner had to fetch a small message
 out of the sender's own L2, while a larger one had already been pushed out to the shared L3 by
 the sender's writes. Per byte, the ring was cheapest at 1-2 MiB and cost more than twice as much
-past the L3 (docs/scaling.md, "Three regimes"). One crossover cannot follow that dip, two can. With fewer calibration sizes two crossovers are not pinned down, and the fit keeps
-one.
+past the L3 (docs/scaling.md, "Three regimes"). One crossover cannot follow that dip, two can.
+With fewer calibration sizes two crossovers are not pinned down, and the fit keeps one.
 
 A :class:`CalibratedModel` holds the fitted parameters per rank count, the raw medians it was
 fitted to, and the environment; :meth:`CalibratedModel.save` writes it as JSON (merging rank
@@ -123,25 +123,38 @@ def cost_terms(algorithm: str, nbytes: float, p: int) -> np.ndarray:
     return np.array([1, 4 * levels, 2 * (q - 1) / q * n, (q - 1) / q * n, copied(n / 2)]) + fold
 
 
+def _fraction(nbytes, crossover: float, sharpness: float):
+    """:func:`memory_fraction` of a size or of an array of sizes."""
+    n = np.asarray(nbytes, dtype=float)
+    if crossover <= 0:
+        return np.zeros_like(n)
+    with np.errstate(divide="ignore"):
+        return np.where(n > 0, 1.0 / (1.0 + (crossover / np.where(n > 0, n, 1.0)) ** sharpness), 0.0)
+
+
 def memory_fraction(nbytes: float, cache_bytes: float, sharpness: float = 1.0) -> float:
     """``phi(n) = n^k / (n^k + cache_bytes^k)`` (``k`` the sharpness): how much of a buffer's traffic goes
     past a cache of about ``cache_bytes`` (0 when ``cache_bytes`` is 0: one regime)."""
-    if cache_bytes <= 0 or nbytes <= 0:
-        return 0.0
-    return 1.0 / (1.0 + (float(cache_bytes) / float(nbytes)) ** sharpness)
+    return float(_fraction(nbytes, cache_bytes, sharpness))
 
 
-def _design(terms: np.ndarray, nbytes: float, cache_bytes: float, memory_bytes: float = 0.0,
+def _design(terms: np.ndarray, nbytes, cache_bytes: float, memory_bytes: float = 0.0,
             sharpness: float = 1.0) -> np.ndarray:
     """The 11 columns for :class:`CostParameters`: calls, messages, then the byte terms in cache, in
-    memory and in the middle regime (all zero unless ``memory_bytes`` is set)."""
-    phi = memory_fraction(nbytes, cache_bytes, sharpness)
+    memory and in the middle regime (all zero unless ``memory_bytes`` is set).
+
+    ``terms`` is one :func:`cost_terms` row and ``nbytes`` its size, or an ``(N, 5)`` array of them
+    and an array of ``N`` sizes (then the result is ``(N, 11)``).
+    """
+    terms = np.asarray(terms, dtype=float)
+    phi = _fraction(nbytes, cache_bytes, sharpness)[..., None]
     if memory_bytes > 0:
-        phi2 = memory_fraction(nbytes, memory_bytes, sharpness)
+        phi2 = _fraction(nbytes, memory_bytes, sharpness)[..., None]
         mid, mem = phi * (1 - phi2), phi * phi2
     else:
-        mid, mem = 0.0, phi
-    return np.concatenate([terms[:2], (1 - phi) * terms[2:], mem * terms[2:], mid * terms[2:]])
+        mid, mem = np.zeros_like(phi), phi
+    return np.concatenate([terms[..., :2], (1 - phi) * terms[..., 2:], mem * terms[..., 2:], mid * terms[..., 2:]],
+                          axis=-1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -256,21 +269,8 @@ def fit_parameters(rows) -> CostParameters:
     terms = np.array([cost_terms(a, n, p) for a, n, p, _ in rows])
     sizes = np.array([float(r[1]) for r in rows])
 
-    def fraction(crossover, sharpness):  # memory_fraction for every row at once
-        if crossover <= 0:
-            return np.zeros_like(sizes)
-        return 1.0 / (1.0 + (crossover / np.maximum(sizes, 1.0)) ** sharpness)
-
     def fit(cache, memory=0.0, sharpness=1.0):
-        phi = fraction(cache, sharpness)
-        if memory > 0:
-            phi2 = fraction(memory, sharpness)
-            mid, mem = phi * (1 - phi2), phi * phi2
-        else:
-            mid, mem = np.zeros_like(phi), phi
-        x = np.concatenate([terms[:, :2], (1 - phi)[:, None] * terms[:, 2:], mem[:, None] * terms[:, 2:],
-                            mid[:, None] * terms[:, 2:]], axis=1)
-        sse, coef = _fit_design(x, t)
+        sse, coef = _fit_design(_design(terms, sizes, cache, memory, sharpness), t)
         return sse, coef, (cache, memory, sharpness)
 
     best = None
