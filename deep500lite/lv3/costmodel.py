@@ -125,6 +125,9 @@ def cost_terms(algorithm: str, nbytes: float, p: int) -> np.ndarray:
 
 def _fraction(nbytes, crossover: float, sharpness: float):
     """:func:`memory_fraction` of a size or of an array of sizes."""
+    if np.ndim(nbytes) == 0:  # one size: plain floats (a prediction is called often)
+        n = float(nbytes)
+        return np.float64(0.0 if crossover <= 0 or n <= 0 else 1.0 / (1.0 + (crossover / n) ** sharpness))
     n = np.asarray(nbytes, dtype=float)
     if crossover <= 0:
         return np.zeros_like(n)
