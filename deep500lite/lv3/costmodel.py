@@ -378,8 +378,9 @@ class CalibratedModel:
             return cls(str(data["communicator"]), params, dict(data.get("measurements", {})),
                        dict(data.get("environment") or {}))
         except (KeyError, TypeError, ValueError) as exc:
-            raise UserError(f"A broken allreduce calibration file: each parameters entry needs "
-                            f"{', '.join(_PARAMS)}. Received: {exc!r}") from None
+            raise UserError(f"A broken allreduce calibration file: each parameters entry needs the numbers "
+                            f"{', '.join(_PARAMS[:5])} and may have {', '.join(_PARAMS[5:])}. "
+                            f"Received: {exc!r}") from None
 
     def save(self, path, merge: bool = True) -> "CalibratedModel":
         """Write the model as JSON to ``path``; with ``merge``, keep the other rank counts of an existing file.

@@ -94,6 +94,10 @@ def test_three_regimes_survive_the_file_and_old_files_read_as_one_crossover(tmp_
     old = cm.CalibratedModel.load(os.path.join(HERE, "..", "data", "scaling_check", "allreduce-model.json"))
     for p in old.ranks:
         assert old.params(p).memory_bytes == 0.0 and old.params(p).sharpness == 1.0
+    broken = dict(model.to_dict(), parameters={"2": dict(THREE.__dict__, sharpness="sharp")})
+    with pytest.raises(UserError, match="needs the numbers overhead, alpha, beta, gamma, delta and may have .*sharpness"
+                                        ".*Received: ValueError"):
+        cm.CalibratedModel.from_dict(broken)
 
 
 def test_bench_names_the_crossovers_and_the_costs_of_each_regime():
