@@ -81,9 +81,9 @@ CALIBRATION_SIZES = (16 << 10, 128 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20)
 MODEL_ENV = "DEEP500LITE_ALLREDUCE_MODEL"
 _FORMAT = "deep500lite-allreduce-model/1"
 _NTERMS = 5
-_PARAMS = ("overhead", "alpha", "beta", "gamma", "delta", "beta_mem", "gamma_mem", "delta_mem", "cache_bytes",
-           "beta_mid", "gamma_mid", "delta_mid", "memory_bytes", "sharpness")
-_DEFAULTS = {"sharpness": 1.0}
+#: The fitted coefficients, in the order of :func:`_design`'s columns.
+_COEFFICIENTS = ("overhead", "alpha", "beta", "gamma", "delta", "beta_mem", "gamma_mem", "delta_mem", "beta_mid",
+                 "gamma_mid", "delta_mid")
 #: Candidate sizes of the cache crossover tried by :func:`fit_parameters` (0: one regime only).
 CACHE_CANDIDATES = (0,) + tuple(1 << k for k in range(15, 28))
 #: Calibration sizes (distinct) from which :func:`fit_parameters` also tries three regimes.
@@ -202,13 +202,18 @@ class CostParameters:
 
     def vector(self) -> np.ndarray:
         """The eleven coefficients that multiply :func:`_design`'s columns."""
-        return np.array([self.overhead, self.alpha, self.beta, self.gamma, self.delta, self.beta_mem,
-                         self.gamma_mem, self.delta_mem, self.beta_mid, self.gamma_mid, self.delta_mid])
+        return np.array([getattr(self, name) for name in _COEFFICIENTS])
 
     def seconds(self, algorithm: str, nbytes: float, p: int) -> float:
         """Predicted seconds of one allreduce of ``nbytes`` on ``p`` ranks."""
         terms = cost_terms(algorithm, nbytes, p)
         return float(_design(terms, nbytes, self.cache_bytes, self.memory_bytes, self.sharpness) @ self.vector())
+
+
+_FIELDS = dataclasses.fields(CostParameters)
+#: The file's parameter names: the first five are required, the others have defaults.
+_PARAMS = tuple(f.name for f in _FIELDS)
+_DEFAULTS = {f.name: f.default for f in _FIELDS if f.default is not dataclasses.MISSING}
 
 
 def _nnls(a: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -229,10 +234,6 @@ def _nnls(a: np.ndarray, y: np.ndarray) -> np.ndarray:
             break
         active.pop(int(np.argmin(sol)))
     return coef
-
-
-_COEFFICIENTS = ("overhead", "alpha", "beta", "gamma", "delta", "beta_mem", "gamma_mem", "delta_mem", "beta_mid",
-                 "gamma_mid", "delta_mid")
 
 
 def _fit_design(x: np.ndarray, t: np.ndarray) -> tuple[float, np.ndarray]:
@@ -281,7 +282,7 @@ def fit_parameters(rows) -> CostParameters:
         cand = fit(cache)
         if best is None or cand[0] < (0.9 * best[0] - 1e-9 if best[2][0] == 0 else best[0]):
             best = cand
-    if len({int(r[1]) for r in rows}) >= THREE_REGIME_MIN_SIZES:
+    if len(np.unique(sizes)) >= THREE_REGIME_MIN_SIZES:
         crossovers = [c for c in CACHE_CANDIDATES if c > 0]
         for k in SHARPNESS_CANDIDATES:
             for i, cache in enumerate(crossovers):
@@ -372,7 +373,7 @@ class CalibratedModel:
                             f"'deep500lite bench allreduce --save-model'). Received: {got!r}")
         try:
             params = tuple(sorted((int(p), CostParameters(**{k: float(v[k]) for k in _PARAMS[:5]},
-                                                          **{k: float(v.get(k, _DEFAULTS.get(k, 0.0)))
+                                                          **{k: float(v.get(k, _DEFAULTS[k]))
                                                              for k in _PARAMS[5:]}))
                                   for p, v in data["parameters"].items()))
             return cls(str(data["communicator"]), params, dict(data.get("measurements", {})),
