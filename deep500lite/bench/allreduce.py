@@ -35,14 +35,18 @@ from deep500lite.errors import UserError, format_choices
 from deep500lite.lv3.allreduce import ALGORITHMS, P2P_ALGORITHMS, allreduce_cost
 from deep500lite.lv3.launch import find_mpiexec, run_job
 
-__all__ = ["AllreduceBenchmark", "DEFAULT_ALGORITHMS", "calibration_sizes", "message_sizes", "parse_bytes",
-           "parse_algorithms", "pass_spread", "run_allreduce_benchmark", "worker_main"]
+__all__ = ["AllreduceBenchmark", "DEFAULT_ALGORITHMS", "RELEASED_MEMORY", "calibration_sizes", "keep_freed_memory",
+           "message_sizes", "parse_bytes", "parse_algorithms", "pass_spread", "run_allreduce_benchmark", "worker_main"]
 
 DEFAULT_ALGORITHMS = ALGORITHMS
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
           "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30}
 _ITEMSIZE = 4  # float32
 _PATTERN = 7  # element i of rank r is (i % 7) + r, so every sum is exact in float32
+# glibc's mallopt parameter numbers (malloc.h) and the trim threshold kept_freed_memory sets
+_M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
+_TRIM_THRESHOLD = 1 << 30
+RELEASED_MEMORY = "released: the C library's default (freed blocks of 128 KiB and more go back to the kernel)"
 
 
 def parse_bytes(text: str) -> int:
@@ -102,6 +106,33 @@ def calibration_sizes(sizes, factor: int | None = None) -> list[int]:
     return sorted({max(4, (top // d) // _ITEMSIZE * _ITEMSIZE) for d in (64, 8, 1)})
 
 
+def keep_freed_memory() -> str:
+    """Make this process's C allocator keep the memory it frees instead of giving it back to the kernel.
+
+    Every allreduce returns a fresh result array. By default glibc maps a block of 128 KiB or more
+    on its own and unmaps it when it is freed, so a size timed again after a pause touches fresh
+    pages. On a VM whose balloon reports free pages to its host that made 64 MiB calls on 4 ranks
+    take 135-376 ms instead of 60-77 ms after one-second pauses (docs/scaling.md, "Three
+    regimes"). A training loop that calls back to back reuses its blocks anyway. This sets glibc's
+    ``M_MMAP_MAX`` to 0 and ``M_TRIM_THRESHOLD`` to 1 GiB (``mallopt``), the same as the
+    environment variables ``MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=1073741824``.
+
+    Returns:
+        What the allocator does now, in words: kept, or :data:`RELEASED_MEMORY` with the reason
+        where the C library has no working ``mallopt`` (not glibc).
+    """
+    import ctypes
+    import platform
+
+    if platform.libc_ver()[0] != "glibc":
+        return f"{RELEASED_MEMORY}; not kept: this C library is not glibc ({platform.libc_ver()[0] or 'unknown'})"
+    mallopt = ctypes.CDLL(None).mallopt
+    mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
+    if mallopt(_M_MMAP_MAX, 0) != 1 or mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD) != 1:
+        return f"{RELEASED_MEMORY}; not kept: glibc's mallopt refused the settings"
+    return "kept: freed memory stays in each rank (glibc mallopt M_MMAP_MAX=0, M_TRIM_THRESHOLD=1 GiB)"
+
+
 def bus_factor(p: int) -> float:
     """nccl-tests' allreduce bus-bandwidth factor ``2 (p-1) / p``."""
     return 2 * (p - 1) / p
@@ -129,6 +160,8 @@ class AllreduceBenchmark:
         auto_model: with ``interleave`` and a calibration, the first fit (to the calibration
             cells' pilot calls) by which ``auto`` chose in the rounds, as ``calibration`` is
             written (None otherwise).
+        allocator: what the ranks' C allocator did with freed memory, in words
+            (:func:`keep_freed_memory`; '' in files of older versions, whose ranks released it).
     """
 
     ranks: int
@@ -138,6 +171,7 @@ class AllreduceBenchmark:
     calibration: dict | None = None
     rounds: int = 0
     auto_model: dict | None = None
+    allocator: str = ""
 
     def summaries(self):
         """``(row, Summary, algbw, busbw)`` for every row (bandwidths in bytes per second).
@@ -291,7 +325,7 @@ class AllreduceBenchmark:
             rows.append(dict(row, summary=s.to_dict(), algbw=algbw, busbw=busbw))
         return {"benchmark": "allreduce", "ranks": self.ranks, "model": self.model,
                 "calibration": self.calibration, "rounds": self.rounds, "auto_model": self.auto_model,
-                "mpi_library": self.mpi_library, "bandwidth": "nccl-tests: algbw = S/t, busbw = algbw*2(p-1)/p",
+                "mpi_library": self.mpi_library, "allocator": self.allocator, "bandwidth": "nccl-tests: algbw = S/t, busbw = algbw*2(p-1)/p",
                 "rows": rows}
 
 
@@ -305,7 +339,8 @@ class AllreduceBenchmark:
                     for row in data["rows"]]
             return cls(ranks=int(data["ranks"]), model=dict(data["model"]), rows=rows,
                        mpi_library=data.get("mpi_library", ""), calibration=data.get("calibration"),
-                       rounds=int(data.get("rounds") or 0), auto_model=data.get("auto_model"))
+                       rounds=int(data.get("rounds") or 0), auto_model=data.get("auto_model"),
+                       allocator=str(data.get("allocator") or ""))
         except (KeyError, TypeError, ValueError) as exc:
             got = format_choices(sorted(map(str, data))) if isinstance(data, dict) else type(data).__name__
             raise UserError(f"Not the JSON of 'deep500lite bench allreduce --json': missing {exc}; give the output "
@@ -380,7 +415,8 @@ def run_allreduce_benchmark(ranks: int, sizes, algorithms=DEFAULT_ALGORITHMS, ma
                             comm_timeout: float = 120.0, mpiexec: str | None = None,
                             progress: bool = True, job_timeout: float | None = None, model_file=None,
                             save_model=None, calibrate: bool = True, passes: int = 1,
-                            interleave: int = 0, calibration_factor: int | None = None) -> AllreduceBenchmark:
+                            interleave: int = 0, calibration_factor: int | None = None,
+                            keep_memory: bool = True) -> AllreduceBenchmark:
     """Launch the MPI job on ``ranks`` ranks and return its results.
 
     Args:
@@ -412,6 +448,9 @@ def run_allreduce_benchmark(ranks: int, sizes, algorithms=DEFAULT_ALGORITHMS, ma
         calibration_factor: None (the default sizes of :func:`calibration_sizes`), or the factor
             between consecutive calibration sizes (2: every power of two from 16 KiB to the
             largest size).
+        keep_memory: each rank keeps the memory it frees (:func:`keep_freed_memory`) instead of
+            giving it back to the kernel, so that a size timed again after a pause does not
+            touch fresh pages; False leaves the C library's default.
     """
     if not isinstance(ranks, int) or ranks < 2:
         raise UserError(f"bench allreduce needs at least 2 ranks (-n). Received: {ranks!r}")
@@ -439,7 +478,7 @@ def run_allreduce_benchmark(ranks: int, sizes, algorithms=DEFAULT_ALGORITHMS, ma
         config = {"sizes": sizes, "algorithms": algorithms, "max_time": max_time, "timeout": comm_timeout,
                   "progress": progress, "output": os.path.join(tmp, "result.json"), "model_file": model_file,
                   "calibrate": bool(calibrate), "calibration_sizes": cal_sizes, "passes": passes,
-                  "rounds": interleave,
+                  "rounds": interleave, "keep_memory": bool(keep_memory),
                   "save_model": None if save_model is None else os.path.abspath(save_model)}
         config_path = os.path.join(tmp, "config.json")
         with open(config_path, "w") as f:
@@ -455,7 +494,7 @@ def run_allreduce_benchmark(ranks: int, sizes, algorithms=DEFAULT_ALGORITHMS, ma
             data = json.load(f)
     return AllreduceBenchmark(ranks=data["ranks"], model=data["model"], rows=data["rows"],
                               mpi_library=data["mpi_library"], calibration=data.get("calibration"),
-                              rounds=interleave, auto_model=data.get("auto_model"))
+                              rounds=interleave, auto_model=data.get("auto_model"), allocator=data["allocator"])
 
 
 # ---------------------------------------------------------------- the MPI job
@@ -666,6 +705,7 @@ def worker_main(config_path: str) -> int:
 
     with open(config_path) as f:
         config = json.load(f)
+    allocator = keep_freed_memory() if config.get("keep_memory", True) else RELEASED_MEMORY
     from deep500lite.lv3.costmodel import CalibratedModel
 
     comm = MPICommunicator(timeout=config["timeout"])
@@ -680,13 +720,15 @@ def worker_main(config_path: str) -> int:
         rows, calibrated, auto_model = _interleaved_rows(config, comm, MPI, model, calibrated, calibrating)
     else:
         rows, calibrated = _pass_rows(config, comm, MPI, model, calibrated, calibrating)
-    if calibrating and comm.rank == 0 and config.get("save_model"):
-        calibrated.save(config["save_model"])
+    if calibrating and comm.rank == 0:
+        calibrated.environment["allocator"] = allocator
+        if config.get("save_model"):
+            calibrated.save(config["save_model"])
     if comm.rank == 0:
         result = {"ranks": comm.size, "model": dataclasses.asdict(model), "rows": rows,
                   "calibration": None if calibrated is None else calibrated.to_dict(),
                   "auto_model": None if auto_model is None else auto_model.to_dict(),
-                  "mpi_library": MPI.Get_library_version().splitlines()[0].strip()}
+                  "mpi_library": MPI.Get_library_version().splitlines()[0].strip(), "allocator": allocator}
         with open(config["output"] + ".tmp", "w") as f:
             json.dump(result, f)
         os.replace(config["output"] + ".tmp", config["output"])

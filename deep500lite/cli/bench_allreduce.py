@@ -65,6 +65,10 @@ def add_subparser(sub):
                    help="calibrate at sizes from 16 KiB (or --min-bytes if smaller) to --max-bytes, each F times "
                         "the last (2: every power of two); default: 16 KiB, 128 KiB, 1 MiB, 4 MiB, 16 MiB, 64 MiB up "
                         "to twice --max-bytes")
+    p.add_argument("--release-memory", action="store_true",
+                   help="let each rank's C allocator give freed memory back to the kernel, its default; without "
+                        "it the ranks keep it (glibc), so that a size timed again after a pause does not touch "
+                        "fresh pages (docs/scaling.md)")
     p.add_argument("--format", default="table", help="table, markdown or csv (default table)")
     p.add_argument("--json", default=None, metavar="FILE",
                    help="write every raw sample, the model and the environment here")
@@ -160,7 +164,8 @@ def run(args) -> int:
                                                    model_file=args.model, save_model=args.save_model,
                                                    calibrate=not args.no_calibrate, job_timeout=job_timeout,
                                                    passes=args.passes, interleave=args.interleave,
-                                                   calibration_factor=args.calibration_factor)
+                                                   calibration_factor=args.calibration_factor,
+                                                   keep_memory=not args.release_memory)
     except StartupTimeout:
         raise
     except JobTimeout as exc:
@@ -168,6 +173,7 @@ def run(args) -> int:
                          f"--job-timeout {job_timeout:g}") from None
     text = sys.stderr if args.format == "csv" else sys.stdout
     print(f"allreduce of float32 sums on {result.ranks} ranks ({result.mpi_library})", file=text)
+    print(f"freed memory: {result.allocator}", file=text)
     print(result.describe_model(), file=text)
     if result.calibration:
         print(result.describe_calibration(), file=text)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import platform
 import signal
 import subprocess
 import sys
@@ -143,6 +144,8 @@ def test_bench_allreduce_reports_bandwidths_model_and_data_check(tmp_path, ranks
     for text in ("busbw GB/s", "algbw GB/s", "alpha-beta model", "#wrong", "auto->", "data check: 0 wrong"):
         assert text in out, out
     data = json.loads(out_json.read_text())
+    if platform.libc_ver()[0] == "glibc":  # the ranks kept their freed memory, and the output says so
+        assert data["allocator"].startswith("kept") and f"freed memory: {data['allocator']}" in out, out
     p, m = data["ranks"], data["model"]
     assert p == ranks and m["alpha"] > 0 and m["beta"] > 0 and data["environment"]
     rows = data["rows"]
@@ -168,6 +171,33 @@ def test_bench_allreduce_reports_bandwidths_model_and_data_check(tmp_path, ranks
     again = AllreduceBenchmark.from_dict(data)
     assert again.table() == AllreduceBenchmark.from_dict(json.loads(json.dumps(again.to_dict()))).table()
     assert [s.median for _, s, _, _ in again.summaries()] == [r["summary"]["median"] for r in rows]
+
+
+_RSS_AFTER_FREE = """
+import sys, numpy as np
+from deep500lite.bench.allreduce import keep_freed_memory
+rss = lambda: int(open("/proc/self/statm").read().split()[1]) * 4096
+said = keep_freed_memory() if sys.argv[1] == "keep" else ""
+before = rss()
+x = np.ones(16 << 20, np.float32)  # 64 MiB, written
+del x
+print(rss() - before, said)
+"""
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc" or not os.path.exists("/proc/self/statm"),
+                    reason="glibc's mallopt and Linux's /proc/self/statm")
+def test_keep_freed_memory_keeps_a_freed_64_mib_block_resident():
+    def resident_after_free(mode):
+        out = subprocess.run([sys.executable, "-c", _RSS_AFTER_FREE, mode], capture_output=True, text=True,
+                             cwd=REPO, timeout=60, check=True).stdout.split(maxsplit=1)
+        return int(out[0]), out[1].strip() if len(out) > 1 else ""
+
+    kept, said = resident_after_free("keep")
+    released, _ = resident_after_free("default")
+    assert said.startswith("kept:") and "M_MMAP_MAX=0" in said
+    assert kept >= 60 << 20, kept  # the block's pages stay in the process after the free
+    assert released < 8 << 20, released  # glibc's default unmaps them
 
 
 def test_bench_allreduce_rejects_bad_input():
