@@ -300,6 +300,14 @@ class AllreduceBenchmark:
             sharp = f", crossover exponent {sharp:g}" if sharp != 1.0 else ""
             mem = (f"; beyond the caches (half of the traffic at {_format_bytes(int(c['cache_bytes']))}{sharp}): "
                    f"{costs('_mem')}")
+        regimes = [("in cache", "")]
+        if c.get("cache_bytes"):
+            regimes += [("past the first cache", "_mid")] if c.get("memory_bytes") else []
+            regimes += [("beyond the caches", "_mem")]
+        if any(c.get(f"{k}_avg{suffix}") for k in ("beta", "gamma") for _, suffix in regimes):
+            mem += "; on the bytes averaged over the ranks: " + "; ".join(
+                f"{name} beta = {c.get('beta_avg' + suffix, 0.0) * 1e9:.4f}, gamma = "
+                f"{c.get('gamma_avg' + suffix, 0.0) * 1e9:.4f} ns/B" for name, suffix in regimes)
         return (f"calibrated model on {self.ranks} ranks (fitted to the real algorithms): overhead = "
                 f"{c['overhead'] * 1e6:.2f} us, alpha = {c['alpha'] * 1e6:.2f} us/message, beta = "
                 f"{c['beta'] * 1e9:.4f} ns/B, gamma = {c['gamma'] * 1e9:.4f} ns/B, delta (copy) = "

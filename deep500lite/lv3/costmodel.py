@@ -33,6 +33,17 @@ faults in page by page at first touch), plus, in parentheses, the receive buffer
 than :data:`~deep500lite.lv3.allreduce.SCRATCH_LIMIT` (smaller ones are reused between calls);
 ``overhead`` is the fixed cost of one call (argument checks, allocation).
 
+Averaged work. Each regime also has costs for the bytes sent and reduced averaged over the ranks
+(``beta_avg``, ``gamma_avg``; ``*_avg_mem``, ``*_avg_mid``): all the ranks' bytes divided by
+``p``, the last two :func:`cost_terms`. Ranks that share cores or memory bandwidth pay for one
+another's bytes, not only for those on their own critical path. The two counts differ only where
+the work is uneven: the tree averages ``2 (p-1)/p n`` sent and ``(p-1)/p n`` reduced against ``2 L n``
+and ``L n`` along its root's path, and a fold adds ``2 rem n / p`` and ``rem n / p``
+(``rem = p - q``). On the 2-core AMD VM with 4 ranks the tree took 0.70-0.84 times as long as
+recursive doubling from 256 KiB to 1 MiB; by the critical path alone it can take no less than
+recursive doubling, and the fit put both at the same time, under recursive doubling by 10-25%
+and over the tree by up to 20% (docs/scaling.md, "Freed memory stays in the ranks").
+
 Three regimes. When the calibration has at least :data:`THREE_REGIME_MIN_SIZES` sizes (as with
 ``bench allreduce --calibration-factor 2``), the fit also tries a middle regime between two
 crossovers, ``cache_bytes < memory_bytes``, with sharpness ``k`` in :data:`SHARPNESS_CANDIDATES`,
@@ -70,7 +81,7 @@ import numpy as np
 from deep500lite.errors import UserError, format_choices
 from deep500lite.lv3.allreduce import P2P_ALGORITHMS, SCRATCH_LIMIT, _core_ranks
 
-__all__ = ["CACHE_CANDIDATES", "CALIBRATION_SIZES", "MODEL_ENV", "SHARPNESS_CANDIDATES", "THREE_REGIME_MIN_SIZES",
+__all__ = ["AVERAGED_GAIN", "CACHE_CANDIDATES", "CALIBRATION_SIZES", "MODEL_ENV", "SHARPNESS_CANDIDATES", "THREE_REGIME_MIN_SIZES",
            "CostParameters", "CalibratedModel", "cost_terms",
            "fit_parameters", "memory_fraction",
            "calibrate_allreduce", "calibration_rows", "model_from_rows", "pooled_rows", "model_file_from_env"]
@@ -80,20 +91,29 @@ CALIBRATION_SIZES = (16 << 10, 128 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20)
 #: Environment variable naming a calibration file that ``auto`` uses.
 MODEL_ENV = "DEEP500LITE_ALLREDUCE_MODEL"
 _FORMAT = "deep500lite-allreduce-model/1"
-_NTERMS = 5
+_NTERMS = 7
 #: The fitted coefficients, in the order of :func:`_design`'s columns.
 _COEFFICIENTS = ("overhead", "alpha", "beta", "gamma", "delta", "beta_mem", "gamma_mem", "delta_mem", "beta_mid",
-                 "gamma_mid", "delta_mid")
+                 "gamma_mid", "delta_mid", "beta_avg", "gamma_avg", "beta_avg_mem", "gamma_avg_mem", "beta_avg_mid",
+                 "gamma_avg_mid")
 #: Candidate sizes of the cache crossover tried by :func:`fit_parameters` (0: one regime only).
 CACHE_CANDIDATES = (0,) + tuple(1 << k for k in range(15, 28))
 #: Calibration sizes (distinct) from which :func:`fit_parameters` also tries three regimes.
 THREE_REGIME_MIN_SIZES = 9
 #: Sharpness exponents of the crossovers tried with three regimes.
 SHARPNESS_CANDIDATES = (1.0, 2.0, 4.0)
+#: The averaged byte costs are kept only when they bring the fit's squared error below this share.
+AVERAGED_GAIN = 0.9
 
 
 def cost_terms(algorithm: str, nbytes: float, p: int) -> np.ndarray:
-    """``[calls, messages, wire_bytes, reduced_bytes, copied_bytes]`` of one allreduce on one rank's critical path.
+    """``[calls, messages, wire_bytes, reduced_bytes, copied_bytes, avg_wire_bytes, avg_reduced_bytes]`` of one allreduce.
+
+    The first five are counted along one rank's critical path; the last two are the bytes every
+    rank sends and reduces, summed over the ranks and divided by ``p`` (what ranks that share
+    cores and memory pay between them). They differ from the critical path's only where the work is
+    uneven: the tree (its root receives and sends every level) and the fold of a rank count that
+    is not a power of two.
 
     Args:
         algorithm: one of :data:`~deep500lite.lv3.allreduce.P2P_ALGORITHMS`.
@@ -111,16 +131,19 @@ def cost_terms(algorithm: str, nbytes: float, p: int) -> np.ndarray:
         return n + (tmp if tmp > SCRATCH_LIMIT else 0.0)
 
     if algorithm == "ring":
-        return np.array([1, 4 * (p - 1), 2 * (p - 1) / p * n, (p - 1) / p * n, copied(n / p)])
-    if algorithm == "tree":
+        wire, reduced = 2 * (p - 1) / p * n, (p - 1) / p * n
+        return np.array([1, 4 * (p - 1), wire, reduced, copied(n / p), wire, reduced])
+    if algorithm == "tree":  # p - 1 messages of n up (each reduced), p - 1 down
         levels = math.ceil(math.log2(p))
-        return np.array([1, 2 * levels, 2 * levels * n, levels * n, copied(n)])
+        return np.array([1, 2 * levels, 2 * levels * n, levels * n, copied(n), 2 * (p - 1) / p * n, (p - 1) / p * n])
     q, rem = _core_ranks(p)
     levels = q.bit_length() - 1
-    fold = np.array([0, 2, 2 * n, n, 0.0]) if rem else np.zeros(_NTERMS)
+    # the fold: each of the rem extra ranks sends its array to a partner, which reduces it and sends the result back
+    fold = np.array([0, 2, 2 * n, n, 0.0, 2 * rem * n / p, rem * n / p]) if rem else np.zeros(_NTERMS)
     if algorithm == "recursive_doubling":
-        return np.array([1, 2 * levels, levels * n, levels * n, copied(n)]) + fold
-    return np.array([1, 4 * levels, 2 * (q - 1) / q * n, (q - 1) / q * n, copied(n / 2)]) + fold
+        return np.array([1, 2 * levels, levels * n, levels * n, copied(n), q * levels * n / p, q * levels * n / p]) + fold
+    wire, reduced = 2 * (q - 1) / q * n, (q - 1) / q * n
+    return np.array([1, 4 * levels, wire, reduced, copied(n / 2), q * wire / p, q * reduced / p]) + fold
 
 
 def _fraction(nbytes, crossover: float, sharpness: float):
@@ -143,11 +166,12 @@ def memory_fraction(nbytes: float, cache_bytes: float, sharpness: float = 1.0) -
 
 def _design(terms: np.ndarray, nbytes, cache_bytes: float, memory_bytes: float = 0.0,
             sharpness: float = 1.0) -> np.ndarray:
-    """The 11 columns for :class:`CostParameters`: calls, messages, then the byte terms in cache, in
-    memory and in the middle regime (all zero unless ``memory_bytes`` is set).
+    """The 17 columns for :class:`CostParameters` (:data:`_COEFFICIENTS`): calls, messages, the
+    critical path's byte terms in cache, in memory and in the middle regime (all zero unless
+    ``memory_bytes`` is set), then the averaged byte terms in the same three regimes.
 
-    ``terms`` is one :func:`cost_terms` row and ``nbytes`` its size, or an ``(N, 5)`` array of them
-    and an array of ``N`` sizes (then the result is ``(N, 11)``).
+    ``terms`` is one :func:`cost_terms` row and ``nbytes`` its size, or an ``(N, 7)`` array of them
+    and an array of ``N`` sizes (then the result is ``(N, 17)``).
     """
     terms = np.asarray(terms, dtype=float)
     phi = _fraction(nbytes, cache_bytes, sharpness)[..., None]
@@ -156,8 +180,9 @@ def _design(terms: np.ndarray, nbytes, cache_bytes: float, memory_bytes: float =
         mid, mem = phi * (1 - phi2), phi * phi2
     else:
         mid, mem = np.zeros_like(phi), phi
-    return np.concatenate([terms[..., :2], (1 - phi) * terms[..., 2:], mem * terms[..., 2:], mid * terms[..., 2:]],
-                          axis=-1)
+    path, avg = terms[..., 2:5], terms[..., 5:7]
+    return np.concatenate([terms[..., :2], (1 - phi) * path, mem * path, mid * path, (1 - phi) * avg, mem * avg,
+                           mid * avg], axis=-1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,6 +208,10 @@ class CostParameters:
         beta_mid, gamma_mid, delta_mid: the same for the middle regime (three regimes only).
         memory_bytes: the second crossover (0: two regimes at most).
         sharpness: the exponent ``k`` of the crossovers (1 with two regimes).
+        beta_avg, gamma_avg: seconds per byte sent and reduced on average over the ranks
+            (:func:`cost_terms`' last two terms), in cache; ``*_avg_mem`` and ``*_avg_mid`` the same
+            in memory and in the middle regime. Ranks that share cores and memory pay for each
+            other's bytes, not only for those on their critical path (0 in files of older versions).
     """
 
     overhead: float
@@ -199,9 +228,15 @@ class CostParameters:
     delta_mid: float = 0.0
     memory_bytes: float = 0.0
     sharpness: float = 1.0
+    beta_avg: float = 0.0
+    gamma_avg: float = 0.0
+    beta_avg_mem: float = 0.0
+    gamma_avg_mem: float = 0.0
+    beta_avg_mid: float = 0.0
+    gamma_avg_mid: float = 0.0
 
     def vector(self) -> np.ndarray:
-        """The eleven coefficients that multiply :func:`_design`'s columns."""
+        """The seventeen coefficients that multiply :func:`_design`'s columns."""
         return np.array([getattr(self, name) for name in _COEFFICIENTS])
 
     def seconds(self, algorithm: str, nbytes: float, p: int) -> float:
@@ -273,25 +308,34 @@ def fit_parameters(rows) -> CostParameters:
     terms = np.array([cost_terms(a, n, p) for a, n, p, _ in rows])
     sizes = np.array([float(r[1]) for r in rows])
 
-    def fit(cache, memory=0.0, sharpness=1.0):
-        sse, coef = _fit_design(_design(terms, sizes, cache, memory, sharpness), t)
-        return sse, coef, (cache, memory, sharpness)
+    def search(averaged):
+        with_avg = terms if averaged else np.concatenate([terms[:, :5], np.zeros_like(terms[:, 5:])], axis=1)
 
-    best = None
-    for cache in CACHE_CANDIDATES:
-        cand = fit(cache)
-        if best is None or cand[0] < (0.9 * best[0] - 1e-9 if best[2][0] == 0 else best[0]):
-            best = cand
-    if len(np.unique(sizes)) >= THREE_REGIME_MIN_SIZES:
-        crossovers = [c for c in CACHE_CANDIDATES if c > 0]
-        for k in SHARPNESS_CANDIDATES:
-            for i, cache in enumerate(crossovers):
-                for memory in [0.0] + crossovers[i + 1:]:
-                    if k == 1.0 and memory == 0.0:
-                        continue  # tried above
-                    cand = fit(cache, memory, k)
-                    if cand[0] < best[0]:
-                        best = cand
+        def fit(cache, memory=0.0, sharpness=1.0):
+            sse, coef = _fit_design(_design(with_avg, sizes, cache, memory, sharpness), t)
+            return sse, coef, (cache, memory, sharpness)
+
+        best = None
+        for cache in CACHE_CANDIDATES:
+            cand = fit(cache)
+            if best is None or cand[0] < (0.9 * best[0] - 1e-9 if best[2][0] == 0 else best[0]):
+                best = cand
+        if len(np.unique(sizes)) >= THREE_REGIME_MIN_SIZES:
+            crossovers = [c for c in CACHE_CANDIDATES if c > 0]
+            for k in SHARPNESS_CANDIDATES:
+                for i, cache in enumerate(crossovers):
+                    for memory in [0.0] + crossovers[i + 1:]:
+                        if k == 1.0 and memory == 0.0:
+                            continue  # tried above
+                        cand = fit(cache, memory, k)
+                        if cand[0] < best[0]:
+                            best = cand
+        return best
+
+    best = search(averaged=False)
+    averaged = search(averaged=True)
+    if averaged[0] < AVERAGED_GAIN * best[0] - 1e-9:
+        best = averaged
     _, coef, (cache, memory, sharpness) = best
     return CostParameters(**{name: float(v) for name, v in zip(_COEFFICIENTS, coef)}, cache_bytes=float(cache),
                           memory_bytes=float(memory), sharpness=float(sharpness))
