@@ -46,7 +46,8 @@ _PATTERN = 7  # element i of rank r is (i % 7) + r, so every sum is exact in flo
 # glibc's mallopt parameter numbers (malloc.h) and the trim threshold kept_freed_memory sets
 _M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
 _TRIM_THRESHOLD = 1 << 30
-RELEASED_MEMORY = "released: the C library's default (freed blocks of 128 KiB and more go back to the kernel)"
+RELEASED_MEMORY = ("released: the C library's default (freed blocks of 128 KiB and more go back to the kernel; "
+                   "glibc raises that threshold to the largest block freed, up to 32 MiB)")
 
 
 def parse_bytes(text: str) -> int:
@@ -110,8 +111,9 @@ def keep_freed_memory() -> str:
     """Make this process's C allocator keep the memory it frees instead of giving it back to the kernel.
 
     Every allreduce returns a fresh result array. By default glibc maps a block of 128 KiB or more
-    on its own and unmaps it when it is freed, so a size timed again after a pause touches fresh
-    pages. On a VM whose balloon reports free pages to its host that made 64 MiB calls on 4 ranks
+    on its own and unmaps it when it is freed (the threshold rises to the largest block freed, up to
+    32 MiB, so blocks larger than 32 MiB always go back), and a size timed again after a pause
+    touches fresh pages. On a VM whose balloon reports free pages to its host that made 64 MiB calls on 4 ranks
     take 135-376 ms instead of 60-77 ms after one-second pauses (docs/scaling.md, "Three
     regimes"). A training loop that calls back to back reuses its blocks anyway. This sets glibc's
     ``M_MMAP_MAX`` to 0 and ``M_TRIM_THRESHOLD`` to 1 GiB (``mallopt``), the same as the
@@ -333,8 +335,8 @@ class AllreduceBenchmark:
             rows.append(dict(row, summary=s.to_dict(), algbw=algbw, busbw=busbw))
         return {"benchmark": "allreduce", "ranks": self.ranks, "model": self.model,
                 "calibration": self.calibration, "rounds": self.rounds, "auto_model": self.auto_model,
-                "mpi_library": self.mpi_library, "allocator": self.allocator, "bandwidth": "nccl-tests: algbw = S/t, busbw = algbw*2(p-1)/p",
-                "rows": rows}
+                "mpi_library": self.mpi_library, "allocator": self.allocator,
+                "bandwidth": "nccl-tests: algbw = S/t, busbw = algbw*2(p-1)/p", "rows": rows}
 
 
     @classmethod

@@ -39,10 +39,10 @@ Averaged work. Each regime also has costs for the bytes sent and reduced average
 another's bytes, not only for those on their own critical path. The two counts differ only where
 the work is uneven: the tree averages ``2 (p-1)/p n`` sent and ``(p-1)/p n`` reduced against ``2 L n``
 and ``L n`` along its root's path, and a fold adds ``2 rem n / p`` and ``rem n / p``
-(``rem = p - q``). On the 2-core AMD VM with 4 ranks the tree took 0.70-0.84 times as long as
-recursive doubling from 256 KiB to 1 MiB; by the critical path alone it can take no less than
-recursive doubling, and the fit put both at the same time, under recursive doubling by 10-25%
-and over the tree by up to 20% (docs/scaling.md, "Freed memory stays in the ranks").
+(``rem = p - q``). On the 2-core AMD VM with 4 ranks the tree took less time than recursive
+doubling in 55 of 64 cases (16 runs, 64 KiB to 4 MiB; 0.88 times as long, median); by the
+critical path alone it can take no less, and the fit had put recursive doubling 10-25% low and the
+tree up to 20% high (docs/scaling.md, "Freed memory stays in the ranks").
 
 Three regimes. When the calibration has at least :data:`THREE_REGIME_MIN_SIZES` sizes (as with
 ``bench allreduce --calibration-factor 2``), the fit also tries a middle regime between two
@@ -81,8 +81,8 @@ import numpy as np
 from deep500lite.errors import UserError, format_choices
 from deep500lite.lv3.allreduce import P2P_ALGORITHMS, SCRATCH_LIMIT, _core_ranks
 
-__all__ = ["AVERAGED_GAIN", "CACHE_CANDIDATES", "CALIBRATION_SIZES", "MODEL_ENV", "SHARPNESS_CANDIDATES", "THREE_REGIME_MIN_SIZES",
-           "CostParameters", "CalibratedModel", "cost_terms",
+__all__ = ["AVERAGED_GAIN", "CACHE_CANDIDATES", "CALIBRATION_SIZES", "MODEL_ENV", "SHARPNESS_CANDIDATES",
+           "THREE_REGIME_MIN_SIZES", "CostParameters", "CalibratedModel", "cost_terms",
            "fit_parameters", "memory_fraction",
            "calibrate_allreduce", "calibration_rows", "model_from_rows", "pooled_rows", "model_file_from_env"]
 
@@ -107,7 +107,9 @@ AVERAGED_GAIN = 0.9
 
 
 def cost_terms(algorithm: str, nbytes: float, p: int) -> np.ndarray:
-    """``[calls, messages, wire_bytes, reduced_bytes, copied_bytes, avg_wire_bytes, avg_reduced_bytes]`` of one allreduce.
+    """The counts of one allreduce that the model's costs multiply.
+
+    ``[calls, messages, wire_bytes, reduced_bytes, copied_bytes, avg_wire_bytes, avg_reduced_bytes]``.
 
     The first five are counted along one rank's critical path; the last two are the bytes every
     rank sends and reduces, summed over the ranks and divided by ``p`` (what ranks that share
@@ -135,13 +137,15 @@ def cost_terms(algorithm: str, nbytes: float, p: int) -> np.ndarray:
         return np.array([1, 4 * (p - 1), wire, reduced, copied(n / p), wire, reduced])
     if algorithm == "tree":  # p - 1 messages of n up (each reduced), p - 1 down
         levels = math.ceil(math.log2(p))
-        return np.array([1, 2 * levels, 2 * levels * n, levels * n, copied(n), 2 * (p - 1) / p * n, (p - 1) / p * n])
+        spread = np.array([2 * (p - 1) / p * n, (p - 1) / p * n])
+        return np.concatenate([[1, 2 * levels, 2 * levels * n, levels * n, copied(n)], spread])
     q, rem = _core_ranks(p)
     levels = q.bit_length() - 1
     # the fold: each of the rem extra ranks sends its array to a partner, which reduces it and sends the result back
     fold = np.array([0, 2, 2 * n, n, 0.0, 2 * rem * n / p, rem * n / p]) if rem else np.zeros(_NTERMS)
     if algorithm == "recursive_doubling":
-        return np.array([1, 2 * levels, levels * n, levels * n, copied(n), q * levels * n / p, q * levels * n / p]) + fold
+        spread = q * levels * n / p
+        return np.array([1, 2 * levels, levels * n, levels * n, copied(n), spread, spread]) + fold
     wire, reduced = 2 * (q - 1) / q * n, (q - 1) / q * n
     return np.array([1, 4 * levels, wire, reduced, copied(n / 2), q * wire / p, q * reduced / p]) + fold
 
