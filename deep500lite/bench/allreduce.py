@@ -113,9 +113,9 @@ def keep_freed_memory() -> str:
     Every allreduce returns a fresh result array. By default glibc maps a block of 128 KiB or more
     on its own and unmaps it when it is freed (the threshold rises to the largest block freed, up to
     32 MiB, so blocks larger than 32 MiB always go back), and a size timed again after a pause
-    touches fresh pages. On a VM whose balloon reports free pages to its host that made 64 MiB calls on 4 ranks
-    take 135-376 ms instead of 60-77 ms after one-second pauses (docs/scaling.md, "Three
-    regimes"). A training loop that calls back to back reuses its blocks anyway. This sets glibc's
+    touches fresh pages. On a VM whose balloon reports free pages to its host, that made 64 MiB
+    calls on 4 ranks take 135-376 ms instead of 60-77 ms after one-second pauses (docs/scaling.md,
+    "Three regimes"). A training loop that calls back to back reuses its blocks anyway. This sets glibc's
     ``M_MMAP_MAX`` to 0 and ``M_TRIM_THRESHOLD`` to 1 GiB (``mallopt``), the same as the
     environment variables ``MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=1073741824``.
 
@@ -293,18 +293,17 @@ class AllreduceBenchmark:
         def costs(suffix):
             return (f"beta = {c['beta' + suffix] * 1e9:.4f}, gamma = {c['gamma' + suffix] * 1e9:.4f}, "
                     f"delta = {c['delta' + suffix] * 1e9:.4f} ns/B")
+        regimes = [("in cache", "")]
         if c.get("cache_bytes") and c.get("memory_bytes"):
             mem = (f"; past the first cache (half of the traffic at {_format_bytes(int(c['cache_bytes']))}, "
                    f"crossover exponent {c.get('sharpness', 1.0):g}): {costs('_mid')}; beyond the caches (half of "
                    f"the traffic at {_format_bytes(int(c['memory_bytes']))}): {costs('_mem')}")
+            regimes += [("past the first cache", "_mid"), ("beyond the caches", "_mem")]
         elif c.get("cache_bytes"):
             sharp = c.get("sharpness", 1.0)
             sharp = f", crossover exponent {sharp:g}" if sharp != 1.0 else ""
             mem = (f"; beyond the caches (half of the traffic at {_format_bytes(int(c['cache_bytes']))}{sharp}): "
                    f"{costs('_mem')}")
-        regimes = [("in cache", "")]
-        if c.get("cache_bytes"):
-            regimes += [("past the first cache", "_mid")] if c.get("memory_bytes") else []
             regimes += [("beyond the caches", "_mem")]
         if any(c.get(f"{k}_avg{suffix}") for k in ("beta", "gamma") for _, suffix in regimes):
             mem += "; on the bytes averaged over the ranks: " + "; ".join(
