@@ -35,8 +35,8 @@ from deep500lite.errors import UserError, format_choices
 from deep500lite.lv3.allreduce import ALGORITHMS, P2P_ALGORITHMS, allreduce_cost
 from deep500lite.lv3.launch import find_mpiexec, run_job
 
-__all__ = ["AllreduceBenchmark", "DEFAULT_ALGORITHMS", "RELEASED_MEMORY", "calibration_sizes", "keep_freed_memory",
-           "message_sizes", "parse_bytes", "parse_algorithms", "pass_spread", "run_allreduce_benchmark", "worker_main"]
+__all__ = ["AllreduceBenchmark", "COLD_CALLS", "DEFAULT_ALGORITHMS", "RELEASED_MEMORY", "calibration_sizes",
+           "keep_freed_memory", "last_level_cache_bytes", "message_sizes", "parse_bytes", "parse_algorithms", "pass_spread", "run_allreduce_benchmark", "worker_main"]
 
 DEFAULT_ALGORITHMS = ALGORITHMS
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
@@ -46,6 +46,9 @@ _PATTERN = 7  # element i of rank r is (i % 7) + r, so every sum is exact in flo
 # glibc's mallopt parameter numbers (malloc.h) and the trim threshold kept_freed_memory sets
 _M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
 _TRIM_THRESHOLD = 1 << 30
+#: Cold calls timed per calibration cell (per pass), each after the ranks read the eviction buffer.
+COLD_CALLS = 8
+_DEFAULT_LLC = 32 << 20
 RELEASED_MEMORY = ("released: the C library's default (freed blocks of 128 KiB and more go back to the kernel; "
                    "glibc raises that threshold to the largest block freed, up to 32 MiB)")
 
@@ -133,6 +136,19 @@ def keep_freed_memory() -> str:
     if mallopt(_M_MMAP_MAX, 0) != 1 or mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD) != 1:
         return f"{RELEASED_MEMORY}; not kept: glibc's mallopt refused the settings"
     return "kept: freed memory stays in each rank (glibc mallopt M_MMAP_MAX=0, M_TRIM_THRESHOLD=1 GiB)"
+
+
+def last_level_cache_bytes() -> int:
+    """The size of this machine's largest CPU cache (Linux sysfs, cpu0), or 32 MiB where it cannot be read."""
+    sizes = []
+    for index in sorted(os.listdir("/sys/devices/system/cpu/cpu0/cache")) if os.path.isdir(
+            "/sys/devices/system/cpu/cpu0/cache") else []:
+        try:
+            with open(f"/sys/devices/system/cpu/cpu0/cache/{index}/size") as f:
+                sizes.append(parse_bytes(f.read().strip()))
+        except (OSError, UserError):
+            continue
+    return max(sizes, default=_DEFAULT_LLC)
 
 
 def bus_factor(p: int) -> float:
@@ -309,6 +325,10 @@ class AllreduceBenchmark:
             mem += "; on the bytes averaged over the ranks: " + "; ".join(
                 f"{name} beta = {c.get('beta_avg' + suffix, 0.0) * 1e9:.4f}, gamma = "
                 f"{c.get('gamma_avg' + suffix, 0.0) * 1e9:.4f} ns/B" for name, suffix in regimes)
+        cold = (self.calibration.get("cold") or {}).get(str(self.ranks))
+        if cold:
+            mem += (f"; a cold call (after each rank read {_format_bytes(cold['evict_bytes'])}) adds "
+                    f"{c.get('cold_overhead', 0.0) * 1e6:.2f} us + {c.get('cold_per_byte', 0.0) * 1e9:.4f} ns/B")
         return (f"calibrated model on {self.ranks} ranks (fitted to the real algorithms): overhead = "
                 f"{c['overhead'] * 1e6:.2f} us, alpha = {c['alpha'] * 1e6:.2f} us/message, beta = "
                 f"{c['beta'] * 1e9:.4f} ns/B, gamma = {c['gamma'] * 1e9:.4f} ns/B, delta (copy) = "
@@ -425,7 +445,7 @@ def run_allreduce_benchmark(ranks: int, sizes, algorithms=DEFAULT_ALGORITHMS, ma
                             progress: bool = True, job_timeout: float | None = None, model_file=None,
                             save_model=None, calibrate: bool = True, passes: int = 1,
                             interleave: int = 0, calibration_factor: int | None = None,
-                            keep_memory: bool = True) -> AllreduceBenchmark:
+                            keep_memory: bool = True, evict_bytes: int | None = None) -> AllreduceBenchmark:
     """Launch the MPI job on ``ranks`` ranks and return its results.
 
     Args:
@@ -460,7 +480,17 @@ def run_allreduce_benchmark(ranks: int, sizes, algorithms=DEFAULT_ALGORITHMS, ma
         keep_memory: each rank keeps the memory it frees (:func:`keep_freed_memory`) instead of
             giving it back to the kernel, so that a size timed again after a pause does not
             touch fresh pages; False leaves the C library's default.
+        evict_bytes: while calibrating, also time :data:`COLD_CALLS` cold calls of every calibration
+            cell (per pass), each after every rank has read this many bytes, and fit what a cold
+            call adds (:func:`~deep500lite.lv3.costmodel.fit_cold`): the first allreduce of a
+            training step follows compute that filled the caches. None: the last-level cache
+            (:func:`last_level_cache_bytes`); 0: no cold calls.
     """
+    if evict_bytes is None:
+        evict_bytes = last_level_cache_bytes()
+    if isinstance(evict_bytes, bool) or not isinstance(evict_bytes, int) or evict_bytes < 0:
+        raise UserError(f"evict_bytes must be a whole number of bytes >= 0 (0: no cold calls). Received: "
+                        f"{evict_bytes!r}")
     if not isinstance(ranks, int) or ranks < 2:
         raise UserError(f"bench allreduce needs at least 2 ranks (-n). Received: {ranks!r}")
     if not max_time > 0:
@@ -487,7 +517,7 @@ def run_allreduce_benchmark(ranks: int, sizes, algorithms=DEFAULT_ALGORITHMS, ma
         config = {"sizes": sizes, "algorithms": algorithms, "max_time": max_time, "timeout": comm_timeout,
                   "progress": progress, "output": os.path.join(tmp, "result.json"), "model_file": model_file,
                   "calibrate": bool(calibrate), "calibration_sizes": cal_sizes, "passes": passes,
-                  "rounds": interleave, "keep_memory": bool(keep_memory),
+                  "rounds": interleave, "keep_memory": bool(keep_memory), "evict_bytes": evict_bytes,
                   "save_model": None if save_model is None else os.path.abspath(save_model)}
         config_path = os.path.join(tmp, "config.json")
         with open(config_path, "w") as f:
@@ -619,6 +649,36 @@ def _time_rounds(comm, plan: list[dict], arrays: dict, rounds: int, mpi, progres
     return results
 
 
+def _cold_rows(comm, cells, evict: np.ndarray, mpi) -> list:
+    """``[(algorithm, bytes, ranks, median seconds)]`` of :data:`COLD_CALLS` cold calls per cell (collective).
+
+    Before each call every rank reads ``evict`` (summing it pulls it through the caches and pushes
+    out what the allreduce had there), then the ranks meet at a barrier; a call's time is the
+    slowest rank's, as for the warm calls.
+    """
+    world, out = comm.comm, []
+    for algorithm, nbytes in cells:
+        x = _pattern(nbytes // _ITEMSIZE, comm.rank)
+        comm.allreduce(x, algorithm=algorithm)  # its buffers exist, as in a training loop's second step
+        mine = np.empty(COLD_CALLS, np.float64)
+        for i in range(COLD_CALLS):
+            evict.sum()
+            world.Barrier()
+            t0 = time.perf_counter()
+            comm.allreduce(x, algorithm=algorithm)
+            mine[i] = time.perf_counter() - t0
+        slowest = np.empty_like(mine)
+        world.Allreduce(mine, slowest, op=mpi.MAX)
+        out.append((algorithm, nbytes, comm.size, float(np.median(slowest))))
+    return out
+
+
+def _eviction_buffer(config) -> np.ndarray | None:
+    """The buffer each rank reads before a cold call (None: no cold calls)."""
+    n = int(config.get("evict_bytes") or 0) // _ITEMSIZE
+    return np.ones(n, np.float32) if n else None
+
+
 def _interleaved_rows(config, comm, mpi, pingpong, calibrated, calibrating: bool):
     """``(rows, the model fitted to the calibration cells, the first fit auto chose by or None)`` of an
     interleaved run (see ``interleave``).
@@ -651,6 +711,11 @@ def _interleaved_rows(config, comm, mpi, pingpong, calibrated, calibrating: bool
     if calibrating:
         calibrated = model_from_rows(comm, [[(a, n, comm.size, float(np.median(t["samples"])))
                                              for (a, n), t in zip(cal, timed)]])
+        evict = _eviction_buffer(config)
+        if evict is not None:
+            if comm.rank == 0 and config["progress"]:
+                print(f"... {COLD_CALLS} cold calls per calibration cell", file=sys.stderr, flush=True)
+            calibrated = calibrated.with_cold(comm.size, _cold_rows(comm, cal, evict, mpi), evict.nbytes)
         comm.cost_model = calibrated
     rows = []
     for (algorithm, nbytes), t in zip(row_cells, timed[len(cal):]):
@@ -669,10 +734,11 @@ def _pass_rows(config, comm, mpi, pingpong, calibrated, calibrating: bool):
     Each pass calibrates (when ``calibrating``) and then times every row in one stretch; ``auto``
     chooses by the first pass's fit in every pass.
     """
-    from deep500lite.lv3.costmodel import calibration_rows, model_from_rows
+    from deep500lite.lv3.costmodel import calibration_rows, model_from_rows, pooled_rows
 
     passes = int(config.get("passes", 1))
-    cal_runs, rows = [], []
+    cal_runs, cold_runs, rows = [], [], []
+    evict = _eviction_buffer(config) if calibrating else None
     for k in range(passes):
         label = f"pass {k + 1}/{passes}: " if passes > 1 else ""
         if calibrating:
@@ -680,6 +746,9 @@ def _pass_rows(config, comm, mpi, pingpong, calibrated, calibrating: bool):
                 print(f"... {label}calibrating the cost model at "
                       f"{', '.join(map(_format_bytes, config['calibration_sizes']))}", file=sys.stderr, flush=True)
             cal_runs.append(calibration_rows(comm, sizes=config["calibration_sizes"]))
+            if evict is not None:
+                cold_runs.append(_cold_rows(comm, [(a, n) for n in config["calibration_sizes"]
+                                                   for a in P2P_ALGORITHMS], evict, mpi))
             if k == 0:
                 calibrated = model_from_rows(comm, cal_runs, environment=False)
                 comm.cost_model = calibrated
@@ -700,6 +769,8 @@ def _pass_rows(config, comm, mpi, pingpong, calibrated, calibrating: bool):
     if calibrating:
         # the fit to every pass's calibration predicts every row (auto: the algorithm it ran)
         calibrated = model_from_rows(comm, cal_runs)
+        if evict is not None:
+            calibrated = calibrated.with_cold(comm.size, pooled_rows(cold_runs), evict.nbytes)
         for row in rows:
             if row["chosen"] in P2P_ALGORITHMS:
                 row["calibrated"] = calibrated.cost(row["chosen"], row["bytes"], comm.size)

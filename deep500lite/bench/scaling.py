@@ -130,7 +130,8 @@ class ScalingSetup:
             the roofline's prediction calibrates the compute model to a real executor).
         allreduce_model: a fitted :class:`~deep500lite.lv3.costmodel.CalibratedModel` (or None):
             when given, allreduces cost what it predicts for the node count instead of the
-            network's alpha-beta figures (for predicting runs on the machine it was fitted on).
+            network's alpha-beta figures (for predicting runs on the machine it was fitted on); a
+            bucket that waited for compute is a cold call, with the model's measured cold cost.
         host_cores: None, or the cores of the one host every rank runs on (predicting ``run -n P``
             on one machine): with more ranks than cores they time-share them, and each rank's
             compute takes ``accelerators / host_cores`` times as long.
@@ -389,8 +390,11 @@ def _non_scaling(setup: "ScalingSetup", update: float, share: float) -> float:
                              + measured.overhead_backward)
 
 
-def _allreduce_seconds(nbytes: float, setup: ScalingSetup, nodes: int) -> tuple[float, str]:
-    """Seconds and algorithm of one allreduce of ``nbytes`` per accelerator over the whole job."""
+def _allreduce_seconds(nbytes: float, setup: ScalingSetup, nodes: int, cold: bool = False) -> tuple[float, str]:
+    """Seconds and algorithm of one allreduce of ``nbytes`` per accelerator over the whole job.
+
+    ``cold``: the call starts right after compute; a calibrated model then adds its measured cold cost.
+    """
     k = setup.per_node
     gamma = 3.0 / setup.accelerator.bandwidth  # a float32 sum reads two and writes one element per element
     total = 0.0
@@ -404,7 +408,7 @@ def _allreduce_seconds(nbytes: float, setup: ScalingSetup, nodes: int) -> tuple[
     if nodes > 1 and setup.allreduce_model is not None and k == 1:
         model = setup.allreduce_model
         name = choose_algorithm(int(nbytes), nodes, model) if setup.algorithm == "auto" else setup.algorithm
-        return model.cost(name, int(nbytes), nodes), name
+        return model.cost(name, int(nbytes), nodes, cold=cold), name
     if nodes > 1:
         share = nbytes / k
         ab = AlphaBeta(setup.network.alpha, setup.network.beta * k, gamma)
@@ -439,7 +443,8 @@ def allreduce_timeline(grad_ready, grad_bytes, backward_end: float, setup: Scali
         buckets.append((ready, size))
     end, busy, algorithms = 0.0, 0.0, set()
     for ready, nbytes in buckets:
-        seconds, name = _allreduce_seconds(nbytes, setup, nodes)
+        # a bucket that waited for compute (the step's first, and any the link was idle for) starts cold
+        seconds, name = _allreduce_seconds(nbytes, setup, nodes, cold=ready > end)
         if seconds > 0:
             algorithms.add(name)
             end = max(end, ready) + seconds

@@ -69,6 +69,10 @@ def add_subparser(sub):
                    help="let each rank's C allocator give freed memory back to the kernel, its default; without "
                         "it the ranks keep it (glibc), so that a size timed again after a pause does not touch "
                         "fresh pages (docs/scaling.md)")
+    p.add_argument("--evict", default="auto", metavar="BYTES",
+                   help="while calibrating, also time cold calls, each after every rank read BYTES (e.g. 32MiB), "
+                        "as the first allreduce of a training step follows compute; the model adds their extra "
+                        "cost to such calls (model scaling). Default auto: the last-level cache's size; 0: none")
     p.add_argument("--format", default="table", help="table, markdown or csv (default table)")
     p.add_argument("--json", default=None, metavar="FILE",
                    help="write every raw sample, the model and the environment here")
@@ -99,6 +103,22 @@ def load_calibration_file(path: str, flag: str):
     except UserError as exc:
         raise UserError(f"{flag} must name a calibration file written by 'deep500lite bench allreduce "
                         f"--save-model'; {path!r} is not one: {exc}") from None
+
+
+def _evict_bytes(text: str, bench) -> int:
+    """``--evict``'s bytes: ``auto`` is the last-level cache's size; a size must be a multiple of 4 bytes or 0."""
+    from deep500lite.errors import UserError
+
+    if str(text).strip().lower() == "auto":
+        return bench.last_level_cache_bytes()
+    try:
+        n = bench.parse_bytes(text)
+    except UserError:
+        n = None
+    if n is None or n % 4:
+        raise UserError(f"--evict must be auto, 0 (no cold calls) or a size in bytes, a multiple of 4, such as "
+                        f"32MiB. Received: --evict {text!r}")
+    return n
 
 
 @contextlib.contextmanager
@@ -154,6 +174,7 @@ def run(args) -> int:
                         f"{'--save-model' if args.save_model else '--no-calibrate'}")
     if args.model:
         load_calibration_file(args.model, "--model")
+    evict = _evict_bytes(args.evict, bench)
     note = oversubscription_note(args.ranks, "time of each allreduce")
     if note:
         print(note, file=sys.stderr if args.format == "csv" else sys.stdout, flush=True)
@@ -165,7 +186,7 @@ def run(args) -> int:
                                                    calibrate=not args.no_calibrate, job_timeout=job_timeout,
                                                    passes=args.passes, interleave=args.interleave,
                                                    calibration_factor=args.calibration_factor,
-                                                   keep_memory=not args.release_memory)
+                                                   keep_memory=not args.release_memory, evict_bytes=evict)
     except StartupTimeout:
         raise
     except JobTimeout as exc:

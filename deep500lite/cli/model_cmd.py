@@ -307,6 +307,13 @@ def target_onnx(target: str):
     return model, name
 
 
+def _describe_cold(model) -> str:
+    """``; the first call ... is cold: +X us (P ranks), ...`` for a calibrated allreduce model that measured it."""
+    parts = [f"+{model.params(p).cold_overhead * 1e6:.1f} us + {model.params(p).cold_per_byte * 1e9:.3f} ns/B "
+             f"({p} ranks)" for p in model.ranks if str(p) in model.cold]
+    return "; the first allreduce after compute is cold: " + ", ".join(parts) if parts else ""
+
+
 def _table(result, fmt: str) -> str:
     from deep500lite.metrics.tables import format_seconds, format_table
 
@@ -661,7 +668,7 @@ def run(args) -> int:
     label = "global batch" if result.mode == "strong" else "batch per accelerator"
     if allreduce_model is not None:
         print(f"allreduce costs from the calibrated model {args.allreduce_model} (ranks "
-              f"{', '.join(map(str, allreduce_model.ranks))})", file=text)
+              f"{', '.join(map(str, allreduce_model.ranks))}){_describe_cold(allreduce_model)}", file=text)
     if args.gemm_from:
         print(f"accelerator {acc.name}: {acc.source}", file=text)
     if setup.measured is not None:

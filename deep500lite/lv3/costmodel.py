@@ -83,7 +83,7 @@ from deep500lite.lv3.allreduce import P2P_ALGORITHMS, SCRATCH_LIMIT, _core_ranks
 
 __all__ = ["AVERAGED_GAIN", "CACHE_CANDIDATES", "CALIBRATION_SIZES", "MODEL_ENV", "SHARPNESS_CANDIDATES",
            "THREE_REGIME_MIN_SIZES", "CostParameters", "CalibratedModel", "cost_terms",
-           "fit_parameters", "memory_fraction",
+           "fit_cold", "fit_parameters", "memory_fraction",
            "calibrate_allreduce", "calibration_rows", "model_from_rows", "pooled_rows", "model_file_from_env"]
 
 #: Message sizes (bytes) of the default calibration run.
@@ -216,6 +216,9 @@ class CostParameters:
             (:func:`cost_terms`' last two terms), in cache; ``*_avg_mem`` and ``*_avg_mid`` the same
             in memory and in the middle regime. Ranks that share cores and memory pay for each
             other's bytes, not only for those on their critical path (0 in files of older versions).
+        cold_overhead, cold_per_byte: what a cold call adds, in seconds per call and per byte: a call
+            made after each rank has read a buffer the size of its last-level cache, as the first
+            allreduce after a training step's compute is (:func:`fit_cold`; 0 when not measured).
     """
 
     overhead: float
@@ -238,15 +241,18 @@ class CostParameters:
     gamma_avg_mem: float = 0.0
     beta_avg_mid: float = 0.0
     gamma_avg_mid: float = 0.0
+    cold_overhead: float = 0.0
+    cold_per_byte: float = 0.0
 
     def vector(self) -> np.ndarray:
         """The seventeen coefficients that multiply :func:`_design`'s columns."""
         return np.array([getattr(self, name) for name in _COEFFICIENTS])
 
-    def seconds(self, algorithm: str, nbytes: float, p: int) -> float:
-        """Predicted seconds of one allreduce of ``nbytes`` on ``p`` ranks."""
+    def seconds(self, algorithm: str, nbytes: float, p: int, cold: bool = False) -> float:
+        """Predicted seconds of one allreduce of ``nbytes`` on ``p`` ranks (``cold``: right after compute)."""
         terms = cost_terms(algorithm, nbytes, p)
-        return float(_design(terms, nbytes, self.cache_bytes, self.memory_bytes, self.sharpness) @ self.vector())
+        warm = float(_design(terms, nbytes, self.cache_bytes, self.memory_bytes, self.sharpness) @ self.vector())
+        return warm + (self.cold_overhead + self.cold_per_byte * nbytes if cold else 0.0)
 
 
 _FIELDS = dataclasses.fields(CostParameters)
@@ -345,6 +351,37 @@ def fit_parameters(rows) -> CostParameters:
                           memory_bytes=float(memory), sharpness=float(sharpness))
 
 
+def fit_cold(params: CostParameters, rows) -> CostParameters:
+    """``params`` with the cost of cold calls fitted to their measured times.
+
+    A cold call is timed right after every rank has read a buffer the size of its last-level cache
+    (``bench allreduce --evict``), as the first allreduce after a step's forward and backward pass
+    finds the caches filled with the network's data and code instead of the communication's. The
+    extra time over the warm prediction is fitted as ``cold_overhead + cold_per_byte * n`` by
+    non-negative least squares on the relative error, like :func:`fit_parameters`.
+
+    Args:
+        params: the warm parameters of the same rank count.
+        rows: ``(algorithm, nbytes, p, cold seconds)`` tuples (medians), all with the same ``p``.
+
+    Returns:
+        A copy of ``params`` with ``cold_overhead`` and ``cold_per_byte`` set.
+    """
+    rows = list(rows)
+    if not rows or len({int(r[2]) for r in rows}) != 1:
+        raise UserError(f"fit_cold needs rows of one rank count. Received: {len(rows)} rows")
+    t = np.array([float(r[3]) for r in rows])
+    if np.any(t <= 0):
+        raise UserError(f"Measured times must be positive. Received: {t.min()}")
+    warm = np.array([params.seconds(a, n, int(p)) for a, n, p, _ in rows])
+    nbytes = np.array([float(r[1]) for r in rows])
+    scale = 1e-6  # seconds per microsecond and per MiB, so that both columns are of similar size
+    design = np.stack([np.full_like(t, scale), nbytes / (1 << 20) * scale], axis=1) / t[:, None]
+    coef = _nnls(design, (t - warm) / t)
+    return dataclasses.replace(params, cold_overhead=float(coef[0] * scale),
+                               cold_per_byte=float(coef[1] * scale / (1 << 20)))
+
+
 @dataclasses.dataclass(frozen=True)
 class CalibratedModel:
     """Allreduce cost model fitted per rank count on one communicator (hashable: usable as ``cost_model``).
@@ -354,12 +391,16 @@ class CalibratedModel:
         parameters: ``((p, CostParameters), ...)`` sorted by ``p``.
         measurements: per ``p`` (as a string key), the ``[algorithm, bytes, median seconds]`` fitted to.
         environment: :func:`deep500lite.environment.collect_environment` of the machine (or ``{}``).
+        cold: per ``p`` (as a string key), ``{"evict_bytes": bytes each rank read before a cold call,
+            "measurements": [[algorithm, bytes, median seconds], ...]}`` that the cold costs were
+            fitted to (:meth:`with_cold`; empty when they were not measured).
     """
 
     communicator: str
     parameters: tuple
     measurements: dict = dataclasses.field(default_factory=dict, compare=False, hash=False)
     environment: dict = dataclasses.field(default_factory=dict, compare=False, hash=False)
+    cold: dict = dataclasses.field(default_factory=dict, compare=False, hash=False)
 
     @property
     def ranks(self) -> list[int]:
@@ -375,12 +416,30 @@ class CalibratedModel:
                         f"'deep500lite bench allreduce -n {p} --save-model FILE'. Allowed values are "
                         f"{format_choices(self.ranks)}. Received: p={p}")
 
-    def cost(self, algorithm: str, nbytes: int, p: int) -> float:
-        """Predicted seconds of one allreduce of ``nbytes`` bytes on ``p`` ranks (0 for ``p <= 1``)."""
+    def cost(self, algorithm: str, nbytes: int, p: int, cold: bool = False) -> float:
+        """Predicted seconds of one allreduce of ``nbytes`` bytes on ``p`` ranks (0 for ``p <= 1``).
+
+        ``cold``: the call comes right after compute (the first of a step), with its extra cost
+        (:func:`fit_cold`; none in a file that did not measure it).
+        """
         if p <= 1:
             cost_terms(algorithm, nbytes, p)
             return 0.0
-        return self.params(p).seconds(algorithm, nbytes, p)
+        return self.params(p).seconds(algorithm, nbytes, p, cold)
+
+    def with_cold(self, p: int, rows, evict_bytes: int) -> "CalibratedModel":
+        """This model with the cold costs of ``p`` ranks fitted to ``rows`` (see :func:`fit_cold`).
+
+        Args:
+            p: the rank count (already calibrated).
+            rows: ``(algorithm, nbytes, p, median seconds)`` of calls timed cold.
+            evict_bytes: the bytes each rank read before each cold call.
+        """
+        params = dict(self.parameters)
+        params[p] = fit_cold(self.params(p), rows)
+        cold = dict(self.cold)
+        cold[str(p)] = {"evict_bytes": int(evict_bytes), "measurements": [[a, n, s] for a, n, _, s in rows]}
+        return dataclasses.replace(self, parameters=tuple(sorted(params.items())), cold=cold)
 
     def errors(self, p: int) -> list[tuple[str, int, float]]:
         """``(algorithm, bytes, relative error)`` of the prediction on each calibration measurement of ``p``."""
@@ -398,8 +457,10 @@ class CalibratedModel:
         params.update(dict(other.parameters))
         meas = dict(self.measurements)
         meas.update(other.measurements)
+        cold = {p: v for p, v in self.cold.items() if p not in other.measurements}
+        cold.update(other.cold)
         return CalibratedModel(self.communicator, tuple(sorted(params.items())), meas,
-                               other.environment or self.environment)
+                               other.environment or self.environment, cold)
 
     def to_dict(self) -> dict:
         """JSON-ready form (:meth:`from_dict` reads it back)."""
@@ -408,9 +469,10 @@ class CalibratedModel:
                          "phi*(1-phi2)*(beta_mid*wire + gamma_mid*reduced + delta_mid*copied) + "
                          "phi*phi2*(beta_mem*wire + gamma_mem*reduced + delta_mem*copied), "
                          "phi = f(cache_bytes), phi2 = f(memory_bytes) (1 when memory_bytes is 0), "
-                         "f(c) = n^sharpness/(n^sharpness + c^sharpness)",
+                         "f(c) = n^sharpness/(n^sharpness + c^sharpness); a cold call (the first after compute) "
+                         "adds cold_overhead + cold_per_byte*n",
                 "parameters": {str(p): dataclasses.asdict(par) for p, par in self.parameters},
-                "measurements": self.measurements, "environment": self.environment}
+                "measurements": self.measurements, "cold": self.cold, "environment": self.environment}
 
     @classmethod
     def from_dict(cls, data) -> "CalibratedModel":
@@ -425,7 +487,7 @@ class CalibratedModel:
                                                              for k in _PARAMS[5:]}))
                                   for p, v in data["parameters"].items()))
             return cls(str(data["communicator"]), params, dict(data.get("measurements", {})),
-                       dict(data.get("environment") or {}))
+                       dict(data.get("environment") or {}), dict(data.get("cold") or {}))
         except (KeyError, TypeError, ValueError) as exc:
             raise UserError(f"A broken allreduce calibration file: each parameters entry needs the numbers "
                             f"{', '.join(_PARAMS[:5])} and may have {', '.join(_PARAMS[5:])}. "

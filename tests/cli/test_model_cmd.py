@@ -56,6 +56,28 @@ def test_scaling_of_a_bundled_recipe_with_a_calibrated_allreduce_model(tmp_path,
     assert rows[2]["comm"] == pytest.approx(expected, rel=1e-6), rows[2]
 
 
+def test_the_first_allreduce_after_compute_costs_what_the_model_measured_for_a_cold_call(tmp_path, capsys):
+    warm = CostParameters(overhead=5e-6, alpha=4e-6, beta=2e-10, gamma=1e-10, delta=3e-10)
+    cold = CostParameters(**{**warm.__dict__, "cold_overhead": 60e-6, "cold_per_byte": 1e-10})
+    path = tmp_path / "allreduce.json"
+    CalibratedModel("MPICommunicator", ((2, cold),), cold={"2": {"evict_bytes": 32 << 20, "measurements": []}}
+                    ).save(path)
+    out_json = tmp_path / "r.json"
+    rc = main(["model", "scaling", "digits_mlp_distributed", "--nodes", "1,2", "--weak", "--accelerator",
+               "xeon-e5-2680v3", "--allreduce-model", str(path), "--measured-step", "0.002", "--fusion-mb", "0",
+               "--no-overlap", "--json", str(out_json)])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "the first allreduce after compute is cold: +60.0 us + 0.100 ns/B (2 ranks)" in out, out
+    comm = {r["nodes"]: r for r in json.loads(out_json.read_text())["rows"]}[2]["comm"]
+    # backward order: the last layer's gradient is ready first and its allreduce starts cold; the
+    # next one starts as soon as it ends, warm
+    last, first = 64 * 10 * 4 + 10 * 4, 64 * 64 * 4 + 64 * 4
+    best = {n: min(warm.seconds(a, n, 2) for a in ("recursive_doubling", "rabenseifner", "ring", "tree"))
+            for n in (last, first)}
+    assert comm == pytest.approx(best[last] + 60e-6 + 1e-10 * last + best[first], rel=1e-6)
+
+
 @pytest.mark.parametrize("argv,allowed", [
     (["alexnet", "--network", "carrier-pigeon"], "Allowed values are 'fdr-ib'"),
     (["alexnet", "--accelerator", "abacus"], "Allowed values are 'k80'"),

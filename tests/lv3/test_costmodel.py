@@ -305,6 +305,39 @@ def test_file_round_trip_merge_and_errors(tmp_path, monkeypatch):
         ar.calibrate(Transport())
 
 
+def test_cold_calls_add_their_fitted_cost_to_cold_predictions_only(tmp_path):
+    truth = dataclasses.replace(TRUE, cold_overhead=50e-6, cold_per_byte=2e-11)
+    warm = cm.fit_parameters(synthetic_rows(TRUE, 2))
+    cold_rows = [(a, n, 2, truth.seconds(a, n, 2, cold=True)) for a, n, _, _ in synthetic_rows(TRUE, 2)]
+    fitted = cm.fit_cold(warm, cold_rows)
+    assert fitted.cold_overhead == pytest.approx(50e-6, rel=1e-6)
+    assert fitted.cold_per_byte == pytest.approx(2e-11, rel=1e-6)
+    np.testing.assert_allclose(fitted.vector(), warm.vector())  # the warm costs stay as fitted
+    model = cm.CalibratedModel("MPICommunicator", ((2, warm), (4, warm))).with_cold(2, cold_rows, 32 << 20)
+    n = 1 << 20
+    assert model.cost("ring", n, 2, cold=True) == pytest.approx(model.cost("ring", n, 2) + 50e-6 + 2e-11 * n)
+    assert model.cost("ring", n, 4, cold=True) == model.cost("ring", n, 4)  # 4 ranks: no cold calls measured
+    assert ar.choose_algorithm(n, 2, model) == ar.choose_algorithm(n, 2, cm.CalibratedModel("X", ((2, warm),)))
+    path = tmp_path / "m.json"
+    model.save(path)
+    data = json.loads(path.read_text())
+    assert data["cold"]["2"]["evict_bytes"] == 32 << 20 and len(data["cold"]["2"]["measurements"]) == len(cold_rows)
+    assert cm.CalibratedModel.load(path).params(2) == model.params(2)
+    # recalibrating 2 ranks without cold calls drops the old cold calls of 2 ranks
+    plain = cm.CalibratedModel("MPICommunicator", ((2, warm),), {"2": []}).save(path)
+    assert plain.cold == {} and plain.cost("ring", n, 2, cold=True) == plain.cost("ring", n, 2)
+    # a file from before cold calls were measured predicts them as warm
+    del data["cold"]
+    for params in data["parameters"].values():
+        del params["cold_overhead"], params["cold_per_byte"]
+    old = cm.CalibratedModel.from_dict(data)
+    assert old.cost("tree", n, 2, cold=True) == old.cost("tree", n, 2)
+    with pytest.raises(UserError, match="rows of one rank count"):
+        cm.fit_cold(warm, cold_rows + [("ring", 64, 4, 1e-5)])
+    with pytest.raises(UserError, match="positive"):
+        cm.fit_cold(warm, [("ring", 64, 2, 0.0)])
+
+
 def test_fit_rejects_mixed_rank_counts_and_bad_times():
     rows = synthetic_rows(TRUE, 2) + synthetic_rows(TRUE, 4)
     with pytest.raises(UserError, match=r"Received: rank counts \[2, 4\]"):
@@ -342,6 +375,17 @@ def test_bench_allreduce_saves_the_model_and_reports_its_error_per_row(tmp_path)
     assert "calibrated model within 20% of the measured median:" in first.stdout
     saved = cm.CalibratedModel.load(model_path)
     assert saved.ranks == [2] and saved.environment["cpu"]["model"]
+    # cold calls, each after every rank read the last-level cache's size (--evict auto)
+    from deep500lite.bench.allreduce import _format_bytes, last_level_cache_bytes
+
+    llc = last_level_cache_bytes()
+    assert saved.cold["2"]["evict_bytes"] == llc and f"a cold call (after each rank read {_format_bytes(llc)})" \
+        in first.stdout, first.stdout
+    warm = {(a, n): s for a, n, s in saved.measurements["2"]}
+    cold = {(a, n): s for a, n, s in saved.cold["2"]["measurements"]}
+    assert cold.keys() == warm.keys()
+    # reading the caches full before a call makes it slower: by the median over the cells
+    assert np.median([cold[k] / warm[k] for k in warm]) > 1.0, (warm, cold)
     if platform.libc_ver()[0] == "glibc":  # the calibration was taken with the ranks keeping freed memory
         assert saved.environment["allocator"].startswith("kept:"), saved.environment["allocator"]
     second = run_cli(*common, "--model", model_path, "--json", out_json, "--release-memory", timeout=180)
@@ -569,6 +613,21 @@ def test_interleave_needs_three_rounds_and_no_passes(capsys):
         rc = main(["bench", "allreduce", "-n", "2", *extra])
         err = capsys.readouterr().err.strip()
         assert rc == 2 and len(err.splitlines()) == 1 and expected in err and "Received:" in err, err
+
+
+def test_evict_takes_auto_zero_or_a_size_and_says_what_it_received(capsys):
+    from deep500lite.bench.allreduce import last_level_cache_bytes, run_allreduce_benchmark
+    from deep500lite.cli import main
+
+    assert last_level_cache_bytes() >= 1 << 10
+    for bad in (-1, 2.5, True):
+        with pytest.raises(UserError, match="evict_bytes must be a whole number of bytes >= 0.*Received"):
+            run_allreduce_benchmark(2, [4], evict_bytes=bad)
+    for value in ("lots", "6", "-4KiB"):
+        rc = main(["bench", "allreduce", "-n", "2", f"--evict={value}"])
+        err = capsys.readouterr().err.strip()
+        assert rc == 2 and len(err.splitlines()) == 1, err
+        assert "--evict must be auto, 0 (no cold calls) or a size in bytes" in err and repr(value) in err, err
 
 
 def test_calibration_sizes_by_factor(capsys):
