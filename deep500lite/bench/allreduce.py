@@ -46,7 +46,8 @@ _PATTERN = 7  # element i of rank r is (i % 7) + r, so every sum is exact in flo
 # glibc's mallopt parameter numbers (malloc.h) and the trim threshold kept_freed_memory sets
 _M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
 _TRIM_THRESHOLD = 1 << 30
-#: Cold calls timed per calibration cell (per pass), each after the ranks read the eviction buffer.
+#: Cold calls timed per calibration cell (per pass; in interleaved rounds, at most one a round), each
+#: after the ranks read the eviction buffer.
 COLD_CALLS = 8
 _DEFAULT_LLC = 32 << 20
 RELEASED_MEMORY = ("released: the C library's default (freed blocks of 128 KiB and more go back to the kernel; "
@@ -481,9 +482,10 @@ def run_allreduce_benchmark(ranks: int, sizes, algorithms=DEFAULT_ALGORITHMS, ma
             giving it back to the kernel, so that a size timed again after a pause does not
             touch fresh pages; False leaves the C library's default.
         evict_bytes: while calibrating, also time :data:`COLD_CALLS` cold calls of every calibration
-            cell (per pass), each after every rank has read this many bytes, and fit what a cold
-            call adds (:func:`~deep500lite.lv3.costmodel.fit_cold`): the first allreduce of a
-            training step follows compute that filled the caches. None: the last-level cache
+            cell (per pass; with ``interleave``, spread over the rounds, at most one a round), each
+            after every rank has read this many bytes, and fit what a cold call adds
+            (:func:`~deep500lite.lv3.costmodel.fit_cold`): the first allreduce of a training step
+            follows compute that filled the caches. None: the last-level cache
             (:func:`last_level_cache_bytes`); 0: no cold calls.
     """
     if evict_bytes is None:
@@ -610,15 +612,18 @@ def _plan_cells(comm, cells, arrays: dict, budget: float, rounds: int) -> list[d
     return plan
 
 
-def _time_rounds(comm, plan: list[dict], arrays: dict, rounds: int, mpi, progress: bool) -> list[dict]:
+def _time_rounds(comm, plan: list[dict], arrays: dict, rounds: int, mpi, progress: bool,
+                 evict: np.ndarray | None = None) -> list[dict]:
     """Time every planned cell once per round, in a new shuffled order each round (collective).
 
     A round visits the cells in a permutation that every rank draws alike from the round's
     number; a cell with ``every`` > 1 (see :func:`_plan_cells`) is timed in every ``every``-th
-    round only, first in round ``i % every`` (``i``: its place in the plan). Returns, per cell:
-    ``samples`` (each call's slowest rank), ``thirds`` (the medians of the first, second and
-    last third of the rounds), ``wrong`` (elements off the exact sum, in the
-    warm-up and the last call, over all ranks) and ``bytes_sent`` (this rank's, per call).
+    round only, first in round ``i % every`` (``i``: its place in the plan). A cell marked
+    ``cold`` also gets one cold call after its warm ones on every ``cold_every``-th visit: every
+    rank reads ``evict`` first, as in :func:`_cold_rows`. Returns, per cell: ``samples`` (each
+    call's slowest rank), ``cold`` (the same for its cold calls, maybe empty), ``thirds`` (the
+    medians of the first, second and last third of the rounds), ``wrong`` (elements off the exact
+    sum, in the warm-up and the last call, over all ranks) and ``bytes_sent`` (this rank's, per call).
     """
     world = comm.comm
     for r in range(rounds):
@@ -637,36 +642,42 @@ def _time_rounds(comm, plan: list[dict], arrays: dict, rounds: int, mpi, progres
             cell["round"] += [r] * cell["reps"]
             if r + cell["every"] >= rounds:  # the cell's last round
                 cell["wrong"] += _count_wrong(out, comm.size)
+            if "cold" in cell and evict is not None:
+                if cell["visits"] % cell["cold_every"] == 0:
+                    cell["cold"].append(_cold_call(comm, arrays[nbytes], algorithm, evict))
+                cell["visits"] += 1
     results = []
     for cell in plan:
-        mine = np.asarray(cell["samples"], np.float64)
+        mine = np.asarray(cell["samples"] + cell.get("cold", []), np.float64)
         slowest = np.empty_like(mine)
         world.Allreduce(mine, slowest, op=mpi.MAX)
+        slowest, cold = slowest[:len(cell["samples"])], slowest[len(cell["samples"]):]
         third = np.asarray(cell["round"]) * 3 // rounds
-        results.append({"samples": slowest.tolist(), "wrong": world.allreduce(cell["wrong"]),
+        results.append({"samples": slowest.tolist(), "cold": cold.tolist(), "wrong": world.allreduce(cell["wrong"]),
                         "thirds": [float(np.median(slowest[third == k])) for k in range(3)],
                         "bytes_sent": cell["bytes_sent"]})
     return results
 
 
-def _cold_rows(comm, cells, evict: np.ndarray, mpi) -> list:
-    """``[(algorithm, bytes, ranks, median seconds)]`` of :data:`COLD_CALLS` cold calls per cell (collective).
+def _cold_call(comm, x: np.ndarray, algorithm: str, evict: np.ndarray) -> float:
+    """This rank's seconds of one cold call (collective): every rank reads ``evict`` first (summing it
+    pulls it through the caches and pushes out what the allreduce had there), then meets the others
+    at a barrier."""
+    evict.sum()
+    comm.comm.Barrier()
+    t0 = time.perf_counter()
+    comm.allreduce(x, algorithm=algorithm)
+    return time.perf_counter() - t0
 
-    Before each call every rank reads ``evict`` (summing it pulls it through the caches and pushes
-    out what the allreduce had there), then the ranks meet at a barrier; a call's time is the
-    slowest rank's, as for the warm calls.
-    """
+
+def _cold_rows(comm, cells, evict: np.ndarray, mpi) -> list:
+    """``[(algorithm, bytes, ranks, median seconds)]`` of :data:`COLD_CALLS` cold calls per cell (collective,
+    :func:`_cold_call`); a call's time is the slowest rank's, as for the warm calls."""
     world, out = comm.comm, []
     for algorithm, nbytes in cells:
         x = _pattern(nbytes // _ITEMSIZE, comm.rank)
         comm.allreduce(x, algorithm=algorithm)  # its buffers exist, as in a training loop's second step
-        mine = np.empty(COLD_CALLS, np.float64)
-        for i in range(COLD_CALLS):
-            evict.sum()
-            world.Barrier()
-            t0 = time.perf_counter()
-            comm.allreduce(x, algorithm=algorithm)
-            mine[i] = time.perf_counter() - t0
+        mine = np.array([_cold_call(comm, x, algorithm, evict) for _ in range(COLD_CALLS)], np.float64)
         slowest = np.empty_like(mine)
         world.Allreduce(mine, slowest, op=mpi.MAX)
         out.append((algorithm, nbytes, comm.size, float(np.median(slowest))))
@@ -694,10 +705,15 @@ def _interleaved_rows(config, comm, mpi, pingpong, calibrated, calibrating: bool
     row_cells = [(a, n) for n in config["sizes"] for a in config["algorithms"]]
     if comm.rank == 0 and config["progress"]:
         sizes = ", ".join(map(_format_bytes, config["calibration_sizes"]))
-        what = f"{len(cal)} calibration cells ({sizes}) and " if cal else ""
+        cold = f", each with {COLD_CALLS} cold calls" if cal and config.get("evict_bytes") else ""
+        what = f"{len(cal)} calibration cells ({sizes}{cold}) and " if cal else ""
         print(f"... interleaving {what}{len(row_cells)} rows over {rounds} rounds", file=sys.stderr, flush=True)
     arrays: dict = {}
     plan, first = _plan_cells(comm, cal, arrays, budget, rounds), None
+    evict = _eviction_buffer(config) if cal else None
+    if evict is not None:  # cold calls in the same rounds as the warm ones, so that both see the same machine
+        for cell in plan:
+            cell.update(cold=[], visits=0, cold_every=max(1, rounds // cell["every"] // COLD_CALLS))
     if cal and "auto" in config["algorithms"]:
         mine = np.array([c["pilot"] for c in plan], np.float64)
         pilots = np.empty_like(mine)
@@ -707,15 +723,13 @@ def _interleaved_rows(config, comm, mpi, pingpong, calibrated, calibrating: bool
         comm.cost_model = first
     plan += _plan_cells(comm, row_cells, arrays, budget, rounds)
     chosen = {n: comm.choose_algorithm(n) for a, n in row_cells if a == "auto"}  # what auto runs in the rounds
-    timed = _time_rounds(comm, plan, arrays, rounds, mpi, config["progress"])
+    timed = _time_rounds(comm, plan, arrays, rounds, mpi, config["progress"], evict)
     if calibrating:
         calibrated = model_from_rows(comm, [[(a, n, comm.size, float(np.median(t["samples"])))
                                              for (a, n), t in zip(cal, timed)]])
-        evict = _eviction_buffer(config)
         if evict is not None:
-            if comm.rank == 0 and config["progress"]:
-                print(f"... {COLD_CALLS} cold calls per calibration cell", file=sys.stderr, flush=True)
-            calibrated = calibrated.with_cold(comm.size, _cold_rows(comm, cal, evict, mpi), evict.nbytes)
+            calibrated = calibrated.with_cold(comm.size, [(a, n, comm.size, float(np.median(t["cold"])))
+                                                          for (a, n), t in zip(cal, timed)], evict.nbytes)
         comm.cost_model = calibrated
     rows = []
     for (algorithm, nbytes), t in zip(row_cells, timed[len(cal):]):

@@ -507,9 +507,10 @@ def test_bench_allreduce_interleaves_calibration_and_rows_in_shuffled_rounds(tmp
     proc = run_cli("bench", "allreduce", "-n", "2", "--min-bytes", "1KiB", "--max-bytes", "16KiB", "--factor", "4",
                    "--max-time", "0.02", "--timeout", "30", "--algorithms", "ring,tree,native,auto",
                    "--interleave", str(rounds), "--calibration-factor", "2", "--save-model", model_path,
-                   "--json", out_json, timeout=180)
+                   "--json", out_json, "--evict", "2MiB", timeout=180)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "between thirds" in proc.stdout and f"the thirds of the {rounds} interleaved rounds" in proc.stdout
+    assert "each with 8 cold calls) and" in proc.stderr, proc.stderr
     assert f"round {rounds}/{rounds}" in proc.stderr and "data check: 0 wrong elements" in proc.stdout
     data = json.loads(out_json.read_text())
     saved = cm.CalibratedModel.load(model_path)
@@ -519,6 +520,11 @@ def test_bench_allreduce_interleaves_calibration_and_rows_in_shuffled_rounds(tmp
     assert cal_sizes == [1 << 10, 2 << 10, 4 << 10, 8 << 10, 16 << 10]  # every power of two, 1 to 16 KiB
     assert sorted((a, n) for a, n, _ in saved.measurements["2"]) == sorted(
         (a, n) for a in ar.P2P_ALGORITHMS for n in cal_sizes)
+    # and its cold calls, in the same rounds, each after every rank read 2 MiB
+    assert saved.cold["2"]["evict_bytes"] == 2 << 20 and "a cold call (after each rank read 2 MiB) adds" in proc.stdout
+    assert sorted((a, n) for a, n, _ in saved.cold["2"]["measurements"]) == sorted(
+        (a, n) for a, n, _ in saved.measurements["2"])
+    assert all(t > 0 for _, _, t in saved.cold["2"]["measurements"])
     first = cm.CalibratedModel.from_dict(data["auto_model"])  # fitted to the calibration cells' pilot calls
     assert sorted(first.measurements["2"]) != sorted(saved.measurements["2"])
     for row in data["rows"]:
