@@ -32,50 +32,47 @@ def test_scaling_runs_on_the_built_in_networks(name, tmp_path, capsys):
     assert png.read_bytes().startswith(b"\x89PNG")
 
 
-def test_scaling_of_a_bundled_recipe_with_a_calibrated_allreduce_model(tmp_path, capsys):
-    path = tmp_path / "allreduce.json"
-    params = CostParameters(overhead=5e-6, alpha=4e-6, beta=2e-10, gamma=1e-10, delta=3e-10)
-    CalibratedModel("MPICommunicator", ((2, params), (4, params))).save(path)
-    out_json = tmp_path / "r.json"
-    rc = main(["model", "scaling", "digits_mlp_distributed", "--nodes", "1..4", "--weak", "--accelerator",
+PARAMS = CostParameters(overhead=5e-6, alpha=4e-6, beta=2e-10, gamma=1e-10, delta=3e-10)
+P2P = ("recursive_doubling", "rabenseifner", "ring", "tree")
+
+
+def _digits_mlp_scaling(model, nodes, tmp_path, capsys):
+    """``model scaling digits_mlp_distributed`` with ``model`` saved as the calibration file: (its output,
+    its rows by node count). One allreduce per layer (fusion 0), all after the backward pass."""
+    path, out_json = tmp_path / "allreduce.json", tmp_path / "r.json"
+    model.save(path)
+    rc = main(["model", "scaling", "digits_mlp_distributed", "--nodes", nodes, "--weak", "--accelerator",
                "xeon-e5-2680v3", "--allreduce-model", str(path), "--measured-step", "0.002", "--fusion-mb", "0",
                "--no-overlap", "--json", str(out_json)])
     out = capsys.readouterr().out
     assert rc == 0, out
     data = json.loads(out_json.read_text())
     assert data["batch"] == 32  # the recipe's per-rank batch
-    model = CalibratedModel.load(path)
-    rows = {r["nodes"]: r for r in data["rows"]}
+    return out, {r["nodes"]: r for r in data["rows"]}
+
+
+def test_scaling_of_a_bundled_recipe_with_a_calibrated_allreduce_model(tmp_path, capsys):
+    model = CalibratedModel("MPICommunicator", ((2, PARAMS), (4, PARAMS)))
+    _, rows = _digits_mlp_scaling(model, "1..4", tmp_path, capsys)
     assert rows[1]["step"] == pytest.approx(0.002)  # the measured step scales the compute model
     for p in (2, 4):
         # one allreduce per layer with weights (fusion 0), each costing what the calibrated model says
         assert rows[p]["comm"] > 0 and rows[p]["step"] == pytest.approx(0.002 + rows[p]["comm"])
     fc_bytes = [64 * 64 * 4 + 64 * 4, 64 * 10 * 4 + 10 * 4]  # the MLP's two layers: weights and biases
-    expected = sum(min(model.cost(a, n, 2) for a in ("recursive_doubling", "rabenseifner", "ring", "tree"))
-                   for n in fc_bytes)
+    expected = sum(min(model.cost(a, n, 2) for a in P2P) for n in fc_bytes)
     assert rows[2]["comm"] == pytest.approx(expected, rel=1e-6), rows[2]
 
 
 def test_the_first_allreduce_after_compute_costs_what_the_model_measured_for_a_cold_call(tmp_path, capsys):
-    warm = CostParameters(overhead=5e-6, alpha=4e-6, beta=2e-10, gamma=1e-10, delta=3e-10)
-    cold = CostParameters(**{**warm.__dict__, "cold_overhead": 60e-6, "cold_per_byte": 1e-10})
-    path = tmp_path / "allreduce.json"
-    CalibratedModel("MPICommunicator", ((2, cold),), cold={"2": {"evict_bytes": 32 << 20, "measurements": []}}
-                    ).save(path)
-    out_json = tmp_path / "r.json"
-    rc = main(["model", "scaling", "digits_mlp_distributed", "--nodes", "1,2", "--weak", "--accelerator",
-               "xeon-e5-2680v3", "--allreduce-model", str(path), "--measured-step", "0.002", "--fusion-mb", "0",
-               "--no-overlap", "--json", str(out_json)])
-    out = capsys.readouterr().out
-    assert rc == 0, out
+    cold = CostParameters(**{**PARAMS.__dict__, "cold_overhead": 60e-6, "cold_per_byte": 1e-10})
+    model = CalibratedModel("MPICommunicator", ((2, cold),), cold={"2": {"evict_bytes": 32 << 20, "measurements": []}})
+    out, rows = _digits_mlp_scaling(model, "1,2", tmp_path, capsys)
     assert "the first allreduce after compute is cold: +60.0 us + 0.100 ns/B (2 ranks)" in out, out
-    comm = {r["nodes"]: r for r in json.loads(out_json.read_text())["rows"]}[2]["comm"]
     # backward order: the last layer's gradient is ready first and its allreduce starts cold; the
     # next one starts as soon as it ends, warm
     last, first = 64 * 10 * 4 + 10 * 4, 64 * 64 * 4 + 64 * 4
-    best = {n: min(warm.seconds(a, n, 2) for a in ("recursive_doubling", "rabenseifner", "ring", "tree"))
-            for n in (last, first)}
-    assert comm == pytest.approx(best[last] + 60e-6 + 1e-10 * last + best[first], rel=1e-6)
+    best = {n: min(PARAMS.seconds(a, n, 2) for a in P2P) for n in (last, first)}
+    assert rows[2]["comm"] == pytest.approx(best[last] + 60e-6 + 1e-10 * last + best[first], rel=1e-6)
 
 
 @pytest.mark.parametrize("argv,allowed", [
