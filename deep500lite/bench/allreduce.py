@@ -36,7 +36,8 @@ from deep500lite.lv3.allreduce import ALGORITHMS, P2P_ALGORITHMS, allreduce_cost
 from deep500lite.lv3.launch import find_mpiexec, run_job
 
 __all__ = ["AllreduceBenchmark", "COLD_CALLS", "DEFAULT_ALGORITHMS", "RELEASED_MEMORY", "calibration_sizes",
-           "keep_freed_memory", "last_level_cache_bytes", "message_sizes", "parse_bytes", "parse_algorithms", "pass_spread", "run_allreduce_benchmark", "worker_main"]
+           "keep_freed_memory", "last_level_cache_bytes", "message_sizes", "parse_bytes", "parse_algorithms",
+           "pass_spread", "run_allreduce_benchmark", "worker_main"]
 
 DEFAULT_ALGORITHMS = ALGORITHMS
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
@@ -141,11 +142,10 @@ def keep_freed_memory() -> str:
 
 def last_level_cache_bytes() -> int:
     """The size of this machine's largest CPU cache (Linux sysfs, cpu0), or 32 MiB where it cannot be read."""
-    sizes = []
-    for index in sorted(os.listdir("/sys/devices/system/cpu/cpu0/cache")) if os.path.isdir(
-            "/sys/devices/system/cpu/cpu0/cache") else []:
+    root, sizes = "/sys/devices/system/cpu/cpu0/cache", []
+    for index in sorted(os.listdir(root)) if os.path.isdir(root) else []:
         try:
-            with open(f"/sys/devices/system/cpu/cpu0/cache/{index}/size") as f:
+            with open(os.path.join(root, index, "size")) as f:
                 sizes.append(parse_bytes(f.read().strip()))
         except (OSError, UserError):
             continue
@@ -642,7 +642,7 @@ def _time_rounds(comm, plan: list[dict], arrays: dict, rounds: int, mpi, progres
             cell["round"] += [r] * cell["reps"]
             if r + cell["every"] >= rounds:  # the cell's last round
                 cell["wrong"] += _count_wrong(out, comm.size)
-            if "cold" in cell and evict is not None:
+            if "cold" in cell:
                 if cell["visits"] % cell["cold_every"] == 0:
                     cell["cold"].append(_cold_call(comm, arrays[nbytes], algorithm, evict))
                 cell["visits"] += 1
