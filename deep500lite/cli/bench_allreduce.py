@@ -69,7 +69,7 @@ def add_subparser(sub):
                    help="let each rank's C allocator give freed memory back to the kernel, its default; without "
                         "it the ranks keep it (glibc), so that a size timed again after a pause does not touch "
                         "fresh pages (docs/scaling.md)")
-    p.add_argument("--evict", default="auto", metavar="BYTES",
+    p.add_argument("--evict", default=None, metavar="BYTES",
                    help="while calibrating, also time cold calls, each after every rank read BYTES (e.g. 32MiB), "
                         "as the first allreduce of a training step follows compute; the model adds their extra "
                         "cost to such calls (model scaling). Default auto: the last-level cache's size; 0: none")
@@ -174,7 +174,10 @@ def run(args) -> int:
                         f"{'--save-model' if args.save_model else '--no-calibrate'}")
     if args.model:
         load_calibration_file(args.model, "--model")
-    evict = _evict_bytes(args.evict, bench)
+    if args.evict is not None and (args.model or args.no_calibrate):
+        raise UserError(f"--evict sets the cold calls of the calibration run; there is none with "
+                        f"{'--model' if args.model else '--no-calibrate'}. Received: --evict {args.evict}")
+    evict = _evict_bytes("auto" if args.evict is None else args.evict, bench)
     note = oversubscription_note(args.ranks, "time of each allreduce")
     if note:
         print(note, file=sys.stderr if args.format == "csv" else sys.stdout, flush=True)

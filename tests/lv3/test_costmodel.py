@@ -634,6 +634,9 @@ def test_evict_takes_auto_zero_or_a_size_and_says_what_it_received(capsys):
         err = capsys.readouterr().err.strip()
         assert rc == 2 and len(err.splitlines()) == 1, err
         assert "--evict must be auto, 0 (no cold calls) or a size in bytes" in err and repr(value) in err, err
+    rc = main(["bench", "allreduce", "-n", "2", "--evict", "8MiB", "--no-calibrate"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "there is none with --no-calibrate. Received: --evict 8MiB" in err, err
 
 
 def test_calibration_sizes_by_factor(capsys):
