@@ -620,7 +620,7 @@ def _time_rounds(comm, plan: list[dict], arrays: dict, rounds: int, mpi, progres
     number; a cell with ``every`` > 1 (see :func:`_plan_cells`) is timed in every ``every``-th
     round only, first in round ``i % every`` (``i``: its place in the plan). A cell marked
     ``cold`` also gets one cold call after its warm ones on every ``cold_every``-th visit: every
-    rank reads ``evict`` first, as in :func:`_cold_rows`. Returns, per cell: ``samples`` (each
+    rank reads ``evict`` first (:func:`_cold_call`). Returns, per cell: ``samples`` (each
     call's slowest rank), ``cold`` (the same for its cold calls, maybe empty), ``thirds`` (the
     medians of the first, second and last third of the rounds), ``wrong`` (elements off the exact
     sum, in the warm-up and the last call, over all ranks) and ``bytes_sent`` (this rank's, per call).
@@ -703,14 +703,14 @@ def _interleaved_rows(config, comm, mpi, pingpong, calibrated, calibrating: bool
     rounds, budget = int(config["rounds"]), config["max_time"] / int(config["rounds"])
     cal = [(a, n) for n in config["calibration_sizes"] for a in P2P_ALGORITHMS] if calibrating else []
     row_cells = [(a, n) for n in config["sizes"] for a in config["algorithms"]]
+    evict = _eviction_buffer(config) if cal else None
     if comm.rank == 0 and config["progress"]:
         sizes = ", ".join(map(_format_bytes, config["calibration_sizes"]))
-        cold = f", each with {COLD_CALLS} cold calls" if cal and config.get("evict_bytes") else ""
+        cold = f", each with {COLD_CALLS} cold calls" if evict is not None else ""
         what = f"{len(cal)} calibration cells ({sizes}{cold}) and " if cal else ""
         print(f"... interleaving {what}{len(row_cells)} rows over {rounds} rounds", file=sys.stderr, flush=True)
     arrays: dict = {}
     plan, first = _plan_cells(comm, cal, arrays, budget, rounds), None
-    evict = _eviction_buffer(config) if cal else None
     if evict is not None:  # cold calls in the same rounds as the warm ones, so that both see the same machine
         for cell in plan:
             cell.update(cold=[], visits=0, cold_every=max(1, rounds // cell["every"] // COLD_CALLS))

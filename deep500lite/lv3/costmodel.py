@@ -290,6 +290,17 @@ def _fit_design(x: np.ndarray, t: np.ndarray) -> tuple[float, np.ndarray]:
     return float(np.sum((x @ coef / t - 1) ** 2)), coef
 
 
+def _measured_times(rows: list, what: str) -> np.ndarray:
+    """The seconds of ``(algorithm, nbytes, p, seconds)`` rows, checked: one rank count, every time positive."""
+    ps = {int(r[2]) for r in rows}
+    if len(ps) != 1 or not rows:
+        raise UserError(f"{what} needs rows of one rank count. Received: rank counts {sorted(ps)}")
+    t = np.array([float(r[3]) for r in rows])
+    if np.any(t <= 0):
+        raise UserError(f"Measured times must be positive. Received: {t.min()}")
+    return t
+
+
 def fit_parameters(rows) -> CostParameters:
     """Least-squares fit of :class:`CostParameters` to measured times of one rank count.
 
@@ -309,12 +320,7 @@ def fit_parameters(rows) -> CostParameters:
         The fitted parameters.
     """
     rows = list(rows)
-    ps = {int(r[2]) for r in rows}
-    if len(ps) != 1 or not rows:
-        raise UserError(f"fit_parameters needs rows of one rank count. Received: rank counts {sorted(ps)}")
-    t = np.array([float(r[3]) for r in rows])
-    if np.any(t <= 0):
-        raise UserError(f"Measured times must be positive. Received: {t.min()}")
+    t = _measured_times(rows, "fit_parameters")
     terms = np.array([cost_terms(a, n, p) for a, n, p, _ in rows])
     sizes = np.array([float(r[1]) for r in rows])
 
@@ -368,11 +374,7 @@ def fit_cold(params: CostParameters, rows) -> CostParameters:
         A copy of ``params`` with ``cold_overhead`` and ``cold_per_byte`` set.
     """
     rows = list(rows)
-    if not rows or len({int(r[2]) for r in rows}) != 1:
-        raise UserError(f"fit_cold needs rows of one rank count. Received: {len(rows)} rows")
-    t = np.array([float(r[3]) for r in rows])
-    if np.any(t <= 0):
-        raise UserError(f"Measured times must be positive. Received: {t.min()}")
+    t = _measured_times(rows, "fit_cold")
     warm = np.array([params.seconds(a, n, int(p)) for a, n, p, _ in rows])
     nbytes = np.array([float(r[1]) for r in rows])
     scale = 1e-6  # seconds per microsecond and per MiB, so that both columns are of similar size
