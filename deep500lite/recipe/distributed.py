@@ -9,9 +9,14 @@ files into ``OUT/results.json``:
 
 - ``per_rank``: each rank's median step time, its compute and communication parts, bytes sent
   per step, final accuracy and loss, and whether its acceptable metrics held;
-- ``aggregate``: per step, the slowest rank's step time (the job moves at its pace), the
-  communication share, bytes per step over all ranks, the global batch and the job's
-  throughput (global batch / median slowest step time);
+- ``aggregate``: the slowest rank's step time (``step_time``: the summary of the steps after the
+  warm-up of the rank with the largest median; ``slowest_rank`` names it), its communication time,
+  the communication share, bytes per step over all ranks, the global batch and the job's
+  throughput (global batch / the slowest rank's median step). In synchronous training every
+  rank's step holds its wait for the others, so the slowest rank's step is the job's pace.
+  ``step_time_per_step_max`` keeps the median over steps of the largest of the ranks' times in
+  that step, the figure before 2026-11-27: when ranks run out of phase (more ranks than cores)
+  it picks up whichever rank began each step earliest and overstates the job's step;
 - ``baseline``, ``speedup`` (job throughput / 1-rank throughput) and ``scaling_efficiency``
   (speedup / N). Data parallelism is weak scaling (the batch per rank is fixed); a model-parallel
   scheme recorded in the results (``distributed.scheme``: spatial, pipeline, tensor, hybrid) splits
@@ -209,17 +214,22 @@ def aggregate(per_rank: list[dict], baseline: dict | None = None) -> dict:
     def per_step(key, combine):
         return [combine([s[i].get(key, math.nan) for s in steps]) for i in range(warmup, n)]
 
-    slowest = per_step("step_time", max)
-    comm = per_step("communication_time", max)
+    # Not the median over steps of the ranks' largest time: that also picks up whichever rank began
+    # each step earliest, which ranks running out of phase (more ranks than cores) turn into a bias.
+    medians = [row["step_time"] if row["step_time"] is not None and math.isfinite(row["step_time"]) else -math.inf
+               for row in rows]
+    slowest_rank = int(np.argmax(medians))
+    own = per_rank[slowest_rank]["summaries"]
     samples = per_step("samples", sum)
     job_bytes = per_step("bytes_sent", sum)
-    step_summary = _summary(slowest)
+    step_summary = own.get("step_time")
     global_batch = int(np.median(samples)) if samples else None
     throughput = (global_batch / step_summary["median"]) if step_summary and global_batch else None
     fraction = [c / t for c, t in zip(per_step("communication_time", np.mean), per_step("step_time", np.mean))
                 if t > 0 and math.isfinite(c)]
-    agg = {"steps": n, "warmup_steps": warmup, "step_time": step_summary,
-           "communication_time": _summary(comm),
+    agg = {"steps": n, "warmup_steps": warmup, "step_time": step_summary, "slowest_rank": slowest_rank,
+           "step_time_per_step_max": _summary(per_step("step_time", max)),
+           "communication_time": own.get("communication_time"),
            "communication_fraction": float(np.median(fraction)) if fraction else None,
            "bytes_per_step": _summary(job_bytes), "bytes_sent": sum(row["bytes_sent"] for row in rows),
            "global_batch_size": global_batch, "samples_per_second": throughput}
@@ -262,6 +272,11 @@ def _fmt_bytes(n) -> str:
     return f"{n:.0f} B"
 
 
+def _rank_of(agg: dict) -> str:
+    r = agg.get("slowest_rank")  # absent from files written before 2026-11-27
+    return "" if r is None else f" (rank {r})"
+
+
 def scaling_label(distributed: dict) -> str:
     """How a job's speedup scales, from the scheme recorded in its ``distributed`` results section.
 
@@ -296,7 +311,7 @@ def describe(results: dict) -> list[str]:
     st = agg["step_time"]
     if st:
         lines.append(f"job: {p} rank{'s' if p > 1 else ''}, {d['optimizer'].rsplit('.', 1)[-1]} over "
-                     f"{d['communicator'].rsplit('.', 1)[-1]}; slowest rank's step {sec(st['median'])} "
+                     f"{d['communicator'].rsplit('.', 1)[-1]}; slowest rank's step{_rank_of(agg)} {sec(st['median'])} "
                      f"[{sec(st['ci_low'])}, {sec(st['ci_high'])}], communication "
                      f"{100 * (agg['communication_fraction'] or 0):.1f}% of it; "
                      f"{_fmt_bytes(_median(agg['bytes_per_step']))} sent per step (all ranks); global batch "
