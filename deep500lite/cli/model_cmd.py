@@ -16,6 +16,7 @@ import dataclasses
 import json
 import math
 import os
+import statistics
 import sys
 
 __all__ = ["add_parser", "run", "run_allreduce", "run_layers", "describe_target", "target_onnx", "step_from_run",
@@ -457,6 +458,46 @@ def compare_runs(result, runs: list[dict], tolerance: float, calibration: str | 
     return out
 
 
+def repeatability(checks: list[dict], tolerance: float) -> list[dict]:
+    """How far apart the checked runs of one rank count are, for each count with two runs or more.
+
+    A prediction ``x`` is within ``tolerance`` of a run ``m`` when ``m`` lies between
+    ``x / (1 + tolerance)`` and ``x / (1 - tolerance)``, so one prediction can be within it of every
+    run only when the slowest run took at most ``(1 + tolerance) / (1 - tolerance)`` times the
+    fastest (1.5 at 0.2). When they are further apart, the machine did not repeat the job well
+    enough for the check, whatever the model predicts.
+
+    Args:
+        checks: :func:`compare_runs`' dicts; calibration points are left out.
+        tolerance: the check's relative tolerance.
+
+    Returns:
+        One dict per rank count with two judged runs or more, in rank order: ``ranks``, ``runs``,
+        ``fastest`` and ``slowest`` (their median steps, seconds), ``ratio`` (slowest / fastest),
+        ``band`` (the widest ratio one prediction can cover; None, no limit, from a tolerance of 1 up),
+        ``repeats`` (``ratio <= band``), ``median`` (the median of the runs' medians), ``predicted``
+        and ``error`` (predicted / that median - 1).
+    """
+    band = (1 + tolerance) / (1 - tolerance) if tolerance < 1 else None
+    by_count: dict[int, list[dict]] = {}
+    for c in checks:
+        if c["verdict"] != "calibration point":
+            by_count.setdefault(c["ranks"], []).append(c)
+    out = []
+    for ranks in sorted(by_count):
+        runs = by_count[ranks]
+        if len(runs) < 2:
+            continue
+        medians = sorted(c["median"] for c in runs)
+        middle = float(statistics.median(medians))
+        out.append({"ranks": ranks, "runs": len(runs), "fastest": medians[0], "slowest": medians[-1],
+                    "ratio": medians[-1] / medians[0], "band": band,
+                    "repeats": band is None or medians[-1] / medians[0] <= band,
+                    "median": middle, "predicted": runs[0]["predicted"],
+                    "error": runs[0]["predicted"] / middle - 1})
+    return out
+
+
 def _print_checks(checks: list[dict], tolerance: float, fmt: str, text, host_cores: int | None = None) -> None:
     from deep500lite.metrics.tables import format_seconds, format_table
 
@@ -478,10 +519,22 @@ def _print_checks(checks: list[dict], tolerance: float, fmt: str, text, host_cor
         good = sum(c["verdict"] == "within" for c in judged)
         print(f"predicted within {tolerance * 100:g}% of the measured step in {good} of {len(judged)} runs"
               + ("" if good == len(judged) else ": the check fails"), file=text)
+    for g in repeatability(checks, tolerance):
+        line = (f"{g['runs']} runs on {g['ranks']} rank{'s' if g['ranks'] > 1 else ''}: "
+                f"{format_seconds(g['fastest'])} to {format_seconds(g['slowest'])}, the slowest {g['ratio']:.2f} "
+                f"times the fastest; the prediction is {round(g['error'] * 100, 1) + 0.0:+.1f}% from their median "
+                f"{format_seconds(g['median'])}")
+        if not g["repeats"]:
+            line += (f"; one prediction can be within {tolerance * 100:g}% of runs at most {g['band']:.2f} times "
+                     f"apart, so these runs cannot all pass: the machine did not repeat the job")
+        print(line, file=text)
+    shared: dict[tuple, list[str]] = {}  # one note for every run of the same ranks on the same cores
     for c in judged:
-        note = oversubscribed_note(c, host_cores)
-        if note:
-            print(note, file=text)
+        if oversubscribed_note(c, host_cores):
+            shared.setdefault((c["ranks"], c["usable_cores"]), []).append(str(c["file"]))
+    for (ranks, cores), files in shared.items():
+        print(oversubscribed_note({"file": ", ".join(files), "ranks": ranks, "usable_cores": cores}, host_cores),
+              file=text)
 
 
 def oversubscribed_note(check: dict, host_cores: int | None) -> str | None:
@@ -708,7 +761,8 @@ def run(args) -> int:
     if args.json:
         data = result.to_dict()
         if checks:
-            data["checks"] = {"tolerance": args.tolerance, "runs": checks}
+            data["checks"] = {"tolerance": args.tolerance, "runs": checks,
+                              "repeatability": repeatability(checks, args.tolerance)}
         atomic_write_text(args.json, json.dumps(data, indent=1, default=str))
         print(f"wrote {args.json}", file=text)
     if args.plot:

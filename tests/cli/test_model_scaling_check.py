@@ -166,3 +166,52 @@ def test_a_run_without_a_recorded_core_count_gets_no_note(tmp_path, capsys):
     main([*BASE, "--check", str(bare), "--json", str(out)])
     assert "note: " not in capsys.readouterr().out
     assert json.loads(out.read_text())["checks"]["runs"][0]["usable_cores"] is None
+
+
+def test_runs_of_one_rank_count_too_far_apart_for_any_prediction_are_named(tmp_path, capsys):
+    # Two real 4-rank runs of the same recipe: on 16 cores (a core per rank) and on 2 cores.
+    out = tmp_path / "s.json"
+    main([*BASE, "--check", f"{RUNS[4]},{SHARED},{RUNS[2]}", "--json", str(out)])
+    text = capsys.readouterr().out
+    data = json.loads(out.read_text())
+    fast, slow = sorted([measured(4), json.loads(SHARED.read_text())["distributed"]["aggregate"]["step_time"]["median"]])
+    assert slow / fast > 1.5  # what the test needs: further apart than a 20% band can hold
+    (group,) = data["checks"]["repeatability"]  # 2 ranks had one run: no entry
+    predicted = {r["accelerators"]: r["step"] for r in data["rows"]}[4]
+    assert group["ranks"] == 4 and group["runs"] == 2 and group["repeats"] is False
+    assert group["fastest"] == fast and group["slowest"] == slow
+    assert group["ratio"] == pytest.approx(slow / fast) and group["band"] == pytest.approx(1.2 / 0.8)
+    assert group["median"] == pytest.approx((fast + slow) / 2)
+    assert group["error"] == pytest.approx(predicted / ((fast + slow) / 2) - 1)
+    lines = [line for line in text.splitlines() if line.startswith("2 runs on 4 ranks: ")]
+    assert len(lines) == 1 and f"the slowest {slow / fast:.2f} times the fastest" in lines[0], text
+    assert lines[0].endswith("one prediction can be within 20% of runs at most 1.50 times apart, so these runs "
+                             "cannot all pass: the machine did not repeat the job"), text
+    # one note for the 2-core run only
+    assert sum(line.startswith("note: ") for line in text.splitlines()) == 1
+
+
+def test_runs_close_enough_for_one_prediction_get_no_warning(tmp_path, capsys):
+    twin = tmp_path / "run2-again.json"
+    twin.write_text(RUNS[2].read_text())
+    out = tmp_path / "s.json"
+    # a 1-rank run checked against itself is the calibration point and is left out of the groups
+    main([*BASE, "--check", f"{RUNS[1]},{RUNS[2]},{twin}", "--json", str(out)])
+    text = capsys.readouterr().out
+    (group,) = json.loads(out.read_text())["checks"]["repeatability"]
+    assert group["ranks"] == 2 and group["ratio"] == 1.0 and group["repeats"] is True
+    line = next(line for line in text.splitlines() if line.startswith("2 runs on 2 ranks: "))
+    assert "cannot all pass" not in line and "the slowest 1.00 times the fastest" in line
+    # a tolerance of 1 or more lets one prediction cover runs any distance apart
+    main([*BASE, "--check", f"{RUNS[4]},{SHARED}", "--tolerance", "1", "--json", str(out)])
+    capsys.readouterr()
+    (group,) = json.loads(out.read_text())["checks"]["repeatability"]
+    assert group["band"] is None and group["repeats"] is True
+
+
+def test_several_shared_runs_share_one_note(tmp_path, capsys):
+    twin = tmp_path / "run4-again.json"
+    twin.write_text(SHARED.read_text())
+    main([*BASE, "--check", f"{SHARED},{twin}"])
+    notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("note: ")]
+    assert len(notes) == 1 and notes[0].startswith(f"note: {SHARED}, {twin} ran 4 ranks on "), notes
