@@ -542,9 +542,10 @@ def oversubscribed_note(check: dict, host_cores: int | None) -> str | None:
 
     Such ranks take turns on the cores. The model slows each rank's compute by ranks / cores
     (``--host-cores``) but does not predict the waits for partners the scheduler has not run yet,
-    which on the 2-core VM of docs/scaling.md made the 4-rank step 2-4 times the prediction. The
-    cores are those of the host that recorded the run's environment, where ``deep500lite run -n P``
-    starts every rank.
+    beyond what the calibration's cold calls catch: on the 2-core VM of docs/scaling.md five 4-rank
+    runs in a row were up to 1.9 times apart and the prediction 30-60% from their median. The cores
+    are those of the host that recorded the run's environment, where ``deep500lite run -n P`` starts
+    every rank.
     """
     cores = check.get("usable_cores")
     if cores is None or check["ranks"] <= cores:
