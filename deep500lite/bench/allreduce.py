@@ -571,6 +571,13 @@ def _warm_up(comm, x: np.ndarray, algorithm: str, budget: float, min_reps: int) 
     return wrong, sent, int(reps[0]), min(pilot)
 
 
+def _slowest(world, mine: np.ndarray, mpi) -> np.ndarray:
+    """Elementwise, the largest of every rank's ``mine`` (collective): each call's slowest rank."""
+    out = np.empty_like(mine)
+    world.Allreduce(mine, out, op=mpi.MAX)
+    return out
+
+
 def _measure(comm, nbytes: int, algorithm: str, max_time: float, mpi, pingpong, calibrated) -> dict:
     world = comm.comm
     x = _pattern(nbytes // _ITEMSIZE, comm.rank)
@@ -582,8 +589,7 @@ def _measure(comm, nbytes: int, algorithm: str, max_time: float, mpi, pingpong, 
         out = comm.allreduce(x, algorithm=algorithm)
         samples[i] = time.perf_counter() - t0
     wrong += _count_wrong(out, comm.size)
-    slowest = np.empty_like(samples)
-    world.Allreduce(samples, slowest, op=mpi.MAX)
+    slowest = _slowest(world, samples, mpi)
     total_wrong = world.allreduce(wrong)
     chosen = comm.choose_algorithm(nbytes) if algorithm == "auto" else algorithm
     predicted = cal = None
@@ -648,9 +654,7 @@ def _time_rounds(comm, plan: list[dict], arrays: dict, rounds: int, mpi, progres
                 cell["visits"] += 1
     results = []
     for cell in plan:
-        mine = np.asarray(cell["samples"] + cell.get("cold", []), np.float64)
-        slowest = np.empty_like(mine)
-        world.Allreduce(mine, slowest, op=mpi.MAX)
+        slowest = _slowest(world, np.asarray(cell["samples"] + cell.get("cold", []), np.float64), mpi)
         slowest, cold = slowest[:len(cell["samples"])], slowest[len(cell["samples"]):]
         third = np.asarray(cell["round"]) * 3 // rounds
         results.append({"samples": slowest.tolist(), "cold": cold.tolist(), "wrong": world.allreduce(cell["wrong"]),
@@ -678,8 +682,7 @@ def _cold_rows(comm, cells, evict: np.ndarray, mpi) -> list:
         x = _pattern(nbytes // _ITEMSIZE, comm.rank)
         comm.allreduce(x, algorithm=algorithm)  # its buffers exist, as in a training loop's second step
         mine = np.array([_cold_call(comm, x, algorithm, evict) for _ in range(COLD_CALLS)], np.float64)
-        slowest = np.empty_like(mine)
-        world.Allreduce(mine, slowest, op=mpi.MAX)
+        slowest = _slowest(world, mine, mpi)
         out.append((algorithm, nbytes, comm.size, float(np.median(slowest))))
     return out
 
@@ -715,9 +718,7 @@ def _interleaved_rows(config, comm, mpi, pingpong, calibrated, calibrating: bool
         for cell in plan:
             cell.update(cold=[], visits=0, cold_every=max(1, rounds // cell["every"] // COLD_CALLS))
     if cal and "auto" in config["algorithms"]:
-        mine = np.array([c["pilot"] for c in plan], np.float64)
-        pilots = np.empty_like(mine)
-        comm.comm.Allreduce(mine, pilots, op=mpi.MAX)
+        pilots = _slowest(comm.comm, np.array([c["pilot"] for c in plan], np.float64), mpi)
         first = model_from_rows(comm, [[(a, n, comm.size, float(t)) for (a, n), t in zip(cal, pilots)]],
                                 environment=False)
         comm.cost_model = first

@@ -179,7 +179,9 @@ def repeatability(checks: list[dict], tolerance: float) -> list[dict]:
     return out
 
 
-def _print_checks(checks: list[dict], tolerance: float, fmt: str, text, host_cores: int | None = None) -> None:
+def _print_checks(checks: list[dict], groups: list[dict], tolerance: float, fmt: str, text,
+                  host_cores: int | None = None) -> None:
+    """The ``--check`` table, its verdict line, a line per group of :func:`repeatability` and the notes."""
     from deep500lite.metrics.tables import format_seconds, format_table
 
     def verdict(c):
@@ -200,7 +202,7 @@ def _print_checks(checks: list[dict], tolerance: float, fmt: str, text, host_cor
         good = sum(c["verdict"] == "within" for c in judged)
         print(f"predicted within {tolerance * 100:g}% of the measured step in {good} of {len(judged)} runs"
               + ("" if good == len(judged) else ": the check fails"), file=text)
-    for g in repeatability(checks, tolerance):
+    for g in groups:
         line = (f"{g['runs']} runs on {g['ranks']} rank{'s' if g['ranks'] > 1 else ''}: "
                 f"{format_seconds(g['fastest'])} to {format_seconds(g['slowest'])}, the slowest {g['ratio']:.2f} "
                 f"times the fastest; the prediction is {round(g['error'] * 100, 1) + 0.0:+.1f}% from their median "
@@ -209,13 +211,13 @@ def _print_checks(checks: list[dict], tolerance: float, fmt: str, text, host_cor
             line += (f"; one prediction can be within {tolerance * 100:g}% of runs at most {g['band']:.2f} times "
                      f"apart, so these runs cannot all pass: the machine did not repeat the job")
         print(line, file=text)
-    shared: dict[tuple, list[str]] = {}  # one note for every run of the same ranks on the same cores
+    same: dict[tuple, list[str]] = {}  # one note for every run of the same ranks on the same cores
     for c in judged:
-        if oversubscribed_note(c, host_cores):
-            shared.setdefault((c["ranks"], c["usable_cores"]), []).append(str(c["file"]))
-    for (ranks, cores), files in shared.items():
-        print(oversubscribed_note({"file": ", ".join(files), "ranks": ranks, "usable_cores": cores}, host_cores),
-              file=text)
+        same.setdefault((c["ranks"], c["usable_cores"]), []).append(str(c["file"]))
+    for (ranks, cores), files in same.items():
+        note = oversubscribed_note({"file": ", ".join(files), "ranks": ranks, "usable_cores": cores}, host_cores)
+        if note:
+            print(note, file=text)
 
 
 def oversubscribed_note(check: dict, host_cores: int | None) -> str | None:

@@ -538,12 +538,12 @@ def run(args) -> int:
         print(f"not checked (left out of the sweep): {', '.join(c['file'] for c in missing)}", file=text)
     checks = compare_runs(result, [c for c in checks if c not in missing], args.tolerance, args.step_from)
     if checks:
-        _print_checks(checks, args.tolerance, args.format, text, args.host_cores)
+        groups = repeatability(checks, args.tolerance)
+        _print_checks(checks, groups, args.tolerance, args.format, text, args.host_cores)
     if args.json:
         data = result.to_dict()
         if checks:
-            data["checks"] = {"tolerance": args.tolerance, "runs": checks,
-                              "repeatability": repeatability(checks, args.tolerance)}
+            data["checks"] = {"tolerance": args.tolerance, "runs": checks, "repeatability": groups}
         atomic_write_text(args.json, json.dumps(data, indent=1, default=str))
         print(f"wrote {args.json}", file=text)
     if args.plot:
