@@ -8,6 +8,7 @@ import numpy as np
 import tensorflow as tf
 
 from deep500lite.errors import Deep500Error, FeedError, UserKeyError, UserTypeError
+from deep500lite.lv1.compile_progress import compiling
 from deep500lite.lv1.execution_errors import execution_error, shape_of
 from deep500lite.lv1.executor import GraphExecutor
 from deep500lite.lv1.network import FLOAT_DTYPES
@@ -238,6 +239,14 @@ class TensorFlowExecutor(GraphExecutor):
         key = (id(fn), tuple((np.shape(a), np.asarray(a).dtype.str) for a in args))
         if key in self._compiled_shapes:
             return fn(*args)
+        if self._jit:
+            what = "the training function" if training else "the inference function"
+            with compiling(self, what, [np.shape(a) for a in args], "XLA, jit_compile=True"):
+                return self._first_call(fn, args, training, key)
+        return self._first_call(fn, args, training, key)
+
+    def _first_call(self, fn, args, training: bool, key):
+        """The first call of ``fn`` for a concrete input shape, its tracing and compilation timed (see the class docs)."""
         t0 = time.perf_counter()
         fn.get_concrete_function(*args)  # traces, or finds the trace of this shape family
         spent = time.perf_counter() - t0
@@ -257,6 +266,16 @@ class TensorFlowExecutor(GraphExecutor):
         self.compile_seconds += spent
         self._compiled_shapes.add(key)
         return results
+
+    def is_compiled(self) -> bool:
+        """True with ``jit_compile=True`` (XLA compiles on the first call per input shape)."""
+        return self._jit
+
+    def _random_state(self):
+        return self._rng.state.numpy()
+
+    def _restore_random_state(self, state) -> None:
+        self._rng.state.assign(state)
 
     def _training_state(self) -> list:
         """``(variable, value)`` of the state a training run changes: running statistics, the Dropout generator."""
