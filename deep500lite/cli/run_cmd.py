@@ -105,10 +105,13 @@ def _resolve(args):
                 raise UserError(f"--mlperf takes KEY=VALUE, such as org=ETH. Received: --mlperf {text!r}")
             fields[key.strip()] = value
         args.mlperf_fields = submission_fields(recipe.mlperf, fields, recipe_name=resolved.name)
-    if args.plots:
-        from deep500lite.recipe.report import require_matplotlib
+    from deep500lite.recipe.requirements import dataset_name, missing_parts, require_parts
 
-        require_matplotlib("--plots")  # before training, so a run is never lost to a missing plotting library
+    # before anything runs, so a run is never lost to a library missing at its end
+    require_parts("deep500lite run", missing_parts(frameworks=[str(resolved.config.get("executor"))]
+                                                   if isinstance(resolved.config.get("executor"), str) else [],
+                                                   dataset=dataset_name(resolved.config), plots=args.plots,
+                                                   plots_flag="--plots"))
     return resolved
 
 

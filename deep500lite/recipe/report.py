@@ -230,11 +230,12 @@ def _step_time_figure(comparison: dict, colors: dict):
     if timed:
         data = [[t * 1e3 for t in r["step_times"]] for r in timed]
         positions = list(range(len(data), 0, -1))  # the first row on top
-        parts = ax.violinplot(data, positions=positions, vert=False, showextrema=False)
+        horizontal = _horizontal()
+        parts = ax.violinplot(data, positions=positions, showextrema=False, **horizontal)
         for body, r in zip(parts["bodies"], timed):
             body.set_facecolor(colors[r["label"]])
             body.set_alpha(0.45)
-        ax.boxplot(data, positions=positions, widths=0.15, showfliers=False, vert=False)
+        ax.boxplot(data, positions=positions, widths=0.15, showfliers=False, **horizontal)
         ax.set_yticks(positions)
         ax.set_yticklabels([r["label"] for r in timed])
         flat = [v for d in data for v in d]
@@ -244,6 +245,14 @@ def _step_time_figure(comparison: dict, colors: dict):
     ax.set_title("Step times (violin: distribution; box: quartiles and median)")
     ax.grid(alpha=0.3, axis="x")
     return fig
+
+
+def _horizontal() -> dict:
+    """The keyword for horizontal violins and boxes: ``orientation`` from matplotlib 3.10, ``vert`` before."""
+    import matplotlib
+
+    major, minor = (int(p) for p in matplotlib.__version__.split(".")[:2])
+    return {"orientation": "horizontal"} if (major, minor) >= (3, 10) else {"vert": False}
 
 
 def _loss_figure(groups: dict, colors: dict):
