@@ -53,8 +53,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import importlib
-import importlib.util
 import io
 import os
 import time
@@ -459,7 +457,8 @@ def custom_example_cases(size: str = "default") -> list[CustomCase]:
 
 
 def load_custom_cases(spec: str, size: str = "default") -> list[CustomCase]:
-    """Load custom cases named by ``MODULE:NAME`` or ``FILE.py:NAME``.
+    """Load custom cases named by ``MODULE:NAME`` or ``FILE.py:NAME`` (a file imports with its folder on
+    ``sys.path``, so it can import its neighbours: :func:`deep500lite.bench.user_code.load_attribute`).
 
     ``NAME`` is a :class:`CustomCase`, a sequence of them, or a callable taking the size preset
     (``"small"``, ``"default"`` or ``"large"``) and returning either.
@@ -467,28 +466,9 @@ def load_custom_cases(spec: str, size: str = "default") -> list[CustomCase]:
     Raises:
         UserError: the spec is malformed, cannot be imported, or names something else.
     """
-    if not isinstance(spec, str) or ":" not in spec or spec.endswith(":"):
-        raise UserError(f"--custom-op must be MODULE:NAME or FILE.py:NAME. Received: {spec!r}")
-    where, attr = spec.rsplit(":", 1)
-    try:
-        if where.endswith(".py"):
-            if not os.path.isfile(where):
-                raise UserError(f"--custom-op: file {where!r} does not exist; give MODULE:NAME or the path of an "
-                                f"existing FILE.py:NAME. Received: {spec!r}")
-            mod_spec = importlib.util.spec_from_file_location(f"_d5_custom_{abs(hash(where))}", where)
-            module = importlib.util.module_from_spec(mod_spec)
-            mod_spec.loader.exec_module(module)
-        else:
-            module = importlib.import_module(where)
-    except UserError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - an error in the user's module is the user's to fix
-        raise UserError(f"--custom-op: cannot import {where!r}: {type(exc).__name__}: {exc}; give an importable "
-                        f"module or .py file. Received: {spec!r}") from exc
-    if not hasattr(module, attr):
-        raise UserError(f"--custom-op: {where!r} has no {attr!r}; NAME must be a CustomCase, a list of them or a "
-                        f"function returning them, defined in {where!r}. Received: {spec!r}")
-    obj = getattr(module, attr)
+    from deep500lite.bench.user_code import load_attribute
+
+    obj = load_attribute(spec, "--custom-op", "a CustomCase, a list of them or a function returning them")
     if callable(obj) and not isinstance(obj, CustomCase):
         obj = obj(size)
     cases = [obj] if isinstance(obj, CustomCase) else list(obj) if isinstance(obj, (list, tuple)) else None
