@@ -59,7 +59,8 @@ def palette(labels: Iterable[str]) -> dict[str, str]:
 
     Labels of the built-in variants keep their fixed colour; labels of one variant under several
     recipes (``a/torch``, ``b/torch``) and unknown labels take colours from :data:`EXTRA_COLORS`
-    not used yet, starting at the label's hash so the same label tends to keep its colour.
+    not used yet, in sorted order, each starting at its label's hash: the same set of labels gets the
+    same colours in any order, and a label tends to keep its colour in other sets.
     """
     labels = list(dict.fromkeys(labels))
     out: dict[str, str] = {}
@@ -69,7 +70,7 @@ def palette(labels: Iterable[str]) -> dict[str, str]:
         if color is not None and color not in used:
             out[label] = color
             used.add(color)
-    for label in labels:
+    for label in sorted(labels):  # sorted: the same labels get the same colours in any order
         if label in out:
             continue
         start = zlib.crc32(label.encode()) % len(EXTRA_COLORS)

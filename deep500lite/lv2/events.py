@@ -572,6 +572,13 @@ class PlotWriter(TrainingEvent):
 
     def plot(self, stats) -> list[str]:
         """Draw both plots now; returns the paths written."""
+        loss, accuracy = self.figures(stats)
+        self._save(loss, self.loss_path)
+        self._save(accuracy, self.accuracy_path)
+        return [self.loss_path, self.accuracy_path]
+
+    def figures(self, stats) -> tuple:
+        """The two matplotlib figures, ``(loss, accuracy)``, of the statistics so far."""
         import importlib.util
 
         if importlib.util.find_spec("matplotlib") is None:
@@ -601,7 +608,7 @@ class PlotWriter(TrainingEvent):
         ax.set_title("Loss" + title)
         ax.grid(alpha=0.3)
         legend_outside(fig)
-        self._save(fig, self.loss_path)
+        loss_figure = fig
 
         fig = new_figure(7.5, 4.2)
         ax = fig.add_subplot()
@@ -619,8 +626,7 @@ class PlotWriter(TrainingEvent):
         ax.set_title("Accuracy" + title)
         ax.grid(alpha=0.3)
         legend_outside(fig)
-        self._save(fig, self.accuracy_path)
-        return [self.loss_path, self.accuracy_path]
+        return loss_figure, fig
 
     def after_epoch(self, trainer, stats, epoch):
         if self.every_epoch:

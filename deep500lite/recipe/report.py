@@ -24,8 +24,8 @@ from typing import Sequence
 from deep500lite.errors import FrameworkNotAvailableError, UserError
 from deep500lite.metrics.plots import legend_outside, log_scale_if_wide, new_figure, palette
 
-__all__ = ["load_results", "comparison_table", "comparison_csv", "significance_lines", "write_plots",
-           "require_matplotlib"]
+__all__ = ["load_results", "comparison_table", "comparison_unit_table", "comparison_csv", "significance_lines",
+           "write_plots", "comparison_figures", "require_matplotlib"]
 
 
 def load_results(paths: Sequence) -> list[dict]:
@@ -205,12 +205,17 @@ def write_plots(results: Sequence[dict], folder, comparison: dict | None = None)
     except OSError as exc:
         raise UserError(f"Cannot make the plots folder '{folder}' ({exc.strerror or exc}); give a writable folder for "
                         f"the plots. Received: {folder!r}") from exc
-    comparison = comparison or compare_results(results)
+    figures = comparison_figures(results, comparison or compare_results(results))
+    return [_save(fig, os.path.join(folder, name)) for name, fig in figures.items()]
+
+
+def comparison_figures(results: Sequence[dict], comparison: dict) -> dict:
+    """The matplotlib figures :func:`write_plots` saves: ``{"step_times.png": fig, "loss.png": fig, "accuracy.png": fig}``."""
+    require_matplotlib("Plots")
     groups = _groups(results)
     colors = palette(list(groups) + [r["label"] for r in comparison["rows"]])
-    return [_save(_step_time_figure(comparison, colors), os.path.join(folder, "step_times.png")),
-            _save(_loss_figure(groups, colors), os.path.join(folder, "loss.png")),
-            _save(_accuracy_figure(groups, colors, comparison.get("target")), os.path.join(folder, "accuracy.png"))]
+    return {"step_times.png": _step_time_figure(comparison, colors), "loss.png": _loss_figure(groups, colors),
+            "accuracy.png": _accuracy_figure(groups, colors, comparison.get("target"))}
 
 
 def require_matplotlib(what: str = "Plots") -> None:
