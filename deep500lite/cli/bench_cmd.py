@@ -62,6 +62,18 @@ def add_parser(subparsers):
     return p
 
 
+def _write_json(path, header: dict, results) -> None:
+    """Write ``header``, the environment and every result's raw samples to ``path`` (nothing when None)."""
+    if not path:
+        return
+    from deep500lite.environment import collect_environment
+    from deep500lite.utils import atomic_write_text
+
+    payload = dict(header, environment=collect_environment(), results=[r.to_dict() for r in results])
+    atomic_write_text(path, json.dumps(payload, indent=1))
+    print(f"results: {path}")
+
+
 def _no_benchmark(parser) -> int:
     parser.print_help(sys.stderr)
     return 2
@@ -69,10 +81,8 @@ def _no_benchmark(parser) -> int:
 
 def run_overhead(args) -> int:
     from deep500lite.bench.overhead import TARGET_RATIO, run_overhead
-    from deep500lite.environment import collect_environment
     from deep500lite.errors import UserError
     from deep500lite.metrics.tables import format_ci, format_table
-    from deep500lite.utils import atomic_write_text
 
     if args.threads is not None and not args.all_targets:
         raise UserError(f"--threads applies to bench overhead --all only; add --all or leave it out. "
@@ -117,11 +127,7 @@ def run_overhead(args) -> int:
                 for r in results if r.compile_seconds and any(r.compile_seconds.values())]
     if compiled:
         print("compile time (not in the times above): " + "; ".join(compiled))
-    if args.json:
-        payload = {"benchmark": "overhead", "device": args.device, "environment": collect_environment(),
-                   "results": [r.to_dict() for r in results]}
-        atomic_write_text(args.json, json.dumps(payload, indent=1))
-        print(f"results: {args.json}")
+    _write_json(args.json, {"benchmark": "overhead", "device": args.device}, results)
     return 0
 
 
@@ -171,10 +177,8 @@ def _overhead_device(text: str):
 
 def _run_user_op_overhead(args) -> int:
     from deep500lite.bench.user_op import load_user_op, run_user_op_overhead
-    from deep500lite.environment import collect_environment
     from deep500lite.metrics.tables import Column, UnitTable, time_unit
     from deep500lite.registry import EXECUTOR_VARIANTS, FRAMEWORKS, is_framework_available, split_executor_spelling
-    from deep500lite.utils import atomic_write_text
 
     op = load_user_op(args.op)
     if args.framework:
@@ -207,11 +211,7 @@ def _run_user_op_overhead(args) -> int:
                         "left out")
     print(f"{type(op).__name__} forward + backward: through each executor vs called directly")
     print(table.render())
-    if args.json:
-        payload = {"benchmark": "overhead --op FILE:FACTORY", "op": args.op, "environment": collect_environment(),
-                   "results": [r.to_dict() for r in results]}
-        atomic_write_text(args.json, json.dumps(payload, indent=1))
-        print(f"results: {args.json}")
+    _write_json(args.json, {"benchmark": "overhead --op FILE:FACTORY", "op": args.op}, results)
     return 0
 
 
@@ -219,10 +219,8 @@ def _run_op_overhead(args) -> int:
     if args.op != BUILTIN_OP:
         return _run_user_op_overhead(args)
     from deep500lite.bench.op_overhead import run_op_overhead
-    from deep500lite.environment import collect_environment
     from deep500lite.metrics.tables import format_ci, format_table
     from deep500lite.registry import FRAMEWORKS, is_framework_available
-    from deep500lite.utils import atomic_write_text
 
     if args.framework:
         frameworks = [f.strip() for f in args.framework.split(",") if f.strip()]
@@ -240,9 +238,5 @@ def _run_op_overhead(args) -> int:
     print("Swish forward + backward: custom operator vs the framework's own")
     print(format_table(["framework", "custom op", "elements", "native [95% CI]", "custom [95% CI]",
                         "ratio [95% CI]", "pairs", "max |err|"], rows))
-    if args.json:
-        payload = {"benchmark": "overhead --op", "environment": collect_environment(),
-                   "results": [r.to_dict() for r in results]}
-        atomic_write_text(args.json, json.dumps(payload, indent=1))
-        print(f"results: {args.json}")
+    _write_json(args.json, {"benchmark": "overhead --op"}, results)
     return 0
