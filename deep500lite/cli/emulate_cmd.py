@@ -43,7 +43,7 @@ def add_parser(subparsers):
                    help="slots per host in the host file: ranks a host takes before the next (default 1)")
     p.add_argument("--grace", type=positive_seconds, default=10.0, metavar="SECONDS",
                    help="after a signal, seconds COMMAND has to end before everything is killed (default 10)")
-    p.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND",
+    p.add_argument("program", nargs=argparse.REMAINDER, metavar="COMMAND",
                    help="the command to run (put '--' before it)")
     p.set_defaults(func=run)
     return p
@@ -63,7 +63,7 @@ def run(args) -> int:
     """Run ``deep500lite emulate``; returns COMMAND's exit status (128 + N when ended by signal N)."""
     from deep500lite.lv3.emulate import EmulatedHosts, parse_bandwidth, parse_latency
 
-    command = list(args.command)
+    command = list(args.program)
     if command and command[0] == "--":
         command = command[1:]
     if not command:

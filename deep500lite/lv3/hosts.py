@@ -11,8 +11,12 @@ first match wins:
    ``#`` comments and blank lines ignored;
 3. the file named by :data:`HOSTFILE_ENV` (``deep500lite emulate`` sets it for its command);
 4. a Slurm allocation (``SLURM_JOB_ID`` with ``SLURM_JOB_NODELIST``, as ``salloc`` and ``sbatch``
-   set them): hydra's own Slurm support, ``mpiexec -launcher slurm -rmk slurm``, which reads the
-   node list and tasks per node from the environment and starts its proxies with ``srun``;
+   set them): hydra's Slurm launcher, ``mpiexec -launcher slurm -hosts node01:2,node02:2``, the
+   nodes and their slots read here from ``SLURM_JOB_NODELIST`` and ``SLURM_TASKS_PER_NODE``;
+   hydra then runs ``srun --nodelist node01,node02 -N 2 -n 2 ... hydra_pmi_proxy ...``, one proxy
+   a node, inside the allocation. Where the node list cannot be read here, ``-launcher slurm -rmk
+   slurm`` lets hydra read it (hydra 5.0.2 needs both ``SLURM_NODELIST`` and
+   ``SLURM_JOB_NODELIST`` then, which Slurm sets);
 5. none: every rank on this machine, as before.
 
 Ranks fill each host's slots in order and wrap around when there are more ranks than slots
@@ -66,8 +70,10 @@ class Hosts:
 
     def mpiexec_args(self) -> list[str]:
         """The arguments that give hydra (MPICH's ``mpiexec``) these hosts, placed before ``-n``."""
-        if self.slurm_job is not None:
+        if self.slurm_job is not None and not self.entries:
             return ["-launcher", "slurm", "-rmk", "slurm"]
+        if self.slurm_job is not None:  # srun starts one proxy on each node of the list
+            return ["-launcher", "slurm", "-hosts", ",".join(f"{host}:{n}" for host, n in self.entries)]
         return ["-hosts", ",".join(f"{host}:{n}" for host, n in self.entries)]
 
     def placement(self, ranks: int) -> list[tuple[str, int]]:
