@@ -33,7 +33,7 @@ def add_parser(subparsers):
                      "$DEEP500LITE_HOSTFILE naming the hosts: 'deep500lite launch', 'run -n', 'bench allreduce' "
                      "and 'bench spatial' start their ranks on them, talking TCP through the shaped links. "
                      "Everything is removed afterwards, also when COMMAND fails or the command is interrupted. "
-                     "Needs root and iproute2. See docs/distributed.md."))
+                     "Needs root and iproute2. See docs/hosts.md."))
     p.add_argument("--hosts", type=positive_int, required=True, metavar="N", help="number of emulated hosts")
     p.add_argument("--bandwidth", required=True, metavar="RATE",
                    help="each host's link rate, both ways: 100mbit, 1gbit, 2.5gbit, ... or none (unshaped)")

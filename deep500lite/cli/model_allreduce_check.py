@@ -8,7 +8,9 @@ A point-to-point algorithm is predicted as itself; ``native`` (MPI's own choice)
 ``--min-bytes`` and ``--max-bytes`` are judged at ``--tolerance``; the exit status is 1 when one is
 off by more. The crossover lines put where the measured fastest point-to-point algorithm changes
 beside where the model's fastest of the same algorithms does (seed 002's latency/bandwidth
-crossover). Used by
+crossover, which needs more than two ranks), and a last line where the time of one algorithm
+(``native`` if measured) doubles from its smallest size's, measured and modelled: where latency
+gives way to bandwidth (:func:`doubling_size`). Used by
 :mod:`deep500lite.cli.model_cmd`; see docs/scaling.md.
 """
 
@@ -17,7 +19,7 @@ from __future__ import annotations
 import math
 import sys
 
-__all__ = ["read_bench_file", "check_rows", "measured_crossovers", "run_check"]
+__all__ = ["read_bench_file", "check_rows", "measured_crossovers", "doubling_size", "run_check"]
 
 
 def read_bench_file(path: str) -> dict:
@@ -86,6 +88,30 @@ def measured_crossovers(checked: list[dict]) -> list[tuple[int, int, str, str]]:
     return [(a[0], b[0], a[1], b[1]) for a, b in zip(fastest, fastest[1:]) if a[1] != b[1]]
 
 
+def doubling_size(points) -> float | None:
+    """Where the latency-bound regime gives way to the bandwidth-bound one: the size whose time is twice the time
+    of the smallest size (Hockney's half-performance length), interpolated log-log between ``(bytes, seconds)``
+    points; None when no point reaches twice the first."""
+    points = sorted(points)
+    if len(points) < 2 or points[0][1] <= 0:
+        return None
+    target = 2 * points[0][1]
+    for (n0, t0), (n1, t1) in zip(points, points[1:]):
+        if t1 >= target and t0 > 0:
+            if t1 <= t0:
+                return float(n1)
+            frac = (math.log(target) - math.log(t0)) / (math.log(t1) - math.log(t0))
+            return math.exp(math.log(n0) + max(0.0, frac) * (math.log(n1) - math.log(n0)))
+    return None
+
+
+def _approx(n: float) -> str:
+    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
 def _size(n: int) -> str:
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= scale and n % scale == 0:
@@ -144,4 +170,17 @@ def run_check(path: str, model, what: str, low: int, high: int, tolerance: float
                 print(f"crossover, {label}: {a} is fastest up to {_size(lo)}, {b} from {_size(hi)}", file=text)
         else:
             print(f"crossover, {label}: none between {_size(sizes[0])} and {_size(sizes[-1])}", file=text)
+    # the latency/bandwidth crossover of one algorithm: measured at the file's sizes, the model's on a fine grid
+    algorithm = "native" if any(c["algorithm"] == "native" for c in checked) else checked[0]["algorithm"]
+    rows = [c for c in checked if c["algorithm"] == algorithm]
+    grid = sorted({*(c["bytes"] for c in rows),
+                   *(int(rows[0]["bytes"] * (rows[-1]["bytes"] / rows[0]["bytes"]) ** (k / 256)) // 4 * 4 or 4
+                     for k in range(257))}) if len(rows) > 1 else []
+    template = dict(rows[0])
+    measured_half = doubling_size([(c["bytes"], c["measured"]) for c in rows])
+    model_half = doubling_size([(n, _predicted(model, dict(template, bytes=n), ranks)[0]) for n in grid])
+    shown = [f"{label} {_approx(v) if v is not None else 'beyond ' + _size(rows[-1]['bytes'])}"
+             for label, v in (("measured", measured_half), ("model", model_half))]
+    print(f"latency/bandwidth crossover of {algorithm} (the size whose time is twice that of "
+          f"{_size(rows[0]['bytes'])}): {', '.join(shown)}", file=text)
     return 0 if good == len(judged) else 1
