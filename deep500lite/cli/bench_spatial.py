@@ -67,11 +67,13 @@ def run(args) -> int:
             grid = [int(v) for v in args.grid.lower().split("x")]
         except ValueError:
             raise UserError(f"--grid must be ROWSxCOLUMNS such as 2x2. Received: {args.grid!r}") from None
+    hosts = hosts_from_args(args)
+    if hosts is not None:
+        print(f"bench spatial: ranks on {hosts.describe()}", file=sys.stderr, flush=True)
     result = bench.run_spatial_benchmark(ranks, batch=args.batch, size=args.size, channels=args.channels,
                                          width=args.width, layers=args.layers, steps=args.steps,
                                          framework=args.framework, modes=modes, threads=args.threads,
-                                         mpiexec=args.mpiexec, grid=grid, batchnorm=args.batchnorm,
-                                         hosts=hosts_from_args(args))
+                                         mpiexec=args.mpiexec, grid=grid, batchnorm=args.batchnorm, hosts=hosts)
     print(result.table())
     if args.json:
         atomic_write_text(args.json, json.dumps({"rows": result.rows, "config": result.config}, indent=1))

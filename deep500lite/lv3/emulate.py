@@ -46,6 +46,7 @@ import tempfile
 import time
 
 from deep500lite.errors import UserError
+from deep500lite.lv3.launch import kill_pids
 
 __all__ = ["EmulatedHosts", "NetemMissing", "parse_bandwidth", "parse_latency", "clean_stale", "live_namespaces",
            "processes_in", "PREFIX", "LOCK_DIR", "SUBNET", "check_requirements", "format_rate"]
@@ -222,11 +223,7 @@ def remove(tag: str, ip: str = "ip", wait: float = 10.0) -> list[str]:
         pids = processes_in(names)
         if not pids or time.monotonic() > deadline:
             break
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        kill_pids(pids)
         time.sleep(0.05)
     # hosts before the head: the head holds the bridge ends of their links
     for name in sorted(names, key=lambda n: n.endswith("-head")):

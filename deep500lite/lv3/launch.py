@@ -42,7 +42,7 @@ from deep500lite.lv3.rank_start import STARTUP_DIR_ENV
 __all__ = ["find_mpiexec", "run_job", "JobTimeout", "StartupTimeout", "resolve_timeouts", "check_ranks",
            "usable_cores", "oversubscription_note", "max_sensible_ranks", "DEFAULT_JOB_TIMEOUT",
            "DEFAULT_STARTUP_TIMEOUT", "JOB_TIMEOUT_ENV", "STARTUP_TIMEOUT_ENV", "STARTUP_HOST_ENV", "RANK_START",
-           "KILL_GRACE"]
+           "KILL_GRACE", "kill_pids"]
 
 #: Seconds a multi-rank command's job may run by default: 6 hours, longer than any bundled recipe by
 #: far, short enough that a job hung after start-up still ends the same working day.
@@ -427,9 +427,14 @@ def _kill(proc: subprocess.Popen, grace: float = 0.0) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
-    for pid in below:
+    kill_pids(below)
+    proc.wait()
+
+
+def kill_pids(pids) -> None:
+    """SIGKILL each process of ``pids``; those already gone (or not ours) are skipped."""
+    for pid in pids:
         try:
             os.kill(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-    proc.wait()

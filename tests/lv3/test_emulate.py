@@ -185,6 +185,22 @@ def test_a_two_host_hostfile_job_runs_through_launch():
 @requires_root
 @pytest.mark.mpi
 @requires_mpi
+def test_bench_spatial_runs_across_emulated_hosts(tmp_path):
+    out = tmp_path / "spatial.json"
+    case = Case("--hosts", "2", "--bandwidth", "1gbit", "--", "deep500lite", "bench", "spatial", "-n", "2", "--size",
+                "16", "--steps", "1", "--layers", "2", "--width", "4", "--channels", "2", "--framework", "reference",
+                "--modes", "sample,spatial", "--json", str(out))
+    rc, text = case.wait()
+    assert rc == 0, text
+    assert "bench spatial: ranks on 2 hosts from $DEEP500LITE_HOSTFILE" in text, text
+    rows = json.loads(out.read_text())["rows"]
+    assert sorted(r["mode"] for r in rows) == ["sample", "spatial"] and all(r["ranks"] == 2 for r in rows), rows
+    case.assert_nothing_left()
+
+
+@requires_root
+@pytest.mark.mpi
+@requires_mpi
 def test_hydras_slurm_launcher_starts_the_ranks_through_srun(tmp_path):
     # Slurm cannot run here: a stand-in srun starts each proxy the way srun would (one a node, SLURM_NODEID set),
     # on the emulated host of that name; everything else is deep500lite's Slurm path and hydra's Slurm launcher.
