@@ -39,6 +39,9 @@ def add_parser(subparsers):
                    help="each host's link rate, both ways: 100mbit, 1gbit, 2.5gbit, ... or none (unshaped)")
     p.add_argument("--latency", default=None, metavar="T",
                    help="one-way delay added between two hosts (5ms, 200us); needs the kernel's netem")
+    p.add_argument("--burst", type=positive_int, default=None, metavar="BYTES",
+                   help="depth of each link's token bucket: what passes at once after a pause (default: 100 us at "
+                        "the rate, at least 3028); raise it when a loaded machine cannot hold the rate")
     p.add_argument("--slots", type=positive_int, default=1, metavar="K",
                    help="slots per host in the host file: ranks a host takes before the next (default 1)")
     p.add_argument("--grace", type=positive_seconds, default=10.0, metavar="SECONDS",
@@ -74,7 +77,7 @@ def run(args) -> int:
                         f"Received: {command[0]!r}")
     bandwidth = parse_bandwidth(args.bandwidth)
     latency = None if args.latency is None else parse_latency(args.latency)
-    hosts = EmulatedHosts(args.hosts, bandwidth, latency, args.slots)
+    hosts = EmulatedHosts(args.hosts, bandwidth, latency, args.slots, args.burst)
     handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     previous = {s: signal.signal(s, _raise) for s in handled}
     proc = None

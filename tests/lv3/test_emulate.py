@@ -127,6 +127,10 @@ def test_rates_and_latencies_parse():
             parse_latency(bad)
     with pytest.raises(UserError, match="--hosts must be a number of emulated hosts from 1 to 253"):
         EmulatedHosts(0)
+    with pytest.raises(UserError, match=r"--burst must be a whole number of bytes, at least one full frame \(1514\)"):
+        EmulatedHosts(2, 100_000_000, burst=1000)
+    # 100 us at the rate, at least two full frames
+    assert emulate_module.default_burst(100_000_000) == 3028 and emulate_module.default_burst(10**9) == 12_500
 
 
 def test_missing_programs_and_root_are_named(monkeypatch, capsys):

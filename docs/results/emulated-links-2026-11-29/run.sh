@@ -9,7 +9,8 @@
 # Then, on a machine with 4 cores or more, seed 002's latency/bandwidth crossover on four emulated hosts
 # (recursive doubling against Rabenseifner). Needs root and iproute2. Run on a quiet machine:
 #   sudo bash docs/results/emulated-links-2026-11-29/run.sh
-# (about 20 minutes on 2 cores; RATES="100mbit" for one link; QUICK=1 for a 10-minute smoke run). Outputs land
+# (about 20 minutes on 2 cores; RATES="100mbit" for one link; QUICK=1 for a 10-minute smoke run; BURST=125000
+# when the 1 Gbit/s rows are far slower than the wire: see docs/hosts.md). Outputs land
 # beside this script (OUT=DIR elsewhere); `grep -h 'within\|crossover\|exit' *.txt` sums them up.
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -19,6 +20,8 @@ PY=$(dirname "$D5")/python
 export PATH="$(dirname "$D5"):$PATH"
 export OMP_NUM_THREADS=1
 RATES=${RATES:-"100mbit 1gbit none"}
+# BURST=BYTES sets every link's token bucket (emulate --burst); the default holds 100 us of traffic
+EM=(--hosts 2); [ -n "${BURST:-}" ] && EM+=(--burst "$BURST")
 EPOCHS=10; MAXB=4MiB; CROSS="100mbit 1gbit"
 if [ "${QUICK:-0}" = 1 ]; then EPOCHS=2; MAXB=256KiB; CROSS=100mbit; QB="--max-time 0.1 --interleave 6"; else QB=""; fi
 mkdir -p "$OUT" && cd "$OUT" || exit 1
@@ -40,7 +43,7 @@ PY
   echo "start: $(date -u) load: $(cut -d' ' -f1-3 /proc/loadavg)"; } > machine.txt
 for rate in $RATES; do
   log "bench allreduce, 2 hosts, $rate"
-  "$D5" emulate --hosts 2 --bandwidth "$rate" -- "$D5" bench allreduce -n 2 --min-bytes 4 --max-bytes $MAXB $QB \
+  "$D5" emulate "${EM[@]}" --bandwidth "$rate" -- "$D5" bench allreduce -n 2 --min-bytes 4 --max-bytes $MAXB $QB \
     --save-model "ar-$rate.json" --json "bench-$rate.json" > "bench-$rate.txt" 2>&1
   echo "exit $?" >> "bench-$rate.txt"
   NET=$(link "bench-$rate.json" "$rate")
@@ -57,7 +60,7 @@ for rate in $RATES; do
   for comm in mpi torch; do
     log "run -n 2 over $comm, $rate"
     rm -rf "/tmp/d5-emulated-run-$comm-$rate"
-    "$D5" emulate --hosts 2 --bandwidth "$rate" -- "$D5" run digits_mlp_distributed -n 2 --set epochs=$EPOCHS \
+    "$D5" emulate "${EM[@]}" --bandwidth "$rate" -- "$D5" run digits_mlp_distributed -n 2 --set epochs=$EPOCHS \
       --set communicator=$comm --out "/tmp/d5-emulated-run-$comm-$rate" > "run-$comm-$rate.txt" 2>&1
     echo "exit $?" >> "run-$comm-$rate.txt"
     cp "/tmp/d5-emulated-run-$comm-$rate/results.json" "results-$comm-$rate.json"
