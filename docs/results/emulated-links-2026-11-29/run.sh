@@ -39,7 +39,7 @@ bw = 1 / model["beta"] if rate == "none" else float(rate[:-4]) * units[rate[-4:]
 print(f"{model['alpha']:.4g},{bw:.4g}")
 PY
 }
-{ echo "machine: $(lscpu | grep 'Model name' | sed 's/  */ /g'), $(nproc) CPUs; kernel $(uname -r)"
+{ echo "machine: $(lscpu | grep 'Model name' | sed 's/  */ /g'), $(getconf _NPROCESSORS_ONLN) CPUs; kernel $(uname -r)"
   echo "start: $(date -u) load: $(cut -d' ' -f1-3 /proc/loadavg)"; } > machine.txt
 for rate in $RATES; do
   log "bench allreduce, 2 hosts, $rate"
@@ -74,7 +74,7 @@ for rate in $RATES; do
   done
 done
 # Four ranks on fewer than four cores take turns on them (docs/scaling.md, Limits): the crossover needs 4 cores.
-[ "$(nproc)" -ge 4 ] || { log "crossover skipped: $(nproc) cores, 4 needed"; CROSS=""; }
+[ "$(getconf _NPROCESSORS_ONLN)" -ge 4 ] || { log "crossover skipped: $(getconf _NPROCESSORS_ONLN) cores, 4 needed"; CROSS=""; }
 for rate in $CROSS; do
   log "crossover, 4 hosts, $rate"
   "$D5" emulate --hosts 4 --bandwidth "$rate" -- "$D5" bench allreduce -n 4 --min-bytes 256 --max-bytes 256KiB \
