@@ -213,7 +213,8 @@ def _tags() -> set[str]:
 
 
 def remove(tag: str, ip: str = "ip", wait: float = 10.0) -> list[str]:
-    """Kill every process in ``tag``'s namespaces, delete them (their links go with them), remove their files.
+    """Kill every process in ``tag``'s namespaces, delete them (their links go with them), remove their files
+    (``/etc/netns``, and the temporary folder with the host file and the launcher script).
 
     Returns:
         The namespaces deleted.
@@ -240,6 +241,10 @@ def remove(tag: str, ip: str = "ip", wait: float = 10.0) -> list[str]:
         os.rmdir("/etc/netns")  # only when empty: other programs' folders stay
     except OSError:
         pass
+    tmp = tempfile.gettempdir()
+    for folder in os.listdir(tmp):  # the host file and launcher script of the hosts
+        if folder.startswith(tag + "-") and os.path.isdir(os.path.join(tmp, folder)):
+            shutil.rmtree(os.path.join(tmp, folder), ignore_errors=True)
     return names
 
 

@@ -17,6 +17,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 
@@ -105,6 +106,7 @@ class Case:
         assert not [f for f in (os.listdir("/etc/netns") if os.path.isdir("/etc/netns") else [])
                     if f.startswith(self.tag)]
         assert not [f for f in (os.listdir(LOCK_DIR) if os.path.isdir(LOCK_DIR) else []) if f.startswith(self.tag)]
+        assert not [f for f in os.listdir(tempfile.gettempdir()) if f.startswith(self.tag)]  # host file, script
         assert _root_links() == self.links
         deadline = time.monotonic() + 5  # killed processes may take a moment to be reaped
         while _processes_with(self.token) and time.monotonic() < deadline:
