@@ -33,6 +33,7 @@ import numpy as np
 
 from deep500lite.errors import UserError, format_choices
 from deep500lite.lv3.allreduce import ALGORITHMS, P2P_ALGORITHMS, allreduce_cost
+from deep500lite.lv3.hosts import launcher_args
 from deep500lite.lv3.launch import find_mpiexec, run_job
 
 __all__ = ["AllreduceBenchmark", "COLD_CALLS", "DEFAULT_ALGORITHMS", "RELEASED_MEMORY", "calibration_sizes",
@@ -446,7 +447,8 @@ def run_allreduce_benchmark(ranks: int, sizes, algorithms=DEFAULT_ALGORITHMS, ma
                             progress: bool = True, job_timeout: float | None = None, model_file=None,
                             save_model=None, calibrate: bool = True, passes: int = 1,
                             interleave: int = 0, calibration_factor: int | None = None,
-                            keep_memory: bool = True, evict_bytes: int | None = None) -> AllreduceBenchmark:
+                            keep_memory: bool = True, evict_bytes: int | None = None,
+                            hosts=None) -> AllreduceBenchmark:
     """Launch the MPI job on ``ranks`` ranks and return its results.
 
     Args:
@@ -487,6 +489,9 @@ def run_allreduce_benchmark(ranks: int, sizes, algorithms=DEFAULT_ALGORITHMS, ma
             (:func:`~deep500lite.lv3.costmodel.fit_cold`): the first allreduce of a training step
             follows compute that filled the caches. None: the last-level cache
             (:func:`last_level_cache_bytes`); 0: no cold calls.
+        hosts: the :class:`~deep500lite.lv3.hosts.Hosts` to start the ranks on (None: this
+            machine). The job's configuration and results then go through a temporary folder
+            in the working directory, which every host must see (a shared file system).
     """
     if evict_bytes is None:
         evict_bytes = last_level_cache_bytes()
@@ -515,7 +520,7 @@ def run_allreduce_benchmark(ranks: int, sizes, algorithms=DEFAULT_ALGORITHMS, ma
         CalibratedModel.load(model_file).params(ranks)
         model_file = os.path.abspath(model_file)
     launcher = find_mpiexec(mpiexec, "bench allreduce")
-    with tempfile.TemporaryDirectory(prefix="d5-allreduce-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="d5-allreduce-", dir=None if hosts is None else os.getcwd()) as tmp:
         config = {"sizes": sizes, "algorithms": algorithms, "max_time": max_time, "timeout": comm_timeout,
                   "progress": progress, "output": os.path.join(tmp, "result.json"), "model_file": model_file,
                   "calibrate": bool(calibrate), "calibration_sizes": cal_sizes, "passes": passes,
@@ -524,9 +529,9 @@ def run_allreduce_benchmark(ranks: int, sizes, algorithms=DEFAULT_ALGORITHMS, ma
         config_path = os.path.join(tmp, "config.json")
         with open(config_path, "w") as f:
             json.dump(config, f)
-        cmd = [launcher, "-n", str(ranks), sys.executable, "-m", "mpi4py", "-m", "deep500lite.bench.allreduce",
-               config_path]
-        rc = run_job(cmd, timeout=job_timeout)
+        cmd = [launcher, *launcher_args(hosts), "-n", str(ranks), sys.executable, "-m", "mpi4py", "-m",
+               "deep500lite.bench.allreduce", config_path]
+        rc = run_job(cmd, timeout=job_timeout, hosts=hosts)
         if rc != 0 or not os.path.exists(config["output"]):
             raise UserError("the allreduce benchmark job failed; its ranks' errors are printed above (a job that "
                             f"works exits with status 0 and writes its results). Received: exit status {rc} from "

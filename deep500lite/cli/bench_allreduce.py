@@ -11,7 +11,8 @@ import math
 import os
 import sys
 
-from deep500lite.cli.args import add_job_limit_options, positive_int, positive_seconds
+from deep500lite.cli.args import (add_host_options, add_job_limit_options, hosts_from_args, positive_int,
+                                  positive_seconds)
 
 __all__ = ["add_subparser", "run", "load_calibration_file", "DEFAULT_ROUNDS"]
 
@@ -44,6 +45,7 @@ def add_subparser(sub):
                    help="a rank waiting longer than this in one communication ends the job with an error naming "
                         "it (default 120)")
     add_job_limit_options(p, job_flag="--job-timeout")
+    add_host_options(p)
     p.add_argument("--mpiexec", default=None, help="the MPI launcher (default: the one beside this Python, else PATH)")
     p.add_argument("--model", default=None, metavar="FILE",
                    help="use this calibration file (from --save-model) instead of calibrating first")
@@ -152,7 +154,8 @@ def run(args) -> int:
     algorithms = bench.parse_algorithms(args.algorithms)
     if not math.isfinite(args.max_time) or args.max_time <= 0:
         raise UserError(f"--max-time must be a finite number of seconds > 0. Received: --max-time {args.max_time}")
-    check_ranks(args.ranks, "-n", args.oversubscribe)
+    hosts = hosts_from_args(args)
+    check_ranks(args.ranks, "-n", args.oversubscribe, hosts)
     if args.interleave is None:
         args.interleave = 0 if args.passes > 1 else DEFAULT_ROUNDS
     if args.interleave != 0 and args.interleave < 3:
@@ -179,7 +182,7 @@ def run(args) -> int:
         raise UserError(f"--evict sets the cold calls of the calibration run; there is none with "
                         f"{'--model' if args.model else '--no-calibrate'}. Received: --evict {args.evict}")
     evict = _evict_bytes("auto" if args.evict is None else args.evict, bench)
-    note = oversubscription_note(args.ranks, "time of each allreduce")
+    note = oversubscription_note(args.ranks, "time of each allreduce", hosts)
     if note:
         print(note, file=sys.stderr if args.format == "csv" else sys.stdout, flush=True)
     try:
@@ -190,14 +193,16 @@ def run(args) -> int:
                                                    calibrate=not args.no_calibrate, job_timeout=job_timeout,
                                                    passes=args.passes, interleave=args.interleave,
                                                    calibration_factor=args.calibration_factor,
-                                                   keep_memory=not args.release_memory, evict_bytes=evict)
+                                                   keep_memory=not args.release_memory, evict_bytes=evict,
+                                                   hosts=hosts)
     except StartupTimeout:
         raise
     except JobTimeout as exc:
         raise JobTimeout(f"bench allreduce: {exc}; pass a larger --job-timeout if it is just slow. Received: "
                          f"--job-timeout {job_timeout:g}") from None
     text = sys.stderr if args.format == "csv" else sys.stdout
-    print(f"allreduce of float32 sums on {result.ranks} ranks ({result.mpi_library})", file=text)
+    print(f"allreduce of float32 sums on {result.ranks} ranks ({result.mpi_library})"
+          + (f" on {hosts.describe(result.ranks)}" if hosts is not None else ""), file=text)
     print(f"freed memory: {result.allocator}", file=text)
     print(result.describe_model(), file=text)
     if result.calibration:

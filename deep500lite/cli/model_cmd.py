@@ -142,7 +142,7 @@ def add_parser(sub):
         description=("Predict each allreduce algorithm's time over message sizes on a network (alpha-beta) or with a "
                      "calibration file of this machine, and show where the fastest algorithm changes from the "
                      "latency-optimal to the bandwidth-optimal one."))
-    a.add_argument("--nodes", type=int, default=64, help="ranks (default 64)")
+    a.add_argument("--nodes", type=int, default=None, help="ranks (default 64; with --check, the file's)")
     a.add_argument("--network", default="edr-ib", help="as for 'model scaling' (default edr-ib)")
     a.add_argument("--gamma", type=float, default=0.0, metavar="S_PER_BYTE",
                    help="seconds per byte reduced (default 0)")
@@ -151,6 +151,12 @@ def add_parser(sub):
     a.add_argument("--min-bytes", default="4", help="smallest message (default 4)")
     a.add_argument("--max-bytes", default="256MiB", help="largest message (default 256MiB)")
     a.add_argument("--format", default="table", help="table, markdown or csv (default table)")
+    a.add_argument("--check", default=None, metavar="FILE",
+                   help="the JSON of 'bench allreduce --json': each measured row beside the prediction (native and "
+                        "auto as the fastest algorithm), judged between --min-bytes and --max-bytes; exit status 1 "
+                        "when one is off by more than --tolerance; and the measured crossover beside the model's")
+    a.add_argument("--tolerance", type=float, default=0.2, metavar="FRACTION",
+                   help="with --check: the largest relative error that counts as a match (default 0.2: 20%%)")
     a.set_defaults(func=run_allreduce)
     _add_layers_parser(msub)
     p.set_defaults(func=lambda args: _no_subcommand(p))
@@ -672,8 +678,10 @@ def run_allreduce(args) -> int:
 
     if args.format not in TABLE_FORMATS:
         raise UserError(f"--format must be one of {format_choices(TABLE_FORMATS)}. Received: {args.format!r}")
-    if args.nodes < 2:
+    if args.nodes is not None and args.nodes < 2:
         raise UserError(f"--nodes must be at least 2 ranks (an allreduce needs two). Received: --nodes {args.nodes}")
+    if not (args.tolerance > 0 and math.isfinite(args.tolerance)):
+        raise UserError(f"--tolerance must be a positive fraction (0.2 means 20%). Received: {args.tolerance!r}")
     if not (args.gamma >= 0 and math.isfinite(args.gamma)):
         raise UserError(f"--gamma must be a finite number of seconds per byte >= 0. Received: --gamma {args.gamma}")
     sizes = message_sizes(parse_bytes(args.min_bytes), parse_bytes(args.max_bytes))
@@ -681,12 +689,19 @@ def run_allreduce(args) -> int:
         from deep500lite.cli.bench_allreduce import load_calibration_file
 
         model = load_calibration_file(args.allreduce_model, "--allreduce-model")
-        model.params(args.nodes)
         what = f"calibrated model {args.allreduce_model}"
     else:
         net = parse_interconnect(args.network, "--network")
         model = AlphaBeta(net.alpha, net.beta, args.gamma)
         what = f"{net.name}: alpha {net.alpha * 1e6:.3g} us, {net.bandwidth / 1e9:.3g} GB/s"
+    if args.check:
+        from deep500lite.cli.model_allreduce_check import run_check
+
+        return run_check(args.check, model, what, parse_bytes(args.min_bytes), parse_bytes(args.max_bytes),
+                         args.tolerance, args.format, args.nodes)
+    args.nodes = 64 if args.nodes is None else args.nodes
+    if args.allreduce_model:
+        model.params(args.nodes)
     rows, cross = scaling.allreduce_table(model, args.nodes, sizes)
     text = sys.stderr if args.format == "csv" else sys.stdout
     print(f"predicted allreduce on {args.nodes} ranks, {what}", file=text)

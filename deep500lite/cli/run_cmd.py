@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 
-from deep500lite.cli.args import add_job_limit_options, nonnegative_int, positive_int, positive_seconds
+from deep500lite.cli.args import (add_host_options, add_job_limit_options, hosts_from_args, nonnegative_int,
+                                  positive_int, positive_seconds)
 
 __all__ = ["add_parser", "run", "default_out"]
 
@@ -56,6 +57,7 @@ def add_parser(subparsers):
     d.add_argument("--mpiexec", default=None, metavar="PATH",
                    help="with -n: the MPI launcher (default: the mpiexec beside this Python, else on PATH)")
     add_job_limit_options(d, when="with -n: ")
+    add_host_options(d, when="with -n: ")
     d.add_argument("--comm-timeout", type=positive_seconds, default=None, metavar="SECONDS",
                    help="with -n: a communication waiting longer ends the job with an error naming the rank and "
                         "operation (default 300)")
@@ -145,7 +147,8 @@ def _run_ranks(args, resolved, out: str, progress) -> int:
     from deep500lite.lv3.launch import check_ranks, find_mpiexec, resolve_timeouts
 
     # Arguments that refuse the job are checked before the results folder is touched.
-    check_ranks(args.ranks, "-n/--ranks", args.oversubscribe)
+    hosts = hosts_from_args(args)
+    check_ranks(args.ranks, "-n/--ranks", args.oversubscribe, hosts)
     resolve_timeouts(args.timeout, args.startup_timeout)
     find_mpiexec(args.mpiexec, "deep500lite run -n")
     kept = None
@@ -155,7 +158,7 @@ def _run_ranks(args, resolved, out: str, progress) -> int:
                                      progress="lines" if progress == "auto" else progress,
                                      baseline=not args.no_baseline, mpiexec=args.mpiexec, timeout=args.timeout,
                                      comm_timeout=comm_timeout, startup_timeout=args.startup_timeout,
-                                     oversubscribe=args.oversubscribe)
+                                     oversubscribe=args.oversubscribe, hosts=hosts)
             lines = result.lines()  # reads the rank folders: before they move
         except Deep500Error as exc:
             if not os.path.isfile(os.path.join(work, "results.json")):

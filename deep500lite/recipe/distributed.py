@@ -89,7 +89,7 @@ def _read(path: str, what: str) -> dict:
 def run_distributed(recipe: str, ranks: int, out: str, *, sets=(), seed: int = 0, progress: str | None = "lines",
                     baseline: bool = True, mpiexec: str | None = None, timeout: float | None = None,
                     comm_timeout: float | None = DEFAULT_COMM_TIMEOUT, startup_timeout: float | None = None,
-                    oversubscribe: bool = False) -> DistributedRun:
+                    oversubscribe: bool = False, hosts=None) -> DistributedRun:
     """Run a recipe with a ``distributed`` component on ``ranks`` MPI ranks and aggregate.
 
     Args:
@@ -108,15 +108,19 @@ def run_distributed(recipe: str, ranks: int, out: str, *, sets=(), seed: int = 0
         startup_timeout: seconds every rank has to reach MPI initialisation (None:
             ``DEEP500LITE_STARTUP_TIMEOUT``, else 120); a rank that does not is named in the error.
         oversubscribe: allow more than 4 ranks per usable core.
+        hosts: the :class:`~deep500lite.lv3.hosts.Hosts` to start the ranks on (None: this
+            machine); the 1-rank baseline runs on the first of them. Every host must see ``out``
+            (a shared file system), where each rank writes its results.
 
     Raises:
         UserError: a bad argument, or a job that failed or wrote no results.
     """
+    from deep500lite.lv3.hosts import launcher_args
     from deep500lite.lv3.launch import (JobTimeout, StartupTimeout, check_ranks, find_mpiexec,
                                         oversubscription_note, resolve_timeouts, run_job)
     from deep500lite.recipe.results import write_results
 
-    check_ranks(ranks, "-n/--ranks", oversubscribe)
+    check_ranks(ranks, "-n/--ranks", oversubscribe, hosts)
     timeout, startup_timeout = resolve_timeouts(timeout, startup_timeout)
     launcher = find_mpiexec(mpiexec, "deep500lite run -n")
     env = dict(os.environ)
@@ -124,9 +128,10 @@ def run_distributed(recipe: str, ranks: int, out: str, *, sets=(), seed: int = 0
         env["DEEP500LITE_COMM_TIMEOUT"] = str(comm_timeout)
 
     def job(n: int, folder: str, what: str, max_steps: int | None = None, shown: str | None = progress) -> None:
-        cmd = [launcher, "-n", str(n), *rank_command(recipe, sets, seed, folder, shown, max_steps)]
+        cmd = [launcher, *launcher_args(hosts), "-n", str(n), *rank_command(recipe, sets, seed, folder, shown,
+                                                                             max_steps)]
         try:
-            rc = run_job(cmd, timeout=timeout, env=env, startup_timeout=startup_timeout)
+            rc = run_job(cmd, timeout=timeout, env=env, startup_timeout=startup_timeout, hosts=hosts)
         except StartupTimeout as exc:
             raise StartupTimeout(f"The {what} was killed: {exc}") from None
         except JobTimeout as exc:
@@ -137,8 +142,9 @@ def run_distributed(recipe: str, ranks: int, out: str, *, sets=(), seed: int = 0
                             f"status 0). Received: exit status {rc} from {' '.join(cmd)}")
 
     os.makedirs(out, exist_ok=True)
-    print(f"training on {ranks} rank{'s' if ranks > 1 else ''} (mpiexec -n {ranks})", flush=True)
-    note = oversubscription_note(ranks, "step")
+    print(f"training on {ranks} rank{'s' if ranks > 1 else ''} (mpiexec -n {ranks})"
+          + (f" on {hosts.describe(ranks)}" if hosts is not None else ""), flush=True)
+    note = oversubscription_note(ranks, "step", hosts)
     if note:
         print(note, flush=True)
     job(ranks, out, f"{ranks}-rank job")
