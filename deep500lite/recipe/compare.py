@@ -36,23 +36,12 @@ import time
 from typing import Sequence
 
 from deep500lite.errors import FrameworkNotAvailableError, UserError, format_choices
+from deep500lite.metrics.statistics import holm
 
 __all__ = ["run_comparison", "compare_results", "mann_whitney", "holm", "group_label", "ALPHA"]
 
 #: Significance level of the step-time tests.
 ALPHA = 0.05
-
-
-def holm(pvalues: Sequence[float]) -> list[float]:
-    """Holm's step-down adjustment of p-values (family-wise error rate), in the given order."""
-    m = len(pvalues)
-    order = sorted(range(m), key=lambda i: pvalues[i])
-    adjusted = [0.0] * m
-    running = 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (m - rank) * pvalues[i]))
-        adjusted[i] = running
-    return adjusted
 
 
 def mann_whitney(a: Sequence[float], b: Sequence[float]) -> dict:
