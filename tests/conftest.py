@@ -132,14 +132,22 @@ def installed_wheel(tmp_path_factory):
     Returns ``(wheel_path, site_folder)``; put ``site_folder`` on PYTHONPATH to import the
     installed layout, where ``frameworks/`` and ``metrics/`` sit under ``deep500lite/``.
     """
+    import os
     import shutil
 
     tmp = tmp_path_factory.mktemp("wheel")
     # build from a copy: setuptools reuses the tree's build/ folder, which may still hold modules
     # deleted since it was made
     source = tmp / "source"
-    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(
-        ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", "d5-results", "results", ".pytest_cache"))
+    skipped = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", "d5-results",
+                                     ".pytest_cache")
+
+    def ignore(folder, names):
+        # the top-level results/ folder of local measurements, not the deep500lite.results package
+        top = os.path.abspath(folder) == os.path.abspath(REPO) and "results" in names
+        return set(skipped(folder, names)) | ({"results"} if top else set())
+
+    shutil.copytree(REPO, source, ignore=ignore)
     build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w",
                             str(tmp / "dist"), str(source)], capture_output=True, text=True)
     assert build.returncode == 0, build.stderr[-2000:]
