@@ -101,6 +101,7 @@ def comparison_table(comparison: dict, fmt: str = "table") -> str:
             else _sci(r.get("divergence_gradients")),
             _vs_fastest(r, comparison), _metrics_cell(r)])
     headers = list(TABLE_HEADERS)
+    headers[0] = comparison.get("group_by") or headers[0]  # report --group-by label: the rows are labels
     if comparison.get("target") is not None:
         headers[3] = f"time to {comparison['target']:g}%"
     return format_table(headers, rows, fmt)
@@ -135,18 +136,22 @@ def _save(fig, path: str) -> str:
     return path
 
 
-def _groups(results: Sequence[dict]) -> dict[str, list[dict]]:
+def _groups(results: Sequence[dict], group_by: str = "framework") -> dict[str, list[dict]]:
     from deep500lite.recipe.compare import group_label
 
     several = len({(r.get("recipe") or {}).get("name") for r in results}) > 1
+    several_fw = len({r.get("executor_variant") or r.get("framework") for r in results}) > 1
     out: dict[str, list[dict]] = {}
     for r in results:
-        out.setdefault(group_label(r, several), []).append(r)
+        out.setdefault(group_label(r, several, group_by, several_fw), []).append(r)
     return out
 
 
-def write_plots(results: Sequence[dict], folder, comparison: dict | None = None) -> list[str]:
+def write_plots(results: Sequence[dict], folder, comparison: dict | None = None,
+                group_by: str = "framework") -> list[str]:
     """Draw ``step_times.png``, ``loss.png`` and ``accuracy.png`` in ``folder``; returns their paths.
+
+    ``group_by`` groups the runs as :func:`~deep500lite.recipe.compare.compare_results` does.
 
     Raises:
         FrameworkNotAvailableError: matplotlib is not installed (``pip install 'deep500lite[plots]'``);
@@ -168,8 +173,8 @@ def write_plots(results: Sequence[dict], folder, comparison: dict | None = None)
     except OSError as exc:
         raise UserError(f"Cannot make the plots folder '{folder}' ({exc.strerror or exc}); give a writable folder for "
                         f"the plots. Received: {folder!r}") from exc
-    comparison = comparison or compare_results(results)
-    groups = _groups(results)
+    comparison = comparison or compare_results(results, group_by=group_by)
+    groups = _groups(results, group_by)
     paths = []
 
     timed = [r for r in comparison["rows"] if r["step_times"]]
