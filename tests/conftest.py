@@ -12,6 +12,7 @@ nothing imports this file.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -22,6 +23,11 @@ from support import REPO, framework_params
 from deep500lite.utils import is_package_available
 
 __all__ = ["exported", "installed_wheel", "lenet_file", "repo_root", "rng"]
+
+# The commands tests run record their results nowhere (their default database would be
+# d5-results/deep500lite.sqlite in the working folder); tests/results names databases of its own.
+os.environ["DEEP500LITE_DB"] = "none"
+os.environ.pop("DEEP500LITE_LABEL", None)
 
 
 def pytest_addoption(parser):
@@ -132,7 +138,6 @@ def installed_wheel(tmp_path_factory):
     Returns ``(wheel_path, site_folder)``; put ``site_folder`` on PYTHONPATH to import the
     installed layout, where ``frameworks/`` and ``metrics/`` sit under ``deep500lite/``.
     """
-    import os
     import shutil
 
     tmp = tmp_path_factory.mktemp("wheel")
