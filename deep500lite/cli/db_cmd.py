@@ -191,7 +191,8 @@ def run_list(args) -> int:
     with open_from_args(args) as store:
         runs = store.runs(**filters_of(args))
     rows = [[r["id"], format_time(r["started"] or r["recorded"]), r["kind"], r["suite"], r["variant"] or r["framework"] or "-",
-             "-" if r["rank"] is None or not r["ranks"] or r["ranks"] < 2 else f"{r['rank']}/{r['ranks']}",
+             "-" if not r["ranks"] or r["ranks"] < 2 else (f"all {r['ranks']}" if r["rank"] is None
+                                                          else f"{r['rank']}/{r['ranks']}"),
              r["machine"] or "?", r["label"] or "", (r["git_commit"] or "")[:12],
              {True: "pass", False: "FAIL"}.get(r["passed"], "-"), r["path"] or ""] for r in runs]
     print(format_table(["id", "started", "kind", "recipe/command", "framework", "rank", "machine", "label", "commit",

@@ -44,7 +44,7 @@ SUMMARY_VALUES = {"final_test_accuracy": ("%", "higher"), "final_train_loss": ("
                   "training_time": ("s", "lower"), "peak_memory_bytes": ("bytes", "lower")}
 
 _SAMPLE_KEYS = {"raw", "samples", "ratios", "cold", "forward", "backward", "step", "times"}
-_ID_KEYS = ("benchmark", "framework", "model", "network", "dataset", "algorithm", "op", "name", "kind", "layer",
+_ID_KEYS = ("framework", "model", "network", "dataset", "algorithm", "op", "name", "kind", "layer",
             "mode", "scheme", "device", "dtype", "shape", "batch_size", "batch", "bytes", "elements", "ranks",
             "training", "suite")
 _HIGHER = ("throughput", "bandwidth", "per_second", "flops", "accuracy", "speedup", "efficiency")
@@ -277,6 +277,18 @@ def _walk(node, ids: list, path: list, out: list, base: str) -> None:
                     _walk(v, own if named else own + [f"{key}[{i}]"], path, out, base)
 
 
+def _framework_names(node, out: set) -> None:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "framework" and isinstance(value, str):
+                out.add(value)
+            elif key not in ("environment", "config"):
+                _framework_names(value, out)
+    elif isinstance(node, list):
+        for value in node:
+            _framework_names(value, out)
+
+
 def from_payload(payload: dict, command: str, path: str | None = None, *, session: str | None = None,
                  label: str | None = None, machine: str | None = None, recorded: float | None = None) -> Record:
     """The :class:`Record` of a ``bench ...`` or ``model ...`` JSON document.
@@ -299,9 +311,13 @@ def from_payload(payload: dict, command: str, path: str | None = None, *, sessio
         doc["label"] = label
     ident = identity(doc)
     machine = ident["machine"] if (doc.get("environment") or {}).get("machine") else (machine or ident["machine"])
+    bench = doc.get("benchmark")
+    if isinstance(bench, str) and bench.split(" ")[0] == command.split(" ")[-1] and bench != command.split(" ")[-1]:
+        command = f"{command} {bench.split(' ', 1)[1]}"  # bench overhead --op: a suite of its own
     series: list = []
-    _walk({k: v for k, v in doc.items() if k != "label"}, [], [], series, command)
-    frameworks = {s.benchmark.split(" ")[0] for s in series}
+    _walk({k: v for k, v in doc.items() if k not in ("label", "benchmark")}, [], [], series, command)
+    frameworks = set()
+    _framework_names(doc, frameworks)
     when = recorded if recorded is not None else time.time()
     key = _digest("payload", command, canonical_json({k: v for k, v in doc.items() if k != "label"}))
     kind = command.split(" ")[0] if command.split(" ")[0] in ("bench", "model") else "bench"

@@ -96,6 +96,6 @@ def record_payload(path, payload: dict, command: str) -> int | None:
 
     path = os.path.abspath(os.fspath(path)) if path is not None else None
     return _record(lambda: from_payload(payload, command, path, session=os.environ.get(ENV_SESSION),
-                                        machine=machine_name(),
+                                        label=os.environ.get(ENV_LABEL) or None, machine=machine_name(),
                                         recorded=os.path.getmtime(path) if path and os.path.exists(path) else None),
                    path)
