@@ -44,7 +44,9 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser (used by ``main`` and the CLI reference)."""
     parser = _Parser(prog="deep500lite", description=(
-        "Benchmark deep learning frameworks on one ONNX experiment, with statistics."))
+        "Benchmark deep learning frameworks on one ONNX experiment, with statistics."), epilog=(
+        "run, compare, bench and model record their results in a database (--db, --label; default "
+        "d5-results/deep500lite.sqlite); history, regress and dashboard read it. See docs/tracking.md."))
     parser.add_argument("--traceback", action="store_true",
                         help="show the full traceback of errors (for bug reports)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
