@@ -20,7 +20,8 @@ def add_parser(subparsers):
     i = sub.add_parser("import", help="record existing results folders and benchmark JSON files",
                        description="Record results.json files (folders are searched recursively) and the JSON files "
                                    "of bench/model commands in the database. Importing a file twice updates its run.")
-    i.add_argument("paths", nargs="+", metavar="PATH", help="results.json files, folders holding them, bench JSON files")
+    i.add_argument("paths", nargs="+", metavar="PATH",
+                   help="results.json files, folders holding them, bench JSON files")
     i.add_argument("--machine", default=None, metavar="NAME",
                    help="the machine of files that do not name one (older files; default: their CPU model)")
     add_store_options(i)
@@ -190,7 +191,8 @@ def run_list(args) -> int:
 
     with open_from_args(args) as store:
         runs = store.runs(**filters_of(args))
-    rows = [[r["id"], format_time(r["started"] or r["recorded"]), r["kind"], r["suite"], r["variant"] or r["framework"] or "-",
+    rows = [[r["id"], format_time(r["started"] or r["recorded"]), r["kind"], r["suite"],
+             r["variant"] or r["framework"] or "-",
              "-" if not r["ranks"] or r["ranks"] < 2 else (f"all {r['ranks']}" if r["rank"] is None
                                                           else f"{r['rank']}/{r['ranks']}"),
              r["machine"] or "?", r["label"] or "", (r["git_commit"] or "")[:12],

@@ -54,7 +54,8 @@ def plotly_js_path() -> str:
     path = os.path.join(os.path.dirname(plotly.__file__), "package_data", "plotly.min.js")
     if not os.path.isfile(path):
         raise FrameworkNotAvailableError(f"The plotly package at {os.path.dirname(plotly.__file__)} has no "
-                                         "package_data/plotly.min.js; reinstall it: pip install --force-reinstall plotly")
+                                         "package_data/plotly.min.js; reinstall it: "
+                                         "pip install --force-reinstall plotly")
     return path
 
 

@@ -154,7 +154,8 @@ def _recipe_series(doc: dict, benchmark: str, role: str) -> list:
         st = agg.get("step_time")
         if isinstance(st, dict) and _number(st.get("median")):
             s = Series(benchmark, "step_time", "s", "lower", True, [])
-            s.n, s.median, s.ci_low, s.ci_high = int(st.get("n") or 0), st["median"], st.get("ci_low"), st.get("ci_high")
+            s.n, s.median = int(st.get("n") or 0), st["median"]
+            s.ci_low, s.ci_high = st.get("ci_low"), st.get("ci_high")
             out.append(s)
         for key, unit in (("samples_per_second", "samples/s"),):
             if _number(agg.get(key)):
@@ -206,8 +207,9 @@ def from_results(doc: dict, path: str | None = None, *, command: str | None = No
         UserError: not a results document.
     """
     if not is_results_document(doc):
+        found = doc.get("format") if isinstance(doc, dict) else None
         raise UserError("Not a deep500lite results document (its \"format\" is not 'deep500lite-results'). "
-                        f"Received: {type(doc).__name__} with format {doc.get('format') if isinstance(doc, dict) else None!r}")
+                        f"Received: {type(doc).__name__} with format {found!r}")
     doc = {k: v for k, v in doc.items() if not k.startswith("_")}
     if label is not None:
         doc["label"] = label

@@ -82,8 +82,12 @@ def record_results(path, document) -> int | None:
     from deep500lite.results.extract import from_results
 
     path = os.path.abspath(os.fspath(path)) if path is not None else None
-    return _record(lambda: from_results(json.loads(document) if isinstance(document, str) else document, path, command=os.environ.get(ENV_COMMAND) or "api",
-                                        session=os.environ.get(ENV_SESSION), machine=machine_name()), path)
+    def make():
+        doc = json.loads(document) if isinstance(document, str) else document
+        return from_results(doc, path, command=os.environ.get(ENV_COMMAND) or "api",
+                            session=os.environ.get(ENV_SESSION), machine=machine_name())
+
+    return _record(make, path)
 
 
 def record_payload(path, payload: dict, command: str) -> int | None:

@@ -80,7 +80,7 @@ nav { margin-bottom: 1em; } code { background: #f4f4f4; padding: 0 0.2em; }
 
 
 def page(title: str, body: str, *, scripts=(), scripts_inline: str | None = None, nav: str = "") -> str:
-    """A whole HTML page: ``body`` (already HTML), Plotly from ``scripts`` (files) or inlined, then :data:`RENDER_JS`."""
+    """A whole HTML page: ``body`` (HTML), Plotly from ``scripts`` (files) or inlined, then :data:`RENDER_JS`."""
     tags = "".join(f"<script src='{esc(s)}'></script>" for s in scripts)
     if scripts_inline is not None:
         tags += "<script>" + scripts_inline.replace("</script", "<\\/script") + "</script>"

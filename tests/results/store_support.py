@@ -26,8 +26,8 @@ PG_ENV = "DEEP500LITE_TEST_POSTGRES"
 def _pg_admin():
     url = os.environ.get(PG_ENV)
     if not url:
-        pytest.skip(f"needs a PostgreSQL server: set {PG_ENV}=postgresql://USER@HOST:PORT/postgres (scripts/ci_services.sh "
-                    "starts a throwaway one; CI sets it)")
+        pytest.skip(f"needs a PostgreSQL server: set {PG_ENV}=postgresql://USER@HOST:PORT/postgres "
+                    "(scripts/ci_services.sh starts a throwaway one; CI sets it)")
     pytest.importorskip("psycopg", reason="needs psycopg: pip install 'deep500lite[db]'")
     return url
 
