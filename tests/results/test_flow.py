@@ -1,10 +1,11 @@
 """End to end through the CLI, on SQLite and on a real PostgreSQL server: record, regress, dashboard.
 
-Three labelled runs of one recipe name, ``mlpbench``: ``base`` and ``again`` run the same code,
-``wide`` a copy of the recipe with a wider network (two hidden layers of 512 instead of one of
-32: about ten times the step time). ``regress base wide`` must exit 1 naming the slower benchmark; ``regress base
+Labelled runs of one recipe name, ``mlpbench``: ``base`` and ``again`` run the same code (two
+runs each, interleaved, so a change of the machine's load falls on both), ``wide`` a copy of the
+recipe with a wider network (two hidden layers of 512 instead of one of 32: about ten times the
+step time). ``regress base wide`` must exit 1 naming the slower benchmark; ``regress base
 again`` must exit 0; the dashboard must load in headless Chromium without a console error and
-show the three runs with the database's figures.
+show the runs with the database's figures.
 
 The runs use one BLAS thread (steadier on a busy machine), and the same-code check a minimum
 effect of 100%: these steps take about a millisecond, and on a shared 2-core machine two runs of
@@ -27,14 +28,16 @@ ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THRE
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
 def flow(request, tmp_path_factory):
-    """The three runs recorded into a database; yields (db, folder)."""
+    """The five runs recorded into a database; yields (db, folder)."""
     folder = tmp_path_factory.mktemp(f"flow-{request.param}")
     sqlite = contextlib.nullcontext(str(folder / "results.sqlite"))
     with postgres_database() if request.param == "postgresql" else sqlite as db:
         small = write_recipe(folder / "v1", hidden=(32,), epochs=2)
         wide = write_recipe(folder / "v2", hidden=(512, 512), epochs=2)
-        for recipe, label, how in ((small, "base", "flag"), (small, "again", "env"), (wide, "wide", "flag")):
-            args = ["run", recipe, "--label", label, "--out", folder / "out" / label]
+        runs = ((small, "base", "flag"), (small, "again", "env"), (small, "base", "flag"), (small, "again", "env"),
+                (wide, "wide", "flag"))
+        for k, (recipe, label, how) in enumerate(runs):
+            args = ["run", recipe, "--label", label, "--out", folder / "out" / f"{label}{k}"]
             env = dict(ONE_THREAD, **({"DEEP500LITE_DB": db} if how == "env" else {}))
             proc = d5(*args, *(["--db", db] if how == "flag" else []), env=env)
             assert proc.returncode == 0, proc.stderr[-3000:]
@@ -97,7 +100,7 @@ def test_dashboard_in_chromium_shows_the_runs(flow, tmp_path):
     site = tmp_path / "site"
     proc = d5("dashboard", "--out", site, "--db", db)
     assert proc.returncode == 0, proc.stderr
-    assert "3 run(s)" in proc.stdout
+    assert "5 run(s)" in proc.stdout
     runs, rows = _series(db)
     page = next(site.glob("s-mlpbench-*.html"))
     with chromium() as driver:
@@ -108,7 +111,7 @@ def test_dashboard_in_chromium_shows_the_runs(flow, tmp_path):
         shown = driver.execute_script(
             "return Array.from(document.querySelectorAll('table.runs tbody tr')).map("
             "r => Array.from(r.cells).map(c => c.textContent))")
-        assert sorted(r[2] for r in shown) == ["again", "base", "wide"]
+        assert [r[2] for r in shown] == ["base", "again", "base", "again", "wide"]
         assert [int(r[0]) for r in shown] == [r["id"] for r in runs]
         # the headline chart: one median point per run, equal to the database's medians
         traces = driver.execute_script("return document.getElementById('fig-0').data.map("
@@ -116,8 +119,8 @@ def test_dashboard_in_chromium_shows_the_runs(flow, tmp_path):
         medians = [t for t in traces if t["meta"] == "median"]
         assert len(medians) == 1 and medians[0]["name"].startswith("reference @ ")
         assert medians[0]["y"] == pytest.approx([r["median"] for r in rows], rel=1e-12)
-        slower = [t for t in traces if t["meta"] == "slower"]
-        assert slower and slower[0]["y"] == pytest.approx([rows[-1]["median"]], rel=1e-12)
+        slower = [t for t in traces if t["meta"] == "slower"]  # at least the wide run, against the one before
+        assert slower and slower[0]["y"][-1] == pytest.approx(rows[-1]["median"], rel=1e-12)
         latest = driver.execute_script("return Array.from(document.querySelectorAll('table.latest tbody td'))"
                                        ".map(c => c.textContent)")
         assert latest[0] == "mlpbench/reference" and latest[3] == str(runs[-1]["id"])
@@ -134,9 +137,13 @@ def test_history_table_and_plots(flow, tmp_path):
     lines = [line.split() for line in proc.stdout.splitlines() if line.startswith("mlpbench/reference")]
     assert [line[3] for line in lines] == ["base", "again", "wide"]
     _, rows = _series(db)
+    from deep500lite.metrics.statistics import summarize
     from deep500lite.results.history import format_value
 
-    assert [line[6] + " " + line[7] for line in lines] == [format_value(r["median"], "s") for r in rows]
+    pooled = [summarize([v for r in rows if r["label"] == label for v in r["values"]]).median
+              for label in ("base", "again", "wide")]  # the runs of a label pooled
+    assert [line[6] + " " + line[7] for line in lines] == [format_value(m, "s") for m in pooled]
+    assert [line[4] for line in lines] == ["1,3", "2,4", "5"]
     assert (tmp_path / "h.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     html = d5("history", "--db", db, "--metric", "throughput", "--plot", tmp_path / "h.html", "--format", "csv")
     assert html.returncode == 0 and html.stdout.startswith("benchmark,metric,machine,point")
@@ -149,18 +156,19 @@ def test_export_import_round_trip_and_report(flow, tmp_path):
     out = tmp_path / "export"
     assert d5("db", "export", "--out", out, "--db", db).returncode == 0
     files = sorted(out.rglob("results.json"))
-    assert len(files) == 3
+    assert len(files) == 5
     copy = str(tmp_path / "copy.sqlite")
     proc = d5("db", "import", out, "--db", copy)
-    assert proc.returncode == 0 and "recorded 3 file(s)" in proc.stdout, proc.stderr
+    assert proc.returncode == 0 and "recorded 5 file(s)" in proc.stdout, proc.stderr
     again = d5("db", "import", out, "--db", copy)  # the same runs: updated, not added
     assert again.returncode == 0
     runs, rows = _series(db)
     copied_runs, copied_rows = _series(copy)
-    assert len(copied_runs) == 3 and [r["label"] for r in copied_runs] == [r["label"] for r in runs]
+    assert len(copied_runs) == 5 and [r["label"] for r in copied_runs] == [r["label"] for r in runs]
     assert [r["values"] for r in copied_rows] == [r["values"] for r in rows]
     report = d5("report", folder / "out", "--group-by", "label", "--format", "csv")
     assert report.returncode == 0, report.stderr
     lines = report.stdout.splitlines()
     assert lines[0].split(",")[0] == "label" and sorted(line.split(",")[0] for line in lines[1:]) == [
         "again", "base", "wide"]
+    assert [line.split(",")[1] for line in lines[1:]] == ["2", "2", "1"]  # runs pooled per label
