@@ -9,7 +9,8 @@ show the runs with the database's figures.
 
 The runs use one BLAS thread (steadier on a busy machine), and the same-code check a minimum
 effect of 100%: these steps take about a millisecond, and on a shared 2-core machine two runs of
-the same code have differed by up to 1.7x (see docs/tracking.md); the wide run is far beyond that.
+the same code have differed by 1.7x (see docs/tracking.md), and by more than 2x at a load
+average near 20 before the runs were interleaved; the wide run is far beyond that.
 """
 
 from __future__ import annotations
