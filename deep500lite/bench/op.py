@@ -53,8 +53,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import importlib
-import importlib.util
 import io
 import os
 import time
@@ -459,7 +457,8 @@ def custom_example_cases(size: str = "default") -> list[CustomCase]:
 
 
 def load_custom_cases(spec: str, size: str = "default") -> list[CustomCase]:
-    """Load custom cases named by ``MODULE:NAME`` or ``FILE.py:NAME``.
+    """Load custom cases named by ``MODULE:NAME`` or ``FILE.py:NAME`` (a file imports with its folder on
+    ``sys.path``, so it can import its neighbours: :func:`deep500lite.bench.user_code.load_attribute`).
 
     ``NAME`` is a :class:`CustomCase`, a sequence of them, or a callable taking the size preset
     (``"small"``, ``"default"`` or ``"large"``) and returning either.
@@ -467,28 +466,9 @@ def load_custom_cases(spec: str, size: str = "default") -> list[CustomCase]:
     Raises:
         UserError: the spec is malformed, cannot be imported, or names something else.
     """
-    if not isinstance(spec, str) or ":" not in spec or spec.endswith(":"):
-        raise UserError(f"--custom-op must be MODULE:NAME or FILE.py:NAME. Received: {spec!r}")
-    where, attr = spec.rsplit(":", 1)
-    try:
-        if where.endswith(".py"):
-            if not os.path.isfile(where):
-                raise UserError(f"--custom-op: file {where!r} does not exist; give MODULE:NAME or the path of an "
-                                f"existing FILE.py:NAME. Received: {spec!r}")
-            mod_spec = importlib.util.spec_from_file_location(f"_d5_custom_{abs(hash(where))}", where)
-            module = importlib.util.module_from_spec(mod_spec)
-            mod_spec.loader.exec_module(module)
-        else:
-            module = importlib.import_module(where)
-    except UserError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - an error in the user's module is the user's to fix
-        raise UserError(f"--custom-op: cannot import {where!r}: {type(exc).__name__}: {exc}; give an importable "
-                        f"module or .py file. Received: {spec!r}") from exc
-    if not hasattr(module, attr):
-        raise UserError(f"--custom-op: {where!r} has no {attr!r}; NAME must be a CustomCase, a list of them or a "
-                        f"function returning them, defined in {where!r}. Received: {spec!r}")
-    obj = getattr(module, attr)
+    from deep500lite.bench.user_code import load_attribute
+
+    obj = load_attribute(spec, "--custom-op", "a CustomCase, a list of them or a function returning them")
     if callable(obj) and not isinstance(obj, CustomCase):
         obj = obj(size)
     cases = [obj] if isinstance(obj, CustomCase) else list(obj) if isinstance(obj, (list, tuple)) else None
@@ -839,10 +819,6 @@ def run_op_benchmark(suites=DEFAULT_SUITES, frameworks=OP_FRAMEWORKS, size: str 
 
 # --------------------------------------------------------------------------------------------- plots
 
-_COLORS = {"torch": "#ee4c2c", "tensorflow": "#ff8f00", "onnxruntime": "#005ba4", "reference": "#4d4d4d",
-           "jax": "#7b3fa0", CUSTOM_FRAMEWORK: "#2a9d8f"}
-
-
 def plot_results(bench: OpBenchmark, folder) -> list[str]:
     """Box plots of GFLOP/s (each raw sample's FLOP / time), one PNG per suite: ``<folder>/op-<suite>.png``.
 
@@ -854,8 +830,10 @@ def plot_results(bench: OpBenchmark, folder) -> list[str]:
         The paths written.
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
+
+    from deep500lite.metrics.plots import legend_outside, new_figure, variant_color
 
     from deep500lite.utils import atomic_write_bytes
 
@@ -867,7 +845,7 @@ def plot_results(bench: OpBenchmark, folder) -> list[str]:
         case_names = list(dict.fromkeys(r.case.name for r in rows))
         fws = list(dict.fromkeys(r.framework for r in rows))
         width = 0.8 / len(fws)
-        fig = Figure(figsize=(max(6.0, 1.1 * len(case_names) + 2), 4.8))
+        fig = new_figure(max(6.0, 1.1 * len(case_names) + 2), 4.8)
         FigureCanvasAgg(fig)
         ax = fig.add_subplot(1, 1, 1)
         for r in rows:
@@ -876,21 +854,22 @@ def plot_results(bench: OpBenchmark, folder) -> list[str]:
             box = ax.boxplot(rates, positions=[x], widths=width * 0.85, patch_artist=True, showfliers=True,
                              flierprops={"markersize": 2}, medianprops={"color": "black"})
             for patch in box["boxes"]:
-                patch.set_facecolor(_COLORS.get(r.framework, "#999999"))
+                patch.set_facecolor(variant_color(r.framework))
                 patch.set_alpha(0.8)
         for j, name in enumerate(case_names):
             attainable = next(r.roofline.attainable for r in rows if r.case.name == name) / 1e9
-            ax.hlines(attainable, j - 0.45, j + 0.45, colors="black", linewidth=1.2)
+            ax.plot([j], [attainable], marker="_", markersize=14, markeredgewidth=1.6, color="black")
         ax.axhline(bench.peak.flops / 1e9, color="black", linestyle="--", linewidth=0.8)
         ax.set_xticks(range(len(case_names)))
         ax.set_xticklabels(case_names, rotation=30, ha="right", fontsize=8)
         ax.set_yscale("log")
         ax.set_ylabel("GFLOP/s (per run)")
-        ax.set_title(f"bench op: {suite} on {bench.device} (dashed: measured peak {bench.peak.flops / 1e9:.0f} "
-                     "GFLOP/s; ticks: roofline bound)", fontsize=9)
-        handles = [Patch(facecolor=_COLORS.get(fw, "#999999"), label=fw) for fw in fws]
-        ax.legend(handles=handles, fontsize=8, loc="best")
-        fig.tight_layout()
+        ax.set_title(f"bench op: {suite} on {bench.device}", fontsize=10)
+        handles = [Patch(facecolor=variant_color(fw), label=fw) for fw in fws]
+        handles += [Line2D([], [], color="black", ls="--", lw=0.8,
+                           label=f"measured peak ({bench.peak.flops / 1e9:.0f} GFLOP/s)"),
+                    Line2D([], [], color="black", marker="_", ls="", markersize=14, label="roofline bound")]
+        legend_outside(fig, handles, [h.get_label() for h in handles], fontsize=8)
         buf = io.BytesIO()
         fig.savefig(buf, format="png", dpi=110)
         path = os.path.join(os.fspath(folder), f"op-{suite}.png")

@@ -25,9 +25,10 @@ def add_subparser(sub):
     p = sub.add_parser(
         "allreduce", help="allreduce algorithms over MPI: time, algbw/busbw and the alpha-beta prediction",
         description=("Launch an MPI job on N ranks (mpiexec underneath) and time each allreduce algorithm (native, "
-                     "ring, recursive_doubling, rabenseifner, tree, auto) for each message size; print the median "
-                     "with its 95% CI, algbw and busbw (nccl-tests definitions), the alpha-beta model's prediction "
-                     "and the number of wrong elements. A short calibration run of the real algorithms first fits "
+                     "ring, recursive_doubling, rabenseifner, tree, auto) for each message size; print nccl-tests' "
+                     "table (size in bytes, count, type, redop, root, time in us, algbw, busbw, #wrong, out-of-place "
+                     "and in-place) and its average bus bandwidth line, then the median with its 95% CI beside the "
+                     "alpha-beta model's prediction. A short calibration run of the real algorithms first fits "
                      "alpha, beta, gamma and a memory-copy cost (least squares); each row shows that model's "
                      "prediction and its relative error, and auto chooses by it. See docs/distributed.md and "
                      "docs/scaling.md."))
@@ -201,7 +202,12 @@ def run(args) -> int:
     print(result.describe_model(), file=text)
     if result.calibration:
         print(result.describe_calibration(), file=text)
-    print(result.table(args.format), flush=True)
+    from deep500lite.bench.allreduce_table import model_table, render_nccl
+
+    print(render_nccl(result, args.format), flush=True)
+    if args.format != "csv":
+        print("\nmeasured against the alpha-beta model:")
+        print(model_table(result).render(args.format), flush=True)
     for line in result.summary():
         print(line, file=text)
     wrong = result.total_wrong()

@@ -35,7 +35,12 @@ def add_parser(subparsers):
                    help="run seed for every component whose seed the recipe leaves open (default 0)")
     p.add_argument("--check-determinism", action="store_true",
                    help="run twice with the same seed and report the first step where losses or parameters differ")
-    p.add_argument("--mllog", action="store_true", help="also write MLPerf-style :::MLLOG lines to DIR/mllog.log")
+    p.add_argument("--mllog", action="store_true",
+                   help="also write an MLPerf training log to DIR/mllog.log (compilation before run_start) and check "
+                        "it with mlperf-logging's compliance checker when that is installed")
+    p.add_argument("--mlperf", dest="mlperf", action="append", default=[], metavar="KEY=VALUE",
+                   help="with --mllog: a submission field of the log (repeatable): org, platform, division "
+                        "(open|closed), status, benchmark; overrides the recipe's MLPERF dict")
     p.add_argument("--divergence", action="store_true",
                    help="also record the first step's largest output and gradient differences from the "
                         "reference executor")
@@ -82,7 +87,32 @@ def _resolve(args):
     for text in args.sets:
         key, value = parse_set(text)
         overrides[key] = value
-    return recipe.resolve(overrides)
+    resolved = recipe.resolve(overrides)
+    args.mlperf_fields = None
+    if args.mlperf and not args.mllog:
+        from deep500lite.errors import UserError
+
+        raise UserError(f"--mlperf sets a field of the MLPerf log; add --mllog. Received: --mlperf {args.mlperf[0]}")
+    if args.mllog:
+        from deep500lite.recipe.mlperf import submission_fields
+
+        fields = {}
+        for text in args.mlperf:
+            key, _, value = text.partition("=")
+            if not _:
+                from deep500lite.errors import UserError
+
+                raise UserError(f"--mlperf takes KEY=VALUE, such as org=ETH. Received: --mlperf {text!r}")
+            fields[key.strip()] = value
+        args.mlperf_fields = submission_fields(recipe.mlperf, fields, recipe_name=resolved.name)
+    from deep500lite.recipe.requirements import dataset_name, missing_parts, require_parts
+
+    # before anything runs, so a run is never lost to a library missing at its end
+    require_parts("deep500lite run", missing_parts(frameworks=[str(resolved.config.get("executor"))]
+                                                   if isinstance(resolved.config.get("executor"), str) else [],
+                                                   dataset=dataset_name(resolved.config), plots=args.plots,
+                                                   plots_flag="--plots"))
+    return resolved
 
 
 def _run_ranks(args, resolved, out: str, progress) -> int:
@@ -185,6 +215,7 @@ def _run_single(args, resolved, out: str, progress) -> int:
         print(f"results: {os.path.join(out, 'results.json')}")
         return 0 if first.passed and report.identical else 1
     result = run_single(resolved, args.seed, out, sets=args.sets, progress=progress, mllog=mllog,
+                        mlperf=args.mlperf_fields,
                         divergence=args.divergence, plots=args.plots, staged=True)
     if args.plots:
         print(f"plots: {os.path.join(out, 'loss.png')}, {os.path.join(out, 'accuracy.png')}")

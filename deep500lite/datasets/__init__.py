@@ -42,7 +42,7 @@ __all__ = ["load_dataset", "dataset_shape", "dataset_loss", "list_datasets", "de
            "SoftmaxCrossEntropy", "DATA_ENV", "default_root", "MissingDatasetError", "CorruptFileError",
            "UInt8ImageDataset", "ImageFolderDataset", "ShardDataset", "write_shards", "read_shard_header",
            "verify_shard", "read_idx", "read_cifar_batch", "read_tfrecord", "write_tfrecord", "parse_example",
-           "serialize_example", "crc32c", "masked_crc32c", "SOURCES",
+           "serialize_example", "crc32c", "masked_crc32c", "SOURCES", "DATASET_PACKAGES",
            # Deep500's per-dataset functions
            "load_mnist", "load_fashion_mnist", "load_cifar10", "load_cifar100", "mnist_shape", "fashion_mnist_shape",
            "cifar10_shape", "cifar100_shape", "mnist_loss", "fashion_mnist_loss", "cifar10_loss", "cifar100_loss",
@@ -97,6 +97,13 @@ _CIFAR = {  # name -> (subfolder of the extracted archive, train files, test fil
     "cifar100": ("cifar-100-binary", ["train.bin"], ["test.bin"], (20, 100)),
 }
 _CIFAR100_LABELS = {"fine": (1, 100), "coarse": (0, 20)}  # label_mode -> (label byte, classes)
+
+
+#: Optional packages a dataset's loader imports: name -> ((import name, what it is, pip extra), ...).
+DATASET_PACKAGES = {
+    "digits": (("sklearn", "scikit-learn", "datasets"),),
+    "imagefolder": (("PIL", "pillow", "datasets"),),
+}
 
 
 def _no_root(name, root):

@@ -18,6 +18,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from deep500lite.errors import UserError
+from deep500lite.lv1.compile_progress import report_compiling_to
 from deep500lite.recipe import results as res
 from deep500lite.recipe.components import _build
 from deep500lite.recipe.divergence import first_step_divergence
@@ -62,6 +63,15 @@ class EpochLines:
     def after_training(self, trainer, stats):
         if stats.stopped_by:
             self._write(f"training stopped: {stats.stopped_by}")
+
+
+def _compile_stream(progress: str | None):
+    """Where compile lines go for a ``progress`` setting: the stream its lines go to (None: nowhere)."""
+    if progress in (None, "none"):
+        return None
+    if progress == "lines":
+        return sys.stdout
+    return sys.stderr
 
 
 def _progress_events(progress: str | None) -> list:
@@ -161,8 +171,8 @@ class _ParameterDigest:
 
 def train_recipe(recipe, seed: int | None = None, *, events: Sequence = (), progress: str | None = None,
                  out: str | os.PathLike | None = None, mllog: str | os.PathLike | None = None,
-                 divergence: bool = False, environment: bool = True, _digest: _ParameterDigest | None = None
-                 ) -> RecipeRun:
+                 divergence: bool = False, environment: bool = True, _digest: _ParameterDigest | None = None,
+                 mlperf: dict | None = None) -> RecipeRun:
     """Build every component of a recipe, train, measure and judge.
 
     Args:
@@ -172,10 +182,12 @@ def train_recipe(recipe, seed: int | None = None, *, events: Sequence = (), prog
         progress: ``"auto"`` (a bar on a terminal, else a line per epoch on stderr), ``"bar"``,
             ``"lines"`` (stdout), or None/``"none"``.
         out: a folder for ``results.json`` (and ``epochs.csv``, ``steps.csv``); None writes nothing.
-        mllog: a file for MLPerf-style ``:::MLLOG`` lines, or None.
+        mllog: a file for an MLPerf training log (``:::MLLOG`` lines, :mod:`deep500lite.recipe.mlperf`), or
+            None. A compiled executor then compiles before ``run_start``, as MLPerf rules it.
         divergence: also measure the first step's largest output and gradient differences from
             the reference executor (:func:`first_step_divergence`; recorded in the results).
         environment: record the environment (:func:`deep500lite.environment.collect_environment`).
+        mlperf: the MLPerf log's submission fields (:func:`deep500lite.recipe.mlperf.submission_fields`).
 
     Returns:
         A :class:`RecipeRun`.
@@ -205,7 +217,17 @@ def train_recipe(recipe, seed: int | None = None, *, events: Sequence = (), prog
         except Exception as exc:  # noqa: BLE001 - the run itself may still work; the error is recorded
             div = {"reference": "reference", "error": f"{type(exc).__name__}: {exc}", "outputs": None,
                    "gradients": None}
+    writer = None
+    if mllog is not None:
+        from deep500lite.recipe.mlperf import MLLogEvent, precompile_parts, submission_fields
+
+        writer = MLLogEvent(mllog, recipe, seed, mlperf or submission_fields(recipe_name=recipe.name))
+        writer.init_start()
     parts = _build(recipe, seed)
+    if writer is not None:
+        writer.describe(parts)
+        with report_compiling_to(_compile_stream(progress)):
+            writer.init_stop(precompile_parts(parts, recipe))
     comm = parts.communicator
     if comm is not None and comm.size > 1:
         if comm.rank != 0:
@@ -219,9 +241,7 @@ def train_recipe(recipe, seed: int | None = None, *, events: Sequence = (), prog
     if target is not None:
         internal["time_to_accuracy"] = TimeToAccuracy(target)
     run_events = list(parts.events) + _progress_events(progress) + list(events)
-    writer = None
-    if mllog is not None:
-        writer = res.MLLogEvent(mllog, recipe, parts, seed)
+    if writer is not None:
         run_events.insert(0, writer)
     if _digest is not None:
         run_events.append(_digest)
@@ -234,10 +254,12 @@ def train_recipe(recipe, seed: int | None = None, *, events: Sequence = (), prog
     metrics = judged + list(internal.values())
     error = None
     cfg = recipe.config
+    compiled_before = float(getattr(parts.executor, "compile_seconds", 0.0) or 0.0)
     try:
-        values = test_training(parts.executor, parts.train_sampler, parts.validation_sampler, parts.optimizer,
-                               int(cfg["epochs"]), int(cfg["batch_size"]), parts.output_node, metrics=metrics,
-                               events=run_events)
+        with report_compiling_to(_compile_stream(progress)):
+            values = test_training(parts.executor, parts.train_sampler, parts.validation_sampler, parts.optimizer,
+                                   int(cfg["epochs"]), int(cfg["batch_size"]), parts.output_node, metrics=metrics,
+                                   events=run_events)
         stats = values.stats
     except NonFiniteLossError as exc:
         error, stats = str(exc), exc.stats
@@ -253,7 +275,7 @@ def train_recipe(recipe, seed: int | None = None, *, events: Sequence = (), prog
     if comm is not None:
         results["distributed"] = res.jsonable(_distributed_section(parts))
     if writer is not None:
-        writer.run_stop(passed)
+        writer.run_stop(passed, float(getattr(parts.executor, "compile_seconds", 0.0) or 0.0) - compiled_before)
     path = None
     if out is not None:
         path = os.path.join(os.fspath(out), "results.json")

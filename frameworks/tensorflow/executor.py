@@ -7,10 +7,11 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from deep500lite.errors import Deep500Error, FeedError, UserKeyError, UserTypeError
+from deep500lite.errors import Deep500Error, FeedError, UnsupportedOperatorError, UserKeyError, UserTypeError
+from deep500lite.lv1.compile_progress import compiling
 from deep500lite.lv1.execution_errors import execution_error, shape_of
 from deep500lite.lv1.executor import GraphExecutor
-from deep500lite.lv1.network import FLOAT_DTYPES
+from deep500lite.lv1.network import FLOAT_DTYPES, iter_nodes, load_model
 from deep500lite.frameworks.tensorflow.layout import Value
 from deep500lite.frameworks.tensorflow import param_layout
 from deep500lite.frameworks.tensorflow.dtypes import check_types
@@ -54,6 +55,17 @@ def _refined(value, shape):
         except (ValueError, AttributeError):  # an eager tensor, or shapes that disagree: left as is
             pass
     return value
+
+
+def _refuse_custom_nodes_under_xla(network) -> None:
+    """Refuse a custom operator under XLA before anything is built: XLA cannot call back into Python or C."""
+    for node in iter_nodes(network.graph):
+        if node.domain not in ("", "ai.onnx"):
+            raise UnsupportedOperatorError(
+                f"tensorflow:xla cannot run the custom operator '{node.op_type}' (node '{node.name or node.output[0]}'):"
+                " XLA compiles the whole function and has no kernel for a Python or C++ callback (tf.numpy_function); "
+                "run it on tensorflow (without XLA), torch:compile or jax, which call it from compiled code. "
+                f"Received: executor tensorflow:xla and domain {node.domain!r}")
 
 
 class TensorFlowExecutor(GraphExecutor):
@@ -103,6 +115,9 @@ class TensorFlowExecutor(GraphExecutor):
     def __init__(self, network, device=None, seed: int = 0, jit_compile: bool = False):
         if not isinstance(jit_compile, bool):
             raise UserTypeError(f"jit_compile must be True or False. Received: {jit_compile!r}")
+        if jit_compile:
+            network = load_model(network)
+            _refuse_custom_nodes_under_xla(network)
         super().__init__(network, device)
         self._jit = jit_compile
         self.compile_seconds = 0.0
@@ -238,6 +253,14 @@ class TensorFlowExecutor(GraphExecutor):
         key = (id(fn), tuple((np.shape(a), np.asarray(a).dtype.str) for a in args))
         if key in self._compiled_shapes:
             return fn(*args)
+        if self._jit:
+            what = "the training function" if training else "the inference function"
+            with compiling(self, what, [np.shape(a) for a in args], "XLA, jit_compile=True"):
+                return self._first_call(fn, args, training, key)
+        return self._first_call(fn, args, training, key)
+
+    def _first_call(self, fn, args, training: bool, key):
+        """The first call of ``fn`` for a concrete input shape, its tracing and compilation timed (see the class docs)."""
         t0 = time.perf_counter()
         fn.get_concrete_function(*args)  # traces, or finds the trace of this shape family
         spent = time.perf_counter() - t0
@@ -257,6 +280,16 @@ class TensorFlowExecutor(GraphExecutor):
         self.compile_seconds += spent
         self._compiled_shapes.add(key)
         return results
+
+    def is_compiled(self) -> bool:
+        """True with ``jit_compile=True`` (XLA compiles on the first call per input shape)."""
+        return self._jit
+
+    def _random_state(self):
+        return self._rng.state.numpy()
+
+    def _restore_random_state(self, state) -> None:
+        self._rng.state.assign(state)
 
     def _training_state(self) -> list:
         """``(variable, value)`` of the state a training run changes: running statistics, the Dropout generator."""

@@ -401,7 +401,7 @@ def test_bench_allreduce_saves_the_model_and_reports_its_error_per_row(tmp_path)
         if row["algorithm"] == "auto":  # auto chose by the calibrated model
             assert row["chosen"] == ar.choose_algorithm(row["bytes"], 2, saved)
         median = float(np.median(row["samples"]))
-        err = f"{(row['calibrated'] / median - 1) * 100:+.1f}%"
+        err = f"{(row['calibrated'] / median - 1) * 100:+.1f}"
         assert err in second.stdout
     bad = run_cli(*common, "--model", tmp_path / "missing.json", timeout=60)
     assert bad.returncode == 2 and "does not exist" in bad.stderr and "Received:" in bad.stderr
@@ -422,7 +422,8 @@ def test_bench_allreduce_notes_ranks_that_share_cores_and_keeps_csv_clean():
     assert res.returncode == 0, res.stdout + res.stderr
     assert f"note: {ranks} ranks share {cores} core" in res.stderr, res.stderr
     rows = list(csv.reader(io.StringIO(res.stdout)))  # stdout stays a CSV table: the note is on stderr
-    assert rows[0][:2] == ["size", "algorithm"] and [r[:2] for r in rows[1:]] == [["1 KiB", "ring"]], res.stdout
+    assert rows[0][:2] == ["size (B)", "count (elements)"] and [r[:2] for r in rows[1:]] == [["1024", "256"]], \
+        res.stdout
 
 
 def test_receive_buffers_are_reused_below_the_limit():
