@@ -9,13 +9,14 @@ from __future__ import annotations
 import os
 import platform
 import shutil
+import socket
 import subprocess
 import sys
 
 from deep500lite.registry import FRAMEWORKS, framework_version
 from deep500lite.utils import package_version
 
-__all__ = ["collect_environment", "cpu_model", "gpu_info", "mpi_library", "git_commit"]
+__all__ = ["collect_environment", "cpu_model", "gpu_info", "mpi_library", "git_commit", "machine_name"]
 
 _THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                 "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")
@@ -85,6 +86,12 @@ def git_commit(folder: str | os.PathLike | None = None) -> str | None:
     return sha.stdout.strip() + ("-dirty" if dirty else "")
 
 
+def machine_name() -> str:
+    """The machine's name in results: ``DEEP500LITE_MACHINE`` when set (name CI runners, whose host
+    names change, this way), else the host name."""
+    return os.environ.get("DEEP500LITE_MACHINE") or socket.gethostname() or "unknown"
+
+
 def collect_environment(folder=None, include_mpi: bool = True) -> dict:
     """Everything that may change a measurement, as a JSON-ready dict.
 
@@ -116,4 +123,5 @@ def collect_environment(folder=None, include_mpi: bool = True) -> dict:
         "gpus": gpu_info(),
         "mpi_library": mpi_library() if include_mpi else None,
         "git_commit": git_commit(folder),
+        "machine": machine_name(),
     }

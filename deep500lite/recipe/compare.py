@@ -39,23 +39,14 @@ import time
 from typing import Sequence
 
 from deep500lite.errors import FrameworkNotAvailableError, UserError, format_choices
+from deep500lite.metrics.statistics import holm
 
-__all__ = ["run_comparison", "compare_results", "mann_whitney", "holm", "group_label", "ALPHA"]
+__all__ = ["run_comparison", "compare_results", "mann_whitney", "holm", "group_label", "ALPHA", "GROUP_BY"]
 
 #: Significance level of the step-time tests.
 ALPHA = 0.05
-
-
-def holm(pvalues: Sequence[float]) -> list[float]:
-    """Holm's step-down adjustment of p-values (family-wise error rate), in the given order."""
-    m = len(pvalues)
-    order = sorted(range(m), key=lambda i: pvalues[i])
-    adjusted = [0.0] * m
-    running = 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (m - rank) * pvalues[i]))
-        adjusted[i] = running
-    return adjusted
+#: What results can be grouped by (``report --group-by``); ``framework`` is the executor variant.
+GROUP_BY = ("framework", "label", "commit", "machine")
 
 
 def mann_whitney(a: Sequence[float], b: Sequence[float]) -> dict:
@@ -77,11 +68,24 @@ def mann_whitney(a: Sequence[float], b: Sequence[float]) -> dict:
     return {"u": float(res.statistic), "p": float(res.pvalue), "effect": float(res.statistic) / (len(a) * len(b))}
 
 
-def group_label(results: dict, several_recipes: bool) -> str:
+def group_label(results: dict, several_recipes: bool, by: str = "framework", several_frameworks: bool = True) -> str:
     """The label a results file is grouped under: its executor variant or framework (with the recipe
-    when several differ)."""
+    when several differ).
+
+    With ``by`` = ``label``, ``commit`` or ``machine``, the file's label, git commit (12 digits) or
+    machine (:func:`deep500lite.results.extract.identity`) comes first, then `` / FRAMEWORK`` when
+    ``several_frameworks``: ``baseline / torch`` against ``candidate / torch``.
+    """
     fw = results.get("executor_variant") or results.get("framework") or "?"
     name = (results.get("recipe") or {}).get("name", "recipe")
+    if by != "framework":
+        if by not in GROUP_BY:
+            raise UserError(f"Results group by {format_choices(GROUP_BY)}. Received: {by!r}")
+        from deep500lite.results.extract import identity
+
+        value = identity(results)[{"label": "label", "commit": "git_commit", "machine": "machine"}[by]]
+        value = (value[:12] if by == "commit" else value) if value else f"(no {by})"
+        fw = f"{value} / {fw}" if several_frameworks else value
     return f"{name}/{fw}" if several_recipes else fw
 
 
@@ -93,13 +97,15 @@ def _median(values):
     return kept[n // 2] if n % 2 else (kept[n // 2 - 1] + kept[n // 2]) / 2
 
 
-def compare_results(results: Sequence[dict], alpha: float = ALPHA) -> dict:
+def compare_results(results: Sequence[dict], alpha: float = ALPHA, group_by: str = "framework") -> dict:
     """Statistics of several runs, grouped by framework.
 
     Args:
         results: results dicts (:func:`deep500lite.recipe.results.read_results`); repeats of one
             framework are pooled.
         alpha: significance level.
+        group_by: ``framework`` (the executor variant), or ``label``, ``commit`` or ``machine``
+            (with the framework when several differ; :func:`group_label`).
 
     Returns:
         ``{"rows": [...], "tests": [...], "fastest": label, "alpha": alpha, "target": percent}``.
@@ -121,9 +127,10 @@ def compare_results(results: Sequence[dict], alpha: float = ALPHA) -> dict:
 
     names = {(r.get("recipe") or {}).get("name") for r in results}
     several = len(names) > 1
+    several_fw = len({r.get("executor_variant") or r.get("framework") for r in results}) > 1
     groups: dict[str, list[dict]] = {}
     for r in results:
-        groups.setdefault(group_label(r, several), []).append(r)
+        groups.setdefault(group_label(r, several, group_by, several_fw), []).append(r)
     rows = []
     targets = set()
     for label, runs in groups.items():
@@ -176,7 +183,7 @@ def compare_results(results: Sequence[dict], alpha: float = ALPHA) -> dict:
                           "significant": p_adj < alpha, "n": len(r["step_times"]),
                           "n_against": len(fastest_row["step_times"])})
     return {"rows": rows, "tests": tests, "fastest": fastest, "alpha": alpha,
-            "target": next(iter(targets)) if len(targets) == 1 else None}
+            "target": next(iter(targets)) if len(targets) == 1 else None, "group_by": group_by}
 
 
 def _child_command(recipe_path: str, framework: str, out: str, sets: Sequence[str], seed: int,

@@ -85,7 +85,8 @@ def comparison_unit_table(comparison: dict):
     target = comparison.get("target")
     tta = f"time to {target:g}%" if target is not None else "time to accuracy"
     scored = any(r.get("time_to_accuracy_score") is not None or r.get("seeds", 1) > 1 for r in rows)
-    columns = [Column("framework"), Column("runs", fmt="d"), Column("test acc", "%", ".2f"),
+    first = comparison.get("group_by") or "framework"  # report --group-by label: the rows are labels
+    columns = [Column(first), Column("runs", fmt="d"), Column("test acc", "%", ".2f"),
                Column(tta, "s", ".3g")]
     if scored:
         columns.append(Column(f"{tta} score", "s", ".3g"))
@@ -106,7 +107,7 @@ def comparison_unit_table(comparison: dict):
         is_ref = r.get("framework") == r.get("reference") and r.get("divergence_outputs") == 0
         peak = r["peak_memory_bytes"]
         values = {
-            "framework": r["label"], "runs": r["runs"], "test acc": r["final_test_accuracy"],
+            first: r["label"], "runs": r["runs"], "test acc": r["final_test_accuracy"],
             tta: r.get("time_to_accuracy"), f"{tta} score": r.get("time_to_accuracy_score"),
             "throughput": r["throughput"],
             "step median": st["median"] / scale if st else None, "step CI low": st["ci_low"] / scale if st else None,
@@ -174,21 +175,24 @@ def _save(fig, path: str) -> str:
     return path
 
 
-def _groups(results: Sequence[dict]) -> dict[str, list[dict]]:
+def _groups(results: Sequence[dict], group_by: str = "framework") -> dict[str, list[dict]]:
     from deep500lite.recipe.compare import group_label
 
     several = len({(r.get("recipe") or {}).get("name") for r in results}) > 1
+    several_fw = len({r.get("executor_variant") or r.get("framework") for r in results}) > 1
     out: dict[str, list[dict]] = {}
     for r in results:
-        out.setdefault(group_label(r, several), []).append(r)
+        out.setdefault(group_label(r, several, group_by, several_fw), []).append(r)
     return out
 
 
-def write_plots(results: Sequence[dict], folder, comparison: dict | None = None) -> list[str]:
+def write_plots(results: Sequence[dict], folder, comparison: dict | None = None,
+                group_by: str = "framework") -> list[str]:
     """Draw ``step_times.png``, ``loss.png`` and ``accuracy.png`` in ``folder``; returns their paths.
 
     Every framework variant keeps its colour (:func:`deep500lite.metrics.plots.palette`), legends
-    sit outside the axes, and the plots stay readable up to about 25 frameworks.
+    sit outside the axes, and the plots stay readable up to about 25 frameworks. ``group_by``
+    groups the runs as :func:`~deep500lite.recipe.compare.compare_results` does.
 
     Raises:
         FrameworkNotAvailableError: matplotlib is not installed (``pip install 'deep500lite[plots]'``);
@@ -205,14 +209,14 @@ def write_plots(results: Sequence[dict], folder, comparison: dict | None = None)
     except OSError as exc:
         raise UserError(f"Cannot make the plots folder '{folder}' ({exc.strerror or exc}); give a writable folder for "
                         f"the plots. Received: {folder!r}") from exc
-    figures = comparison_figures(results, comparison or compare_results(results))
+    figures = comparison_figures(results, comparison or compare_results(results, group_by=group_by), group_by)
     return [_save(fig, os.path.join(folder, name)) for name, fig in figures.items()]
 
 
-def comparison_figures(results: Sequence[dict], comparison: dict) -> dict:
+def comparison_figures(results: Sequence[dict], comparison: dict, group_by: str = "framework") -> dict:
     """The matplotlib figures :func:`write_plots` saves: ``{"step_times.png": fig, "loss.png": fig, "accuracy.png": fig}``."""
     require_matplotlib("Plots")
-    groups = _groups(results)
+    groups = _groups(results, group_by)
     colors = palette(list(groups) + [r["label"] for r in comparison["rows"]])
     return {"step_times.png": _step_time_figure(comparison, colors), "loss.png": _loss_figure(groups, colors),
             "accuracy.png": _accuracy_figure(groups, colors, comparison.get("target"))}

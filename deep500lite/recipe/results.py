@@ -202,9 +202,18 @@ def build_results(recipe, parts, stats, judged, values, verdicts, internal, pass
 
 
 def write_results(path, results: dict) -> str:
-    """Write a results dict as JSON, atomically (NaN and infinities as null). Returns the path."""
-    text = json.dumps(jsonable(results), indent=1, allow_nan=False)
+    """Write a results dict as JSON, atomically (NaN and infinities as null). Returns the path.
+
+    The run's label (``DEEP500LITE_LABEL``) and machine are added to ``results`` first, and the
+    file is recorded in the results database when ``DEEP500LITE_DB`` names one
+    (:mod:`deep500lite.results.hook`; the CLI sets it).
+    """
+    from deep500lite.recipe.staging import published_path
+    from deep500lite.results.hook import record_results, stamp
+
+    text = json.dumps(jsonable(stamp(results)), indent=1, allow_nan=False)
     atomic_write_text(path, text + "\n")
+    record_results(published_path(path), text)
     return os.fspath(path)
 
 
