@@ -3,7 +3,7 @@
 :func:`run_allreduce_benchmark` launches ``mpiexec -n N python -m mpi4py -m
 deep500lite.bench.allreduce CONFIG`` (this module's :func:`worker_main`), which on every rank
 measures the ping-pong alpha-beta model, then calibrates (or loads) the model fitted to the real
-algorithms (:mod:`deep500lite.lv3.costmodel`), which ``auto`` then uses; then for each message
+algorithms (:mod:`deep500lite.perfmodel.allreduce`), which ``auto`` then uses; then for each message
 size and algorithm it runs one checked warm-up call, sizes the repetitions from a short pilot,
 and times each call between barriers. Each row carries both predictions and the fitted model's
 relative error against the measured median.
@@ -93,12 +93,12 @@ def parse_algorithms(text: str) -> list[str]:
 def calibration_sizes(sizes, factor: int | None = None) -> list[int]:
     """Sizes for the calibration run of a benchmark over ``sizes``.
 
-    :data:`~deep500lite.lv3.costmodel.CALIBRATION_SIZES` up to twice the largest benchmark size;
+    :data:`~deep500lite.perfmodel.allreduce.CALIBRATION_SIZES` up to twice the largest benchmark size;
     when that leaves fewer than three, the largest size and its 1/8 and 1/64 (multiples of 4).
     With ``factor`` (at least 2): from 16 KiB, or the smallest benchmark size if smaller, up to the
     largest, each ``factor`` times the last (``factor=2``: every power of two), and the largest.
     """
-    from deep500lite.lv3.costmodel import CALIBRATION_SIZES
+    from deep500lite.perfmodel.allreduce import CALIBRATION_SIZES
 
     top = max(int(s) for s in sizes)
     if factor is not None:
@@ -171,7 +171,7 @@ class AllreduceBenchmark:
             checked calls), ``bytes_sent`` (rank 0's per call), ``pass_medians`` (the median of
             each pass, with ``passes > 1``; absent in files of older versions).
         mpi_library: the MPI library's version line.
-        calibration: the fitted model's :meth:`~deep500lite.lv3.costmodel.CalibratedModel.to_dict`
+        calibration: the fitted model's :meth:`~deep500lite.perfmodel.allreduce.CalibratedModel.to_dict`
             (None when the run had none).
         rounds: with ``interleave``, the number of interleaved rounds (0: each row timed in one
             stretch); each row's ``pass_medians`` then holds the medians of the first, second and
@@ -484,7 +484,7 @@ def run_allreduce_benchmark(ranks: int, sizes, algorithms=DEFAULT_ALGORITHMS, ma
         evict_bytes: while calibrating, also time :data:`COLD_CALLS` cold calls of every calibration
             cell (per pass; with ``interleave``, spread over the rounds, at most one a round), each
             after every rank has read this many bytes, and fit what a cold call adds
-            (:func:`~deep500lite.lv3.costmodel.fit_cold`): the first allreduce of a training step
+            (:func:`~deep500lite.perfmodel.allreduce.fit_cold`): the first allreduce of a training step
             follows compute that filled the caches. None: the last-level cache
             (:func:`last_level_cache_bytes`); 0: no cold calls.
     """
@@ -510,7 +510,7 @@ def run_allreduce_benchmark(ranks: int, sizes, algorithms=DEFAULT_ALGORITHMS, ma
     cal_sizes = calibration_sizes(sizes, calibration_factor)
     algorithms = parse_algorithms(",".join(algorithms))
     if model_file is not None:
-        from deep500lite.lv3.costmodel import CalibratedModel
+        from deep500lite.perfmodel.allreduce import CalibratedModel
 
         CalibratedModel.load(model_file).params(ranks)
         model_file = os.path.abspath(model_file)
@@ -701,7 +701,7 @@ def _interleaved_rows(config, comm, mpi, pingpong, calibrated, calibrating: bool
     calibration cells' pilot calls (the slowest rank's faster pilot), made before the rounds; each
     row records what it ran.
     """
-    from deep500lite.lv3.costmodel import model_from_rows
+    from deep500lite.perfmodel.allreduce import model_from_rows
 
     rounds, budget = int(config["rounds"]), config["max_time"] / int(config["rounds"])
     cal = [(a, n) for n in config["calibration_sizes"] for a in P2P_ALGORITHMS] if calibrating else []
@@ -749,7 +749,7 @@ def _pass_rows(config, comm, mpi, pingpong, calibrated, calibrating: bool):
     Each pass calibrates (when ``calibrating``) and then times every row in one stretch; ``auto``
     chooses by the first pass's fit in every pass.
     """
-    from deep500lite.lv3.costmodel import calibration_rows, model_from_rows, pooled_rows
+    from deep500lite.perfmodel.allreduce import calibration_rows, model_from_rows, pooled_rows
 
     passes = int(config.get("passes", 1))
     cal_runs, cold_runs, rows = [], [], []
@@ -801,7 +801,7 @@ def worker_main(config_path: str) -> int:
     with open(config_path) as f:
         config = json.load(f)
     allocator = keep_freed_memory() if config.get("keep_memory", True) else RELEASED_MEMORY
-    from deep500lite.lv3.costmodel import CalibratedModel
+    from deep500lite.perfmodel.allreduce import CalibratedModel
 
     comm = MPICommunicator(timeout=config["timeout"])
     model = comm.calibrate(use_file=False)

@@ -401,13 +401,13 @@ _SKINNY_MAX_FLOP = 4e9
 def skinny_cases(size: str = "default") -> list[GemmCase]:
     """The ``skinny`` suite: GEMMs of AlexNet's and GoogLeNet's layers at per-node batches 1 to 256.
 
-    Shapes come from :data:`deep500lite.bench.scaling_networks.MODELS` (the layers of Table III
+    Shapes come from :data:`deep500lite.perfmodel.scaling_networks.MODELS` (the layers of Table III
     of the seed paper's networks): a convolution as its im2col GEMM, ``M`` = filters, ``N`` = b x
     output pixels, ``K`` = input channels x kernel height x width (per group); a fully connected
     layer ``M`` = outputs, ``N`` = b, ``K`` = inputs. Names are ``skinny-<model>-<layer>-b<b>``;
     the same shape appears once. ``small``: two fully connected layers at b = 1, 4, 16 (tests).
     """
-    from deep500lite.bench.scaling_networks import model_description
+    from deep500lite.perfmodel.scaling_networks import model_description
 
     check_size(size)
     chosen = _SKINNY_SMALL if size == "small" else _SKINNY_DEFAULT if size == "default" else None

@@ -93,10 +93,10 @@ def load_calibration_file(path: str, flag: str):
     """Load an allreduce calibration file given with ``flag``; a bad file is a :class:`UserError` naming both.
 
     Returns:
-        The :class:`~deep500lite.lv3.costmodel.CalibratedModel`.
+        The :class:`~deep500lite.perfmodel.allreduce.CalibratedModel`.
     """
     from deep500lite.errors import UserError
-    from deep500lite.lv3.costmodel import CalibratedModel
+    from deep500lite.perfmodel.allreduce import CalibratedModel
 
     try:
         return CalibratedModel.load(path)

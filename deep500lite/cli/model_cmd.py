@@ -1,11 +1,11 @@
 """``deep500lite model``: performance models. ``model scaling`` predicts data-parallel training from 1 to thousands
 of nodes (``--scheme pipeline|spatial|tensor``: those schemes' step split instead, from
-:mod:`deep500lite.bench.scaling_parallel`); ``model allreduce`` predicts each allreduce algorithm over
+:mod:`deep500lite.perfmodel.scaling_parallel`); ``model allreduce`` predicts each allreduce algorithm over
 message sizes and their crossover; ``model layers`` measures each layer's forward and backward time through an
-executor (:mod:`deep500lite.bench.layer_times`), the input of ``model scaling --compute-from``.
+executor (:mod:`deep500lite.perfmodel.layers`), the input of ``model scaling --compute-from``.
 
-The work is in :mod:`deep500lite.bench.scaling` (the model) and
-:mod:`deep500lite.bench.scaling_networks` (built-in networks, interconnects and accelerators).
+The work is in :mod:`deep500lite.perfmodel.scaling` (the model) and
+:mod:`deep500lite.perfmodel.scaling_networks` (built-in networks, interconnects and accelerators).
 This module only parses arguments, turns a recipe or an ONNX file into a model description,
 and prints, writes and plots the result. See docs/scaling.md.
 """
@@ -18,7 +18,7 @@ import math
 import os
 import sys
 
-from deep500lite.cli.model_check import (_check_files, _print_checks, _read_json, _step_from, compare_runs,
+from deep500lite.perfmodel.checks import (_check_files, _print_checks, _read_json, _step_from, compare_runs,
                                          measured_from_run, repeatability, step_from_run)
 
 __all__ = ["add_parser", "run", "run_allreduce", "run_layers", "describe_target", "target_onnx", "step_from_run",
@@ -167,7 +167,7 @@ _DEFAULT_BATCH = {"alexnet": 256, "vgg16": 256, "googlenet": 32, "resnet50": 64,
 
 def describe_target(target: str):
     """``(ModelDescription, default batch or None)`` of a built-in name, an ``.onnx`` file or a recipe."""
-    from deep500lite.bench import scaling_networks as sn
+    from deep500lite.perfmodel import scaling_networks as sn
     from deep500lite.errors import UserError
 
     key = str(target).lower().replace("-", "").replace("_", "")
@@ -218,7 +218,7 @@ def parse_interconnect(text: str, flag: str):
         UserError: an unknown name (the names are listed), a malformed pair, or numbers that are
             not finite (``nan``, ``inf``) or not positive.
     """
-    from deep500lite.bench import scaling_networks as sn
+    from deep500lite.perfmodel import scaling_networks as sn
     from deep500lite.errors import UserError, format_choices
 
     try:
@@ -237,7 +237,7 @@ def parse_accelerator(text: str):
     Raises:
         UserError: an unknown name, a malformed pair, or numbers that are not finite and positive.
     """
-    from deep500lite.bench import scaling_networks as sn
+    from deep500lite.perfmodel import scaling_networks as sn
 
     acc = sn.accelerator(text)
     if str(text).lower() not in sn.ACCELERATORS and str(text).lower() != "this":
@@ -248,7 +248,7 @@ def parse_accelerator(text: str):
 
 def _recipe_network(target: str, batch_size):
     """``(onnx ModelProto, recipe name, recipe batch, sample shape or None, source)`` of a recipe's model."""
-    from deep500lite.bench import scaling_networks as sn
+    from deep500lite.perfmodel import scaling_networks as sn
     from deep500lite.errors import UserError, format_choices
     from deep500lite.recipe import load_recipe
 
@@ -283,7 +283,7 @@ def _recipe_network(target: str, batch_size):
 def _describe_recipe(target: str):
     import numpy as np
 
-    from deep500lite.bench import scaling_networks as sn
+    from deep500lite.perfmodel import scaling_networks as sn
 
     model, name, batch, shape, source = _recipe_network(target, 1)
     desc = sn.describe_onnx(model, name)
@@ -391,7 +391,7 @@ def _plot(result, path) -> str:
 
 def run(args) -> int:
     """Run ``deep500lite model scaling`` from parsed arguments; returns the exit status."""
-    from deep500lite.bench import scaling
+    from deep500lite.perfmodel import scaling
     from deep500lite.errors import UserError, format_choices
     from deep500lite.metrics.tables import TABLE_FORMATS
     from deep500lite.utils import atomic_write_text
@@ -557,7 +557,7 @@ _SCHEME_FLAGS = {"micro_batches": ("pipeline",), "activation_bytes": ("pipeline"
 
 def _check_scheme(args) -> str:
     """``--scheme``, after checking it and that every scheme option given belongs to it."""
-    from deep500lite.bench.scaling_parallel import MODEL_SCHEMES
+    from deep500lite.perfmodel.scaling_parallel import MODEL_SCHEMES
     from deep500lite.errors import UserError, format_choices
 
     scheme = args.scheme
@@ -602,8 +602,8 @@ def _halo_list(text: str) -> list[float]:
 
 def _run_scheme(args) -> int:
     """``model scaling --scheme pipeline|spatial|tensor``: the predicted step split per rank count."""
-    from deep500lite.bench import scaling
-    from deep500lite.bench.scaling_parallel import sweep
+    from deep500lite.perfmodel import scaling
+    from deep500lite.perfmodel.scaling_parallel import sweep
     from deep500lite.errors import UserError
     from deep500lite.lv3.allreduce import AlphaBeta
     from deep500lite.metrics.tables import format_seconds, format_table
@@ -664,7 +664,7 @@ def _run_scheme(args) -> int:
 
 def run_allreduce(args) -> int:
     """Run ``deep500lite model allreduce`` from parsed arguments; returns the exit status."""
-    from deep500lite.bench import scaling
+    from deep500lite.perfmodel import scaling
     from deep500lite.bench.allreduce import message_sizes, parse_bytes
     from deep500lite.errors import UserError, format_choices
     from deep500lite.lv3.allreduce import P2P_ALGORITHMS, AlphaBeta
@@ -738,7 +738,7 @@ def _batch_list(text: str) -> list[int]:
 
 def run_layers(args) -> int:
     """Run ``deep500lite model layers`` from parsed arguments; returns the exit status."""
-    from deep500lite.bench import layer_times
+    from deep500lite.perfmodel import layers as layer_times
     from deep500lite.errors import UserError, format_choices
     from deep500lite.metrics.tables import TABLE_FORMATS, format_table
     from deep500lite.utils import atomic_write_text
@@ -773,7 +773,7 @@ def run_layers(args) -> int:
 
 def _print_factors(setup, text) -> None:
     """One line: whether the measured layers are scaled to the whole network, and the factors per batch."""
-    from deep500lite.bench import scaling
+    from deep500lite.perfmodel import scaling
 
     m = setup.measured
     k = scaling.network_factors(setup.model, setup.accelerator, m)
@@ -792,8 +792,8 @@ def _print_factors(setup, text) -> None:
 
 
 def _load_compute(path: str, model_name: str, layer_sum: bool = False):
-    """The :class:`~deep500lite.bench.scaling.MeasuredCompute` of ``--compute-from FILE`` for ``model_name``."""
-    from deep500lite.bench import layer_times, scaling
+    """The :class:`~deep500lite.perfmodel.scaling.MeasuredCompute` of ``--compute-from FILE`` for ``model_name``."""
+    from deep500lite.perfmodel import layers as layer_times, scaling
     from deep500lite.errors import UserError
 
     data = _read_json(path, "--compute-from", "the JSON file of 'model layers --json'")
@@ -807,7 +807,7 @@ def _load_compute(path: str, model_name: str, layer_sum: bool = False):
 
 def _accelerator(args):
     """``--accelerator``, its GEMM efficiency refitted from ``--gemm-from`` when given."""
-    from deep500lite.bench import scaling_networks as sn
+    from deep500lite.perfmodel import scaling_networks as sn
     from deep500lite.errors import UserError
 
     if not args.gemm_from:

@@ -79,7 +79,8 @@ import time
 import numpy as np
 
 from deep500lite.errors import UserError, format_choices
-from deep500lite.lv3.allreduce import P2P_ALGORITHMS, SCRATCH_LIMIT, _core_ranks
+from deep500lite.perfmodel.alphabeta import P2P_ALGORITHMS, SCRATCH_LIMIT
+from deep500lite.perfmodel.alphabeta import core_ranks as _core_ranks
 
 __all__ = ["AVERAGED_GAIN", "CACHE_CANDIDATES", "CALIBRATION_SIZES", "MODEL_ENV", "SHARPNESS_CANDIDATES",
            "THREE_REGIME_MIN_SIZES", "CostParameters", "CalibratedModel", "cost_terms",

@@ -1,7 +1,7 @@
 """Per-layer forward and backward times of an ONNX network, measured on this machine through an executor.
 
 Method (``deep500lite model layers``; docs/scaling.md): for each node of the network (one node is
-one :class:`~deep500lite.bench.scaling_networks.Layer` of :func:`describe_onnx`, under the same
+one :class:`~deep500lite.perfmodel.scaling_networks.Layer` of :func:`describe_onnx`, under the same
 name) and each per-node batch ``b``:
 
 1. the network's graph inputs get the batch dimension ``b`` and ``onnx.shape_inference`` gives

@@ -38,9 +38,9 @@ import dataclasses
 import functools
 import math
 
-from deep500lite.bench.scaling_networks import Accelerator, Interconnect, ModelDescription
+from deep500lite.perfmodel.scaling_networks import Accelerator, Interconnect, ModelDescription
 from deep500lite.errors import UserError, format_choices
-from deep500lite.lv3.allreduce import P2P_ALGORITHMS, AlphaBeta, allreduce_cost, choose_algorithm
+from deep500lite.perfmodel.alphabeta import P2P_ALGORITHMS, AlphaBeta, allreduce_cost, choose_algorithm
 
 __all__ = ["IOModel", "ScalingSetup", "StepPrediction", "ScalingResult", "IO_PATTERNS", "MODES", "layer_time",
            "MeasuredCompute", "interpolate_time", "network_factors", "compute_times", "allreduce_timeline",
@@ -128,7 +128,7 @@ class ScalingSetup:
         io: the :class:`IOModel`.
         compute_scale: factor on every compute time (1: the roofline; a measured step divided by
             the roofline's prediction calibrates the compute model to a real executor).
-        allreduce_model: a fitted :class:`~deep500lite.lv3.costmodel.CalibratedModel` (or None):
+        allreduce_model: a fitted :class:`~deep500lite.perfmodel.allreduce.CalibratedModel` (or None):
             when given, allreduces cost what it predicts for the node count instead of the
             network's alpha-beta figures (for predicting runs on the machine it was fitted on); a
             bucket that waited for compute is a cold call, with the model's measured cold cost.
@@ -257,7 +257,7 @@ class MeasuredCompute:
 
     @classmethod
     def from_layer_times(cls, data: dict, source: str = "", layer_sum: bool = False) -> "MeasuredCompute":
-        """From the dict of :func:`deep500lite.bench.layer_times.measure_layers` (checked beforehand).
+        """From the dict of :func:`deep500lite.perfmodel.layers.measure_layers` (checked beforehand).
 
         Args:
             data: the ``model layers --json`` dict.
@@ -715,7 +715,7 @@ def allreduce_table(model, nodes: int, sizes) -> tuple[list, list]:
 
     Args:
         model: an :class:`~deep500lite.lv3.allreduce.AlphaBeta` or a fitted
-            :class:`~deep500lite.lv3.costmodel.CalibratedModel`.
+            :class:`~deep500lite.perfmodel.allreduce.CalibratedModel`.
         nodes: ranks.
         sizes: message sizes in bytes, increasing.
 

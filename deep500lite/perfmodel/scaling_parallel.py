@@ -23,8 +23,8 @@ each function. ``deep500lite run RECIPE -n N`` measures the same split (compute 
 idle) to compare with.
 
 :func:`predict_model` and :func:`sweep` apply these to a network of the data-parallel scaling model
-(a :class:`~deep500lite.bench.scaling_networks.ModelDescription`, its per-layer roofline compute
-from :func:`deep500lite.bench.scaling.compute_times`); ``deep500lite model scaling --scheme
+(a :class:`~deep500lite.perfmodel.scaling_networks.ModelDescription`, its per-layer roofline compute
+from :func:`deep500lite.perfmodel.scaling.compute_times`); ``deep500lite model scaling --scheme
 pipeline|spatial|tensor`` prints them.
 """
 
@@ -33,7 +33,7 @@ from __future__ import annotations
 import dataclasses
 
 from deep500lite.errors import UserError
-from deep500lite.lv3.allreduce import AlphaBeta, allreduce_cost, choose_algorithm
+from deep500lite.perfmodel.alphabeta import AlphaBeta, allreduce_bytes, allreduce_cost, choose_algorithm
 
 __all__ = ["ParallelPrediction", "predict_pipeline", "predict_spatial", "predict_tensor", "MODEL_SCHEMES",
            "balanced_cuts", "predict_model", "sweep"]
@@ -148,7 +148,6 @@ def predict_tensor(split_compute: float, replicated_compute: float, ranks: int, 
             second layer's outputs.
         link: the alpha-beta costs.
     """
-    from deep500lite.lv3.tensor_parallel import allreduce_bytes
 
     _check(ranks, split_compute=split_compute, replicated_compute=replicated_compute)
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
@@ -197,15 +196,15 @@ def predict_model(model, scheme: str, ranks: int, batch: float, accelerator, lin
                   gathered_bytes: float | None = None, compute_scale: float = 1.0) -> ParallelPrediction:
     """One step of ``scheme`` on ``ranks`` ranks for a network of the scaling model.
 
-    The single-process compute is the roofline of :func:`deep500lite.bench.scaling.compute_times`
+    The single-process compute is the roofline of :func:`deep500lite.perfmodel.scaling.compute_times`
     for the whole ``batch`` (forward, backward and update), times ``compute_scale``.
 
     Args:
-        model: a :class:`~deep500lite.bench.scaling_networks.ModelDescription`.
+        model: a :class:`~deep500lite.perfmodel.scaling_networks.ModelDescription`.
         scheme: ``pipeline``, ``spatial`` or ``tensor``.
         ranks: ``P``.
         batch: the global batch (every scheme splits this one batch: strong scaling).
-        accelerator: a :class:`~deep500lite.bench.scaling_networks.Accelerator`.
+        accelerator: a :class:`~deep500lite.perfmodel.scaling_networks.Accelerator`.
         link: the alpha-beta costs of a message between ranks.
         micro_batches: pipeline: ``M``.
         activation_bytes: pipeline: bytes of a cut activation per sample; None: the mean of the
@@ -225,7 +224,7 @@ def predict_model(model, scheme: str, ranks: int, batch: float, accelerator, lin
             prediction without ``halo_bytes``, or a tensor prediction for a network with fewer than
             two fully connected layers.
     """
-    from deep500lite.bench.scaling import compute_times
+    from deep500lite.perfmodel.scaling import compute_times
     from deep500lite.errors import format_choices
 
     if scheme not in MODEL_SCHEMES:

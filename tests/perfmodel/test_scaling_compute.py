@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from deep500lite.bench import scaling
-from deep500lite.bench import scaling_networks as sn
+from deep500lite.perfmodel import scaling
+from deep500lite.perfmodel import scaling_networks as sn
 from deep500lite.cli import main
 
 ACC = sn.Accelerator("test", 1e12, 1e11, 0.5, 16.0, 5e-6)
