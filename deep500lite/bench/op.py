@@ -40,7 +40,7 @@ the other, each on every framework in turn, so that a burst of other load on a s
 hits the frameworks of one case alike.
 
 Reported per case and framework: the median with its 95% CI, GFLOP/s = FLOP / median, and its
-place under the roofline of this machine's *measured* peak (:mod:`deep500lite.bench.peak`).
+place under the roofline of this machine's *measured* peak (:mod:`deep500lite.perfmodel.peak`).
 
 FLOP and bytes, float32 (4 bytes per element), inputs read once and outputs written once:
 
@@ -594,7 +594,7 @@ class OpResult:
         case: the :class:`GemmCase`, :class:`ConvCase` or :class:`CustomCase`.
         framework: the framework key (``op`` for custom operators).
         measurement: the :class:`~deep500lite.Measurement` with every raw sample.
-        roofline: the :class:`~deep500lite.bench.peak.Roofline` of the median.
+        roofline: the :class:`~deep500lite.perfmodel.peak.Roofline` of the median.
         max_rel_error: ``max |y - reference| / max |reference|`` of one call (None without a reference).
         how: what was called.
     """
@@ -641,7 +641,7 @@ class OpBenchmark:
     Attributes:
         device: ``"cpu"`` or ``"gpu:N"``.
         threads: CPU threads given to each framework (and to the peak's kernels).
-        peak: the machine's :class:`~deep500lite.bench.peak.Peak`.
+        peak: the machine's :class:`~deep500lite.perfmodel.peak.Peak`.
         results: one :class:`OpResult` per case and framework, in suite, case, framework order.
         skipped: ``{"framework", "case", "reason"}`` for what could not run (``case`` None: all).
         notes: warnings (noisy measurements, outputs that disagree).
@@ -716,8 +716,8 @@ def run_op_benchmark(suites=DEFAULT_SUITES, frameworks=OP_FRAMEWORKS, size: str 
         custom_cases: the cases of the ``custom`` suite (default: :func:`custom_example_cases`).
         seed: seed of the inputs.
         progress: optional ``callable(str)`` told what is being measured.
-        peak: a :class:`~deep500lite.bench.peak.Peak` to place the results under (default: measured
-            here with :func:`~deep500lite.bench.peak.measure_peak`, before and after the cases;
+        peak: a :class:`~deep500lite.perfmodel.peak.Peak` to place the results under (default: measured
+            here with :func:`~deep500lite.perfmodel.peak.measure_peak`, before and after the cases;
             each kernel's faster measurement counts).
         threads: CPU threads for every framework and for the peak (default: the usable cores).
 
@@ -727,7 +727,7 @@ def run_op_benchmark(suites=DEFAULT_SUITES, frameworks=OP_FRAMEWORKS, size: str 
     Raises:
         UserError: a bad suite, framework, size, time or device (DeviceError without the GPU).
     """
-    from deep500lite.bench.peak import measure_peak, require_torch_gpu, roofline, usable_cores
+    from deep500lite.perfmodel.peak import measure_peak, require_torch_gpu, roofline, usable_cores
     from deep500lite.lv1.device import as_device
     from deep500lite.registry import FRAMEWORKS, framework_module, framework_version, is_framework_available
 

@@ -413,12 +413,12 @@ ACCELERATORS = {
 
 def accelerator(spec: str) -> Accelerator:
     """A named accelerator (:data:`ACCELERATORS`), ``this`` (this machine's measured peak via
-    :func:`deep500lite.bench.peak.measure_peak`, a few seconds) or ``FLOPS,BANDWIDTH`` (``9.3e12,732e9``)."""
+    :func:`deep500lite.perfmodel.peak.measure_peak`, a few seconds) or ``FLOPS,BANDWIDTH`` (``9.3e12,732e9``)."""
     text = str(spec).strip().lower()
     if text in ACCELERATORS:
         return ACCELERATORS[text]
     if text == "this":
-        from deep500lite.bench.peak import measure_peak
+        from deep500lite.perfmodel.peak import measure_peak
 
         peak = measure_peak("cpu")
         batches, rates = measure_gemm_rates()

@@ -15,7 +15,7 @@ import pytest
 import deep500lite as d5
 from support import run_cli
 from deep500lite.bench import op
-from deep500lite.bench.peak import Peak, roofline
+from deep500lite.perfmodel.peak import Peak, roofline
 from deep500lite.errors import DeviceError, UserError
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -171,7 +171,7 @@ def test_gemm_from_fits_the_efficiency_curve_of_the_measured_rates(tmp_path, cap
 
 def test_skinny_bench_json_feeds_the_fit(tmp_path):
     from deep500lite.bench import op
-    from deep500lite.bench.peak import Peak
+    from deep500lite.perfmodel.peak import Peak
 
     peak = Peak("cpu", flops=100e9, bandwidth=10e9, flops_method="given", bandwidth_method="given", kernels={})
     bench = op.run_op_benchmark(["skinny"], ["reference"], "small", 0.01, peak=peak)
