@@ -179,47 +179,6 @@ def repeatability(checks: list[dict], tolerance: float) -> list[dict]:
     return out
 
 
-def _print_checks(checks: list[dict], groups: list[dict], tolerance: float, fmt: str, text,
-                  host_cores: int | None = None) -> None:
-    """The ``--check`` table, its verdict line, a line per group of :func:`repeatability` and the notes."""
-    from deep500lite.metrics.tables import format_seconds, format_table
-
-    def verdict(c):
-        if c["verdict"] == "calibration point":
-            return c["verdict"]
-        return f"within {tolerance * 100:g}%" if c["verdict"] == "within" else f"off by more than {tolerance * 100:g}%"
-
-    # round(...) + 0.0 turns a rounded -0.0 into 0.0 (the calibration point prints "+0.0%")
-    rows = [[c["ranks"], c["file"],
-             f"{format_seconds(c['median'])} [{format_seconds(c['ci_low'])}, {format_seconds(c['ci_high'])}]",
-             format_seconds(c["predicted"]), f"{round(c['error'] * 100, 1) + 0.0:+.1f}%", verdict(c)]
-            for c in checks]
-    print("measured (--check) against predicted", file=text)
-    print(format_table(["ranks", "run", "measured step [95% CI]", "predicted", "error", "verdict"], rows, fmt),
-          file=text, flush=True)
-    judged = [c for c in checks if c["verdict"] != "calibration point"]
-    if judged:
-        good = sum(c["verdict"] == "within" for c in judged)
-        print(f"predicted within {tolerance * 100:g}% of the measured step in {good} of {len(judged)} runs"
-              + ("" if good == len(judged) else ": the check fails"), file=text)
-    for g in groups:
-        line = (f"{g['runs']} runs on {g['ranks']} rank{'s' if g['ranks'] > 1 else ''}: "
-                f"{format_seconds(g['fastest'])} to {format_seconds(g['slowest'])}, the slowest {g['ratio']:.2f} "
-                f"times the fastest; the prediction is {round(g['error'] * 100, 1) + 0.0:+.1f}% from their median "
-                f"{format_seconds(g['median'])}")
-        if not g["repeats"]:
-            line += (f"; one prediction can be within {tolerance * 100:g}% of runs at most {g['band']:.2f} times "
-                     f"apart, so these runs cannot all pass: the machine did not repeat the job")
-        print(line, file=text)
-    same: dict[tuple, list[str]] = {}  # one note for every run of the same ranks on the same cores
-    for c in judged:
-        same.setdefault((c["ranks"], c["usable_cores"]), []).append(str(c["file"]))
-    for (ranks, cores), files in same.items():
-        note = oversubscribed_note({"file": ", ".join(files), "ranks": ranks, "usable_cores": cores}, host_cores)
-        if note:
-            print(note, file=text)
-
-
 def oversubscribed_note(check: dict, host_cores: int | None) -> str | None:
     """A note for a checked run that had more ranks than usable cores (None for any other run).
 

@@ -69,7 +69,7 @@ def test_one_node_step_is_the_sum_and_the_overhead_does_not_scale():
 def _lenet_layers_json(path, batches=(16, 64), network=None):
     """A layers file for digits_lenet with every layer 1 ms forward, 2 ms backward per 16 samples (linear);
     ``network``: the whole network's ``(forward, step)`` per batch (default 0 s: no time left to scale to)."""
-    from deep500lite.cli.model_cmd import describe_target
+    from deep500lite.recipe.model_targets import describe_target
 
     desc, _ = describe_target("digits_lenet")
     layers = [{"name": la.name, "op_type": "X", "status": "measured", "forward": [1e-3 * b / 16 for b in batches],
