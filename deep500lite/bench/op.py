@@ -62,6 +62,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from deep500lite.bench.contract import OpRunner
 from deep500lite.errors import DeviceError, UserError, UserTypeError, format_choices
 from deep500lite.lv0.operator import CustomPythonOp, Operator
 from deep500lite.lv0.tensordesc import tensordesc
@@ -545,26 +546,6 @@ def check_size(size: str) -> str:
 
 
 # --------------------------------------------------------------------------------------------- runners
-
-
-@dataclasses.dataclass
-class OpRunner:
-    """One case, ready to time on one framework (made by a framework's ``bench.op_runner``).
-
-    A framework that cannot run the case here (no GPU it can see, a CPU-only framework) raises
-    :class:`~deep500lite.errors.DeviceError` instead, and is skipped with its message.
-
-    Attributes:
-        fn: the timed call.
-        sync: waits for the device's work (None on the CPU, where ``fn`` returns when done).
-        fetch: one call, its result as numpy in the case's layout (for the correctness check).
-        how: what is called, for the results.
-    """
-
-    fn: Callable[[], object]
-    sync: Callable[[], None] | None
-    fetch: Callable[[], np.ndarray]
-    how: str
 
 
 def _custom_runner(case, device) -> OpRunner:

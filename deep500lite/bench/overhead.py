@@ -43,6 +43,8 @@ import dataclasses
 
 import numpy as np
 
+from deep500lite.bench.contract import (LEARNING_RATE, MODEL_SHAPES, MOMENTUM, d5_training_step, random_labels,
+                                        with_loss)
 from deep500lite.errors import UserError, format_choices
 
 __all__ = ["OverheadResult", "run_overhead", "MODELS", "MODEL_SHAPES", "TARGET_RATIO", "INFERENCE_FRAMEWORKS",
@@ -51,7 +53,6 @@ __all__ = ["OverheadResult", "run_overhead", "MODELS", "MODEL_SHAPES", "TARGET_R
 MODELS = ("lenet", "resnet20")
 TARGET_RATIO = 1.05
 # The input shape (C, H, W) of each model.
-MODEL_SHAPES = {"lenet": (1, 28, 28), "resnet20": (3, 32, 32)}
 
 
 @dataclasses.dataclass
@@ -97,48 +98,6 @@ class OverheadResult:
 INFERENCE_FRAMEWORKS = ("torch", "tensorflow", "onnxruntime", "jax")
 TRAINING_FRAMEWORKS = ("torch", "tensorflow", "onnxruntime", "reference", "jax")
 GPU_FRAMEWORKS = ("torch", "jax")
-
-LEARNING_RATE, MOMENTUM = 0.01, 0.9
-
-
-def with_loss(network):
-    """``network`` with the digits loss (softmax cross-entropy of ``output`` and ``label``) added as ``loss``."""
-    from deep500lite.datasets import dataset_loss
-
-    network.add_operation(dataset_loss("digits")(["output", "label"], "loss"))
-    return network
-
-
-def random_labels(rng, batch):
-    """``batch`` random int64 class labels in [0, 10)."""
-    return rng.integers(0, 10, size=batch).astype(np.int64)
-
-
-def d5_training_step(framework, model, batch, rng, optimizer_class):
-    """deep500lite's training step alone, for a framework with no native training loop to compare with.
-
-    Args:
-        framework: the executor's framework key.
-        model: a name from :data:`MODELS` (the zoo's ONNX graph is used).
-        batch: samples per step.
-        rng: the numpy generator of the inputs and labels.
-        optimizer_class: the momentum optimizer to step with (``optimizer_class(executor,
-            learning_rate=, momentum=)``).
-
-    Returns:
-        ``(deep500lite_call, None, executor)``; the call returns the step's loss.
-    """
-    from deep500lite.networks import create_model
-    from deep500lite.registry import executor
-
-    name, kwargs = ("lenet", {}) if model == "lenet" else ("resnet", {"depth": 20})
-    net = with_loss(create_model(name, batch, classes=10, shape=MODEL_SHAPES[model], **kwargs)[0])
-    ex = executor(net, framework)
-    optimizer = optimizer_class(ex, learning_rate=LEARNING_RATE, momentum=MOMENTUM)
-    feeds = {"input": rng.standard_normal((batch, *MODEL_SHAPES[model])).astype(np.float32),
-             "label": random_labels(rng, batch)}
-    return (lambda: optimizer.step(feeds)["loss"]), None, ex
-
 
 def run_overhead(framework: str, models=MODELS, batch_size: int = 64, max_time: float = 20.0,
                  seed: int = 0, progress=None, training: bool = False, device=None) -> list[OverheadResult]:

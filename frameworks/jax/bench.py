@@ -28,8 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from deep500lite.bench.op import OpRunner
-from deep500lite.bench.overhead import LEARNING_RATE, MODEL_SHAPES, MOMENTUM, random_labels, with_loss
+from deep500lite.bench.contract import LEARNING_RATE, MODEL_SHAPES, MOMENTUM, OpRunner, random_labels, with_loss
 from deep500lite.errors import DeviceError
 from deep500lite.frameworks.jax import models
 from deep500lite.lv1.network import load_model

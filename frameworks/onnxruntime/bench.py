@@ -19,9 +19,7 @@ import contextlib
 import numpy as np
 import onnxruntime as ort
 
-from deep500lite.bench.op import OpRunner
-from deep500lite.bench.op_overhead import graph_pair
-from deep500lite.bench.overhead import MODEL_SHAPES, d5_training_step
+from deep500lite.bench.contract import MODEL_SHAPES, OpRunner, d5_training_step, graph_pair
 from deep500lite.errors import DeviceError
 from deep500lite.frameworks.onnxruntime.optimizers import MomentumOptimizer
 from deep500lite.networks import create_model

@@ -19,8 +19,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from deep500lite.bench.op import OpRunner
-from deep500lite.bench.overhead import LEARNING_RATE, MODEL_SHAPES, MOMENTUM, random_labels, with_loss
+from deep500lite.bench.contract import LEARNING_RATE, MODEL_SHAPES, MOMENTUM, OpRunner, random_labels, with_loss
 from deep500lite.errors import DeviceError
 from deep500lite.frameworks.tensorflow import models
 from deep500lite.frameworks.tensorflow.custom import custom_op

@@ -22,9 +22,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from deep500lite.bench.op import OpRunner
-from deep500lite.bench.overhead import LEARNING_RATE, MODEL_SHAPES, MOMENTUM, random_labels, with_loss
-from deep500lite.bench.peak import measure_kernel
+from deep500lite.bench.contract import (LEARNING_RATE, MODEL_SHAPES, MOMENTUM, OpRunner, measure_kernel, random_labels,
+                                        with_loss)
 from deep500lite.errors import DeviceError
 from deep500lite.frameworks.torch import models
 from deep500lite.frameworks.torch.custom import custom_op
