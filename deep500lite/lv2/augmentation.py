@@ -8,7 +8,7 @@ input node of the dataset of the sampler it is given to (Deep500's ``set_dataset
 ``"input"``. Pass transforms to a sampler's ``transformations``:
 
 >>> import numpy as np, deep500lite as d5
->>> from deep500lite.frameworks.reference import transforms as T
+>>> from deep500lite.lv2 import augmentation as T
 >>> ds = d5.NumpyDataset(np.zeros((8, 3, 32, 32), np.float32), "input", np.zeros(8, np.int64), "label")
 >>> augment = [T.RandomCrop(32, padding=4, seed=1), T.RandomHorizontalFlip(seed=2),
 ...            T.Normalize([0.49, 0.48, 0.45], [0.25, 0.24, 0.26])]

@@ -23,7 +23,7 @@ The reference executor converts nothing, so it has no ``dtypes.py``, ``native.py
 from deep500lite.frameworks.reference.custom import custom_op
 from deep500lite.frameworks.reference.executor import ReferenceExecutor, from_model
 from deep500lite.frameworks.reference.ops import SUPPORTED_OPS
-from deep500lite.frameworks.reference.transforms import (BatchTransform, Cutout, Normalize, RandomCrop,
+from deep500lite.lv2.augmentation import (BatchTransform, Cutout, Normalize, RandomCrop,
                                                          RandomHorizontalFlip, RandomTransform)
 from deep500lite.frameworks.reference.optimizers import (AcceleGradOptimizer, AdaGradOptimizer, AdamOptimizer,
                                                          GradientDescent, MomentumOptimizer, NesterovOptimizer,
@@ -40,7 +40,7 @@ __all__ = ["ReferenceExecutor", "from_model", "custom_op", "SUPPORTED_OPS", "exe
 # [training]
 # [/training]
 # [data-metrics]
-from deep500lite.frameworks.reference.transforms import Crop, RandomFlip  # noqa: E402
+from deep500lite.lv2.augmentation import Crop, RandomFlip  # noqa: E402
 
 __all__ += ["Crop", "RandomFlip"]
 # [/data-metrics]
