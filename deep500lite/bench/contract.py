@@ -41,7 +41,7 @@ class FrameworkBench(Protocol):
     ``"custom_op"`` (``bench overhead --op``): ``custom_op_pair(op, x, g) -> (custom_call, native_call)``,
     each call returning ``(y, dL/dx)``. ``"peak"`` (the measured peak): ``peak_cpu_kernels(a, b,
     threads)``, ``peak_gpu_kernels(index, gemm_n, copy_elements)``, ``gpu_info(index)`` and
-    ``require_gpu(index)``.
+    ``require_gpu(index)``. ``"gpu"``: ``set_device(device)``, so ``bench overhead --device gpu:N`` runs it.
     """
 
     def op_runner(self, case, inputs, device, threads) -> OpRunner:  # pragma: no cover - protocol

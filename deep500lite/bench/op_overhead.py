@@ -17,7 +17,7 @@ forward and backward together (``y = op(x)``, then the gradient of ``sum(y * g)`
 The ratio custom/native (median of per-pair ratios, 95% CI) is the cost of writing the operator
 outside the framework; both sides' results are checked to agree first. The code of each framework
 is ``custom_op_pair`` in ``frameworks/<fw>/bench.py``, reached through
-:func:`deep500lite.registry.framework_module` when the benchmark runs.
+the framework's spec (``spec.role("bench")``) when the benchmark runs.
 """
 
 from __future__ import annotations
@@ -28,11 +28,12 @@ import numpy as np
 
 from deep500lite.bench.contract import graph_pair
 from deep500lite.errors import UserError, format_choices
+from deep500lite.registry import FrameworkNames
 
 __all__ = ["OpOverheadResult", "run_op_overhead", "swish_op", "graph_pair", "SWISH_CPP", "KINDS"]
 
 KINDS = ("cpp", "python")
-_FRAMEWORKS = ("torch", "tensorflow", "onnxruntime", "reference", "jax")
+_FRAMEWORKS = FrameworkNames(bench="custom_op")
 
 SWISH_CPP = r"""
 #include <deep500lite/deep500lite.h>
@@ -127,7 +128,7 @@ def run_op_overhead(frameworks, kinds=("cpp",), elements: int = 1 << 16, max_tim
         One :class:`OpOverheadResult` per framework and kind.
     """
     from deep500lite.metrics.timing import time_paired
-    from deep500lite.registry import canonical_framework, framework_module
+    from deep500lite.registry import canonical_framework, spec
 
     frameworks = [canonical_framework(f) for f in frameworks]
     for f in frameworks:
@@ -147,7 +148,7 @@ def run_op_overhead(frameworks, kinds=("cpp",), elements: int = 1 << 16, max_tim
         for fw in frameworks:
             if progress:
                 progress(f"{fw}: {kind} Swish vs native, {elements} elements")
-            custom, native = framework_module(fw, "bench").custom_op_pair(op, x, g)
+            custom, native = spec(fw).role("bench").custom_op_pair(op, x, g)
             (ya, ga), (yb, gb) = custom(), native()
             err = float(max(np.abs(ya - yb).max(), np.abs(ga - gb).max()))
             if err > 1e-4:

@@ -33,7 +33,7 @@ loss, for training) are checked to agree before timing where both sides start fr
 weights.
 
 The code of each framework is ``set_seed``, ``inference_pair`` and ``training_pair`` in
-``frameworks/<fw>/bench.py``, reached through :func:`deep500lite.registry.framework_module`
+``frameworks/<fw>/bench.py``, reached through the framework's spec (``spec.role("bench")``)
 when the benchmark runs.
 """
 
@@ -46,6 +46,7 @@ import numpy as np
 from deep500lite.bench.contract import (LEARNING_RATE, MODEL_SHAPES, MOMENTUM, d5_training_step, random_labels,
                                         with_loss)
 from deep500lite.errors import UserError, format_choices
+from deep500lite.registry import FrameworkNames
 
 __all__ = ["OverheadResult", "run_overhead", "MODELS", "MODEL_SHAPES", "TARGET_RATIO", "INFERENCE_FRAMEWORKS",
            "TRAINING_FRAMEWORKS", "LEARNING_RATE", "MOMENTUM", "with_loss", "random_labels", "d5_training_step"]
@@ -95,9 +96,12 @@ class OverheadResult:
                 "ratios": list(self.paired.ratios), "ratio": self.paired.ratio.to_dict()}
 
 
-INFERENCE_FRAMEWORKS = ("torch", "tensorflow", "onnxruntime", "jax")
-TRAINING_FRAMEWORKS = ("torch", "tensorflow", "onnxruntime", "reference", "jax")
-GPU_FRAMEWORKS = ("torch", "jax")
+#: Frameworks whose ``bench`` module times inference against their native API (from the specs).
+INFERENCE_FRAMEWORKS = FrameworkNames(bench="inference")
+#: Frameworks whose ``bench`` module times a training step.
+TRAINING_FRAMEWORKS = FrameworkNames(bench="training")
+#: Frameworks whose ``bench`` runners take a GPU.
+GPU_FRAMEWORKS = FrameworkNames(bench="gpu")
 
 def run_overhead(framework: str, models=MODELS, batch_size: int = 64, max_time: float = 20.0,
                  seed: int = 0, progress=None, training: bool = False, device=None) -> list[OverheadResult]:
@@ -117,7 +121,7 @@ def run_overhead(framework: str, models=MODELS, batch_size: int = 64, max_time: 
     """
     from deep500lite.metrics.accuracy import MaxError
     from deep500lite.metrics.timing import time_function, time_paired
-    from deep500lite.registry import canonical_framework, framework_module
+    from deep500lite.registry import canonical_framework, spec
 
     key = canonical_framework(framework)
     supported = TRAINING_FRAMEWORKS if training else INFERENCE_FRAMEWORKS
@@ -134,7 +138,7 @@ def run_overhead(framework: str, models=MODELS, batch_size: int = 64, max_time: 
     if dev.is_gpu and key not in GPU_FRAMEWORKS:
         raise UserError(f"bench overhead runs on a GPU for {format_choices(GPU_FRAMEWORKS)} only. "
                         f"Received: --framework {key} --device {dev}")
-    bench = framework_module(key, "bench")
+    bench = spec(key).role("bench")
     if hasattr(bench, "set_device"):
         bench.set_device(dev)
     bench.set_seed(seed)
@@ -146,10 +150,12 @@ def run_overhead(framework: str, models=MODELS, batch_size: int = 64, max_time: 
             progress(f"{key} {model} batch {batch_size} {what}: preparing")
         rng = np.random.default_rng(seed)
         d5_call, native_call, ex = pair(model, batch_size, rng)
-        # Both training sides start from the same weights only for torch and jax (the model is exported).
+        # Both training sides start from the same weights only where the bench module says so (the
+        # model is exported from the native one: torch and jax).
         first = d5_call()
+        same_start = getattr(bench, "TRAINING_SAME_WEIGHTS", False)
         err = (MaxError().measure(None, first, native_call())
-               if native_call is not None and (not training or key in ("torch", "jax")) else None)
+               if native_call is not None and (not training or same_start) else None)
         compiled = {"deep500lite": float(getattr(ex, "compile_seconds", 0.0))}
         if hasattr(native_call, "compile_seconds"):
             compiled["native"] = float(native_call.compile_seconds)

@@ -40,7 +40,7 @@ def run(args) -> int:
                 aliases.setdefault(k, []).append(a)
             for k in FRAMEWORKS:
                 state = (f"installed ({framework_version(k)})" if is_framework_available(k)
-                         else f"not installed: pip install 'deep500lite[{FRAMEWORKS[k][3]}]'")
+                         else f"not installed: {FRAMEWORKS[k].install}")
                 alias = f" (alias: {', '.join(aliases[k])})" if k in aliases else ""
                 print(f"  {k}{alias}: {state}")
         elif kind == "datasets":

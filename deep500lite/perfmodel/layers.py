@@ -217,7 +217,7 @@ def _time_pair(net, feeds, framework, device, max_time, optimizer=None):
     executor; with ``optimizer`` (a key of :data:`OPTIMIZERS`) a third: that optimizer's whole ``step``."""
     from deep500lite.lv1.network import Network
     from deep500lite.metrics.timing import time_function, time_paired
-    from deep500lite.registry import executor, framework_module
+    from deep500lite.registry import baseline, executor
 
     ex = executor(Network(net), framework, device=device)
     kw = dict(sync=ex.synchronize, warmup=2, min_runs=5, max_time=max_time)
@@ -226,7 +226,7 @@ def _time_pair(net, feeds, framework, device, max_time, optimizer=None):
     if not OPTIMIZERS.get(optimizer):
         return fwd, step
     cls, options = OPTIMIZERS[optimizer]
-    opt = getattr(framework_module("reference", "optimizers"), cls)(ex, **options)
+    opt = getattr(baseline().role("optimizers"), cls)(ex, **options)
     # In alternation, so that load on the machine hits both alike; the update is the median of the
     # per-pair differences, steadier than a difference of two medians.
     return fwd, step, time_paired(lambda: opt.step(feeds), lambda: ex.inference_and_backprop(feeds, "loss"),

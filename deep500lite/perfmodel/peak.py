@@ -26,7 +26,8 @@ it is *memory-bound* when ``I`` is below the ridge point ``peak_flops / peak_ban
 *compute-bound* otherwise.
 
 The torch kernels are in ``frameworks/torch/bench.py`` (``peak_cpu_kernels``,
-``peak_gpu_kernels``), reached through :func:`deep500lite.registry.framework_module` when measured.
+``peak_gpu_kernels``) of the frameworks whose spec lists ``"peak"`` in ``bench``, reached through the
+registry when measured.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ import os
 import numpy as np
 
 from deep500lite.errors import DeviceError, UserError
-from deep500lite.registry import framework_module
+from deep500lite.registry import frameworks_with, spec
 
 __all__ = ["Peak", "Roofline", "measure_peak", "measure_kernel", "roofline", "usable_cores", "require_torch_gpu",
            "blas_threads"]
@@ -184,8 +185,6 @@ def measure_kernel(fn, work: float, unit: str, sync=None, max_time: float = 0.6)
 
 
 def _cpu_gemms(threads: int) -> dict:
-    from deep500lite.utils import is_package_available
-
     rng = np.random.default_rng(0)
     n = _GEMM_N_CPU
     a = rng.standard_normal((n, n), dtype=np.float32)
@@ -193,8 +192,8 @@ def _cpu_gemms(threads: int) -> dict:
     work = 2.0 * n ** 3
     with blas_threads(threads):
         kernels = {"gemm_numpy": measure_kernel(lambda: np.matmul(a, b), work, "FLOP/s")}
-    if is_package_available("torch"):
-        kernels.update(framework_module("torch", "bench").peak_cpu_kernels(a, b, threads))
+    for name in frameworks_with(bench="peak", available=True):
+        kernels.update(spec(name).role("bench").peak_cpu_kernels(a, b, threads))
     return kernels
 
 
@@ -241,7 +240,7 @@ def _cpu_peak(threads: int, kernels: dict, measured: int) -> Peak:
 
 
 def _gpu_peak(index: int, kernels: dict, measured: int) -> Peak:
-    info = framework_module("torch", "bench").gpu_info(index)
+    info = _gpu_bench().gpu_info(index)
     name = info["name"]
     tf32 = "on" if info["tf32"] else "off"
     times = f"; best of {measured} measurements" if measured > 1 else ""
@@ -278,7 +277,7 @@ def measure_peak(device="cpu", threads: int | None = None, refresh: bool = False
     threads = threads or usable_cores()
     key = (str(dev), threads)
     if key not in _MEASURED or refresh:
-        new = (framework_module("torch", "bench").peak_gpu_kernels(dev.index, _GEMM_N_GPU, _GPU_COPY_ELEMENTS)
+        new = (_gpu_bench().peak_gpu_kernels(dev.index, _GEMM_N_GPU, _GPU_COPY_ELEMENTS)
                if dev.is_gpu else {**_cpu_gemms(threads), **_cpu_streams(threads)})
         old, count = _MEASURED.get(key, ({}, 0))
         merged = {k: max((v, old[k]) if k in old else (v,), key=lambda e: e["rate"]) for k, v in new.items()}
@@ -287,11 +286,17 @@ def measure_peak(device="cpu", threads: int | None = None, refresh: bool = False
     return _gpu_peak(dev.index, kernels, count) if dev.is_gpu else _cpu_peak(threads, kernels, count)
 
 
-def require_torch_gpu(index: int) -> None:
-    """Raise a :class:`~deep500lite.errors.DeviceError` unless torch sees CUDA GPU ``index``."""
-    from deep500lite.utils import is_package_available
+def _gpu_bench():
+    """The ``bench`` module of the first installed framework that measures a GPU's peak (``peak`` and ``gpu``)."""
+    names = frameworks_with(bench="peak", devices="gpu", available=True)
+    if not names:
+        wanted = frameworks_with(bench="peak", devices="gpu")
+        raise DeviceError(f"Measuring a GPU needs a framework that measures its peak, with CUDA: "
+                          f"{', '.join(spec(n).install for n in wanted) or 'none is registered'}. Use --device cpu. "
+                          f"Received: none of {wanted} installed")
+    return spec(names[0]).role("bench")
 
-    if not is_package_available("torch"):
-        raise DeviceError(f"--device gpu:{index} needs PyTorch with CUDA (pip install torch); torch is not "
-                          f"installed. Use --device cpu. Received: --device gpu:{index}")
-    framework_module("torch", "bench").require_gpu(index)
+
+def require_torch_gpu(index: int) -> None:
+    """Raise a :class:`~deep500lite.errors.DeviceError` unless the GPU-measuring framework sees CUDA GPU ``index``."""
+    _gpu_bench().require_gpu(index)

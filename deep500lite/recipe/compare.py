@@ -248,7 +248,7 @@ def run_comparison(recipe, frameworks: Sequence[str], repeats: int = 1, out: str
     missing = [k for k in keys if not is_framework_available(split_executor_spelling(k)[0])]
     if len(missing) == len(keys):
         raise UserError(f"Framework(s) {format_choices(missing)} are not installed: pip install "
-                        + " ".join(f"'deep500lite[{FRAMEWORKS[split_executor_spelling(k)[0]][3]}]'"
+                        + " ".join(FRAMEWORKS[split_executor_spelling(k)[0]].install.removeprefix("pip install ")
                                    for k in missing)
                         + f", or compare installed frameworks only. Received: --frameworks {','.join(keys)}")
     out = out or os.path.join("d5-results", loaded.name, "compare")
@@ -256,10 +256,10 @@ def run_comparison(recipe, frameworks: Sequence[str], repeats: int = 1, out: str
     failures, paths = [], []
     width = max(len(k) for k in keys)
     for fw in missing:  # its column only: the installed ones still run
-        extra = FRAMEWORKS[split_executor_spelling(fw)[0]][3]
+        install = FRAMEWORKS[split_executor_spelling(fw)[0]].install
         failures.append({"framework": fw, "run": 1, "status": None, "log": None,
-                         "error": f"not installed: pip install 'deep500lite[{extra}]'"})
-        stream.write(f"[{fw.ljust(width)}] skipped: not installed (pip install 'deep500lite[{extra}]')\n")
+                         "error": f"not installed: {install}"})
+        stream.write(f"[{fw.ljust(width)}] skipped: not installed ({install})\n")
     for r in range(repeats):
         for fw in (k for k in keys if k not in missing):
             # A variant's folder: torch:compile -> torch-compile (no colon in file names).

@@ -31,11 +31,15 @@ from deep500lite.frameworks.torch.optimizers import MomentumOptimizer
 from deep500lite.lv1.network import load_model
 from deep500lite.registry import executor
 
-__all__ = ["op_runner", "op_threads", "set_seed", "set_device", "inference_pair", "training_pair", "custom_op_pair",
+__all__ = ["TRAINING_SAME_WEIGHTS", "op_runner", "op_threads", "set_seed", "set_device", "inference_pair", "training_pair", "custom_op_pair",
            "peak_cpu_kernels", "peak_gpu_kernels", "gpu_info", "require_gpu"]
 
 
 # --------------------------------------------------------------------------------------------- bench op
+
+
+#: bench overhead --training: the native side starts from the deep500lite side's weights (the model is exported).
+TRAINING_SAME_WEIGHTS = True
 
 
 def op_runner(case, inputs, device, threads) -> OpRunner:
