@@ -61,7 +61,7 @@ class DistributedRun:
 
     def lines(self) -> list[str]:
         """The per-rank table, the job's figures and the verdicts, for the terminal."""
-        from deep500lite.recipe.parallelism import describe_lines  # spatial/pipeline/tensor: each rank's split
+        from deep500lite.recipe.parallel_training import describe_lines  # spatial/pipeline/tensor: each rank's split
 
         return describe(self.results) + describe_lines(self.results, self.results_path)
 
