@@ -5,7 +5,7 @@ module that imports nothing heavy (``frameworks/<fw>/spec.py``, or a plugin's ow
 it in the ``deep500lite.frameworks`` entry-point group of its ``pyproject.toml``::
 
     [project.entry-points."deep500lite.frameworks"]
-    openvino = "deep500lite_openvino.spec:SPEC"
+    myframework = "my_package.spec:SPEC"
 
 :mod:`deep500lite.registry` reads the group with :func:`importlib.metadata.entry_points` and loads
 only the specs; the framework itself (torch, TensorFlow, ...) is imported when an executor or a
@@ -42,7 +42,7 @@ ROLES = {
     "models": "lenet, resnet20 and export_onnx in the framework's own API",
     "zoo": "the zoo's models exported to ONNX (bench zoo's producers)",
     "op_validation": "Deep500's test_nativeop_forward/_gradient on the framework's own operators",
-    "distributed": "its distributed backend (a communicator or an optimizer wrapper)",
+    "distributed": "its own distributed pieces: a communicator over its collectives and/or a Horovod optimizer",
     "state": "checkpoint state of its optimizers and executors",
 }
 
@@ -86,7 +86,11 @@ class FrameworkSpec:
         variants: executor variants, ``{"compile": {"compile": True}}``, spelled ``name:variant``.
         native_optimizers: its ``optimizers`` role module has optimizers of its own (the others
             export the reference optimizers).
-        distributed: distributed backends it provides, described (``"communicator: torch.distributed"``).
+        distributed: what its ``distributed`` role module provides, each ``"KIND: backend"``: a
+            ``communicator`` (a :class:`~deep500lite.lv3.CommunicationNetwork` over the framework's own
+            collectives, such as ``torch.distributed``) or an ``optimizer`` (a distributed-optimizer
+            wrapper over another library's collectives, such as Horovod's). deep500lite's own
+            distributed optimizers (:mod:`deep500lite.lv3`) run on every framework and are not listed.
         bench: the runners its ``bench`` module has (:data:`BENCH_RUNNERS`).
         zoo_export: exports the zoo's models to ONNX (a producer of ``bench zoo``).
         zoo_cells: runs the zoo's cells in ``bench zoo`` by default (inference, and training where

@@ -1,9 +1,9 @@
 """The frameworks, discovered through the ``deep500lite.frameworks`` entry-point group.
 
-Each installed distribution (deep500lite itself for the built-in frameworks, a plugin such as
-``deep500lite-openvino`` for its own) registers one :class:`~deep500lite.frameworkspec.FrameworkSpec`
-per framework in the group; the registry reads the group with :func:`importlib.metadata.entry_points`
-once and loads the specs, which import nothing heavy. ``d5.executor(network, "torch")`` imports
+Each installed distribution (deep500lite itself for the built-in frameworks, a plugin in
+``plugins/`` for its own) registers one :class:`~deep500lite.frameworkspec.FrameworkSpec` per
+framework in the group; the registry reads the group with :mod:`importlib.metadata` once and loads
+the specs, which import nothing heavy. ``d5.executor(network, "torch")`` imports
 ``deep500lite.frameworks.torch`` (and so torch) only then. Core code asks specs what a framework can
 do (:func:`frameworks_with`, :func:`spec`), never its name, and reaches a framework's role module
 (its benchmark runners, say) with :meth:`FrameworkSpec.role` at run time.
