@@ -47,8 +47,8 @@ ROLES = {
 }
 
 #: The capability fields of a spec, for the generated table.
-CAPABILITIES = ("inference", "training", "gradients", "custom_ops", "devices", "variants", "native_optimizers",
-                "distributed", "bench")
+CAPABILITIES = ("inference", "training", "gradients", "custom_ops", "runtime_checks", "devices", "variants",
+                "native_optimizers", "distributed", "bench")
 
 #: What a framework's ``bench`` module can run (:class:`deep500lite.bench.contract.FrameworkBench`).
 BENCH_RUNNERS = ("op", "inference", "training", "custom_op", "peak", "gpu")
@@ -82,6 +82,9 @@ class FrameworkSpec:
         gradients: how it differentiates: ``"native"`` (its own autodiff on the converted graph)
             or ``"autodiff"`` (deep500lite's ONNX autodiff graph, run like any ONNX graph).
         custom_ops: runs deep500lite custom operators inside its graphs.
+        runtime_checks: an invalid value met while running (an index out of range, a reshape whose
+            sizes do not fit) raises an error naming the node; False where the runtime computes
+            something anyway (OpenVINO's CPU plugin does not check these).
         devices: ``"cpu"`` and/or ``"gpu"``.
         variants: executor variants, ``{"compile": {"compile": True}}``, spelled ``name:variant``.
         native_optimizers: its ``optimizers`` role module has optimizers of its own (the others
@@ -118,6 +121,7 @@ class FrameworkSpec:
     training: bool = False
     gradients: str = "native"
     custom_ops: bool = False
+    runtime_checks: bool = True
     devices: tuple[str, ...] = ("cpu",)
     variants: Mapping[str, Mapping] = dataclasses.field(default_factory=dict)
     native_optimizers: bool = False

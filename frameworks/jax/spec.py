@@ -13,6 +13,7 @@ SPEC = FrameworkSpec(
     install="pip install 'deep500lite[jax]'",
     roles={"executor", "ops", "custom", "optimizers", "bench", "dtypes", "models"},
     training=True,
+    custom_ops=True,
     devices=("cpu", "gpu"),
     native_optimizers=True,
     bench={"op", "inference", "training", "custom_op", "gpu"},

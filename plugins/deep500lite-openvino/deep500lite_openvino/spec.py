@@ -15,6 +15,7 @@ SPEC = FrameworkSpec(
     roles={"executor", "ops", "optimizers", "bench"},
     training=True,
     gradients="autodiff",
+    runtime_checks=False,
     devices=("cpu",),
     bench={"op", "inference", "training"},
     color="#0068b5",
