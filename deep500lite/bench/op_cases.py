@@ -21,8 +21,9 @@ from deep500lite.errors import UserError, UserTypeError, format_choices
 from deep500lite.lv0.operator import CustomPythonOp, Operator
 from deep500lite.lv0.tensordesc import tensordesc
 
-__all__ = ["CUSTOM_FRAMEWORK", "SUITES", "DEFAULT_SUITES", "SIZES", "SKINNY_BATCHES", "GemmCase", "ConvCase", "CustomCase", "custom_case",
-           "SaxpyOp", "gemm_cases", "conv_cases", "skinny_cases", "custom_example_cases", "load_custom_cases", "check_size"]
+__all__ = ["CUSTOM_FRAMEWORK", "SUITES", "DEFAULT_SUITES", "SIZES", "SKINNY_BATCHES", "GemmCase", "ConvCase",
+           "CustomCase", "custom_case", "SaxpyOp", "gemm_cases", "conv_cases", "skinny_cases", "custom_example_cases",
+           "load_custom_cases", "check_size"]
 
 SUITES = ("gemm", "conv", "skinny", "custom")
 DEFAULT_SUITES = ("gemm", "conv")

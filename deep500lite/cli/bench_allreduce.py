@@ -12,6 +12,10 @@ import os
 import sys
 
 from deep500lite.cli.args import add_job_limit_options, positive_int, positive_seconds
+from deep500lite.errors import StartupTimeout, UserError, format_choices
+from deep500lite.lv3.launch import STARTUP_TIMEOUT_ENV, JobTimeout, check_ranks, oversubscription_note, resolve_timeouts
+from deep500lite.metrics.tables import TABLE_FORMATS
+from deep500lite.utils import atomic_write_text
 
 __all__ = ["add_subparser", "run", "load_calibration_file", "DEFAULT_ROUNDS"]
 
@@ -95,7 +99,6 @@ def load_calibration_file(path: str, flag: str):
     Returns:
         The :class:`~deep500lite.perfmodel.allreduce.CalibratedModel`.
     """
-    from deep500lite.errors import UserError
     from deep500lite.perfmodel.allreduce import CalibratedModel
 
     try:
@@ -107,7 +110,6 @@ def load_calibration_file(path: str, flag: str):
 
 def _evict_bytes(text: str, bench) -> int:
     """``--evict``'s bytes: ``auto`` is the last-level cache's size; a size must be a multiple of 4 bytes or 0."""
-    from deep500lite.errors import UserError
 
     if str(text).strip().lower() == "auto":
         return bench.last_level_cache_bytes()
@@ -124,7 +126,6 @@ def _evict_bytes(text: str, bench) -> int:
 @contextlib.contextmanager
 def _startup_timeout(seconds):
     """The start-up timeout for the job that :func:`run_allreduce_benchmark` starts (through the environment)."""
-    from deep500lite.lv3.launch import STARTUP_TIMEOUT_ENV
 
     saved = os.environ.get(STARTUP_TIMEOUT_ENV)
     os.environ[STARTUP_TIMEOUT_ENV] = repr(seconds)
@@ -140,10 +141,6 @@ def _startup_timeout(seconds):
 def run(args) -> int:
     """Run ``deep500lite bench allreduce`` from parsed arguments; returns the exit status (1 if any data was wrong)."""
     from deep500lite.bench import allreduce as bench
-    from deep500lite.errors import StartupTimeout, UserError, format_choices
-    from deep500lite.lv3.launch import JobTimeout, check_ranks, oversubscription_note, resolve_timeouts
-    from deep500lite.metrics.tables import TABLE_FORMATS
-    from deep500lite.utils import atomic_write_text
 
     if args.format not in TABLE_FORMATS:
         raise UserError(f"--format must be one of {format_choices(TABLE_FORMATS)}. Received: {args.format!r}")

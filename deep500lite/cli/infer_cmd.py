@@ -9,7 +9,10 @@ import numpy as np
 
 from deep500lite.cli.args import nonnegative_int, positive_int, positive_seconds
 from deep500lite.errors import Deep500Error, FeedError, UserError
-from deep500lite.registry import baseline
+from deep500lite.metrics.accuracy import output_errors
+from deep500lite.metrics.tables import format_ci, format_table
+from deep500lite.metrics.timing import time_function
+from deep500lite.registry import baseline, canonical_executor_spelling
 
 __all__ = ["add_parser", "load_feeds", "run"]
 
@@ -87,8 +90,6 @@ def load_feeds(path: str) -> dict[str, np.ndarray]:
 
 
 def _frameworks(args) -> list[str]:
-    from deep500lite.registry import canonical_executor_spelling
-
     if args.framework and args.frameworks:
         raise UserError("Give either --framework or --frameworks, not both. "
                         f"Received: --framework {args.framework} --frameworks {args.frameworks}")
@@ -100,15 +101,12 @@ def _frameworks(args) -> list[str]:
 
 
 def _time(executor, feeds, max_time):
-    from deep500lite.metrics.timing import time_function
-
     return time_function(lambda: executor.inference(feeds), label=executor.framework,
                          sync=executor.synchronize, warmup=2, min_runs=10, max_time=max_time)
 
 
 def run(args) -> int:
     import deep500lite as d5
-    from deep500lite.metrics.tables import format_ci
 
     frameworks = _frameworks(args)
     network = d5.load_model(args.model)
@@ -169,8 +167,6 @@ def _comparison(results, frameworks, feeds, args) -> str:
     The baseline is the reference executor, or, when it failed, the first framework that ran
     (a note under the table says so). An error row holds the whole one-line message.
     """
-    from deep500lite.metrics.accuracy import output_errors
-    from deep500lite.metrics.tables import format_ci, format_table
 
     ref = baseline().name
     ran = [fw for fw in [ref] + frameworks if results[fw][1] is not None]

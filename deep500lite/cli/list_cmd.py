@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from deep500lite.registry import FRAMEWORKS, FRAMEWORK_ALIASES, framework_version, is_framework_available
 
 __all__ = ["KINDS", "add_parser", "bundled_recipes", "run"]
 
@@ -33,7 +34,6 @@ def bundled_recipes() -> dict[str, str]:
 def run(args) -> int:
     from deep500lite.datasets import list_datasets
     from deep500lite.networks import list_models
-    from deep500lite.registry import FRAMEWORKS, FRAMEWORK_ALIASES, framework_version, is_framework_available
 
     if getattr(args, "capabilities", False):
         from deep500lite.errors import UserError

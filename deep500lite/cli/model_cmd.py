@@ -18,8 +18,11 @@ import math
 import sys
 
 from deep500lite.errors import UserError, format_choices
+from deep500lite.lv3.allreduce import P2P_ALGORITHMS, AlphaBeta
+from deep500lite.metrics.tables import TABLE_FORMATS, format_seconds, format_table
 from deep500lite.perfmodel.checks import (_check_files, _read_json, _step_from, compare_runs, measured_from_run,
-                                         oversubscribed_note, repeatability)
+                                          oversubscribed_note, repeatability)
+from deep500lite.utils import atomic_write_text
 
 __all__ = ["add_parser", "run", "run_allreduce", "run_layers", "parse_interconnect", "parse_accelerator"]
 
@@ -209,7 +212,6 @@ def parse_accelerator(text: str):
 def _print_checks(checks: list[dict], groups: list[dict], tolerance: float, fmt: str, text,
                   host_cores: int | None = None) -> None:
     """The ``--check`` table, its verdict line, a line per group of :func:`repeatability` and the notes."""
-    from deep500lite.metrics.tables import format_seconds, format_table
 
     def verdict(c):
         if c["verdict"] == "calibration point":
@@ -255,8 +257,6 @@ def _describe_cold(model) -> str:
 
 
 def _table(result, fmt: str) -> str:
-    from deep500lite.metrics.tables import format_seconds, format_table
-
     headers = ["nodes", "accel.", "batch/accel.", "step", "compute", "allreduce", "exposed comm", "exposed I/O",
                "algorithm", "speedup", "efficiency"]
     jitter = result.setup.jitter > 0
@@ -277,8 +277,6 @@ def _table(result, fmt: str) -> str:
 def run(args) -> int:
     """Run ``deep500lite model scaling`` from parsed arguments; returns the exit status."""
     from deep500lite.perfmodel import scaling
-    from deep500lite.metrics.tables import TABLE_FORMATS
-    from deep500lite.utils import atomic_write_text
 
     if args.format not in TABLE_FORMATS:
         raise UserError(f"--format must be one of {format_choices(TABLE_FORMATS)}. Received: {args.format!r}")
@@ -475,7 +473,6 @@ def _check_scheme(args) -> str:
 
 
 def _halo_list(text: str) -> list[float]:
-
     try:
         values = [float(v) for v in str(text).split(",")]
     except ValueError:
@@ -490,9 +487,6 @@ def _run_scheme(args) -> int:
     """``model scaling --scheme pipeline|spatial|tensor``: the predicted step split per rank count."""
     from deep500lite.perfmodel import scaling
     from deep500lite.perfmodel.scaling_parallel import sweep
-    from deep500lite.lv3.allreduce import AlphaBeta
-    from deep500lite.metrics.tables import format_seconds, format_table
-    from deep500lite.utils import atomic_write_text
 
     ranks = scaling.parse_nodes(args.nodes)
     net = parse_interconnect(args.network, "--network")
@@ -553,8 +547,6 @@ def run_allreduce(args) -> int:
     """Run ``deep500lite model allreduce`` from parsed arguments; returns the exit status."""
     from deep500lite.perfmodel import scaling
     from deep500lite.bench.allreduce import message_sizes, parse_bytes
-    from deep500lite.lv3.allreduce import P2P_ALGORITHMS, AlphaBeta
-    from deep500lite.metrics.tables import TABLE_FORMATS, format_seconds, format_table
 
     if args.format not in TABLE_FORMATS:
         raise UserError(f"--format must be one of {format_choices(TABLE_FORMATS)}. Received: {args.format!r}")
@@ -611,7 +603,6 @@ def _add_layers_parser(msub) -> None:
 
 
 def _batch_list(text: str) -> list[int]:
-
     try:
         values = sorted({int(v) for v in str(text).split(",") if v.strip()})
     except ValueError:
@@ -624,8 +615,6 @@ def _batch_list(text: str) -> list[int]:
 def run_layers(args) -> int:
     """Run ``deep500lite model layers`` from parsed arguments; returns the exit status."""
     from deep500lite.perfmodel import layers as layer_times
-    from deep500lite.metrics.tables import TABLE_FORMATS, format_table
-    from deep500lite.utils import atomic_write_text
 
     if args.format not in TABLE_FORMATS:
         raise UserError(f"--format must be one of {format_choices(TABLE_FORMATS)}. Received: {args.format!r}")

@@ -11,6 +11,11 @@ from __future__ import annotations
 import os
 
 from deep500lite.cli.args import add_job_limit_options, nonnegative_int, positive_int, positive_seconds
+from deep500lite.errors import Deep500Error, UserError
+from deep500lite.lv3.launch import check_ranks, find_mpiexec, resolve_timeouts
+from deep500lite.recipe.determinism import check_determinism
+from deep500lite.recipe.loading import load_recipe, parse_set
+from deep500lite.recipe.staging import staged_folder
 
 __all__ = ["add_parser", "run", "default_out"]
 
@@ -75,8 +80,6 @@ def default_out(recipe_name: str, framework: str) -> str:
 
 
 def _resolve(args):
-    from deep500lite.recipe.loading import load_recipe, parse_set
-
     recipe = load_recipe(args.recipe)
     overrides = {}
     for text in args.sets:
@@ -86,7 +89,6 @@ def _resolve(args):
 
 
 def _run_ranks(args, resolved, out: str, progress) -> int:
-    from deep500lite.errors import UserError
     from deep500lite.recipe.distributed import DEFAULT_COMM_TIMEOUT, run_distributed
 
     if resolved.config.get("distributed") is None:
@@ -106,13 +108,10 @@ def _run_ranks(args, resolved, out: str, progress) -> int:
     comm_timeout = DEFAULT_COMM_TIMEOUT if args.comm_timeout is None else args.comm_timeout
     import os
 
-    from deep500lite.errors import Deep500Error
-    from deep500lite.recipe.staging import staged_folder
 
     # The job writes into a staging folder swapped in at the end (as a one-process run does), so an
     # interrupted or failed job leaves the previous results whole. A job whose ranks finished but
     # whose baseline failed has written its results: those are swapped in before the error is raised.
-    from deep500lite.lv3.launch import check_ranks, find_mpiexec, resolve_timeouts
 
     # Arguments that refuse the job are checked before the results folder is touched.
     check_ranks(args.ranks, "-n/--ranks", args.oversubscribe)
@@ -169,8 +168,6 @@ def run(args) -> int:
 
 
 def _run_single(args, resolved, out: str, progress) -> int:
-    from deep500lite.recipe.determinism import check_determinism
-    from deep500lite.recipe.staging import staged_folder
     from deep500lite.recipe.worker import header_line, run_single
 
     mllog = os.path.join(out, "mllog.log") if args.mllog else None

@@ -1,4 +1,5 @@
-"""Moved to :mod:`deep500lite.perfmodel.allreduce`; this name stays so that existing imports keep working (the same module object)."""
+"""Moved to :mod:`deep500lite.perfmodel.allreduce`; this name stays so that existing imports keep working
+(the same module object)."""
 
 import sys
 
