@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 
 from deep500lite.errors import UserError, format_choices
-from deep500lite.networks import _batch, _image_shape, create_model, list_models, register_model
+from deep500lite.networks.zoo import _batch, _image_shape, create_model, list_models, register_model
 from deep500lite.networks.builder import GraphBuilder
 
 __all__ = ["export_network", "deep500_keywords"]

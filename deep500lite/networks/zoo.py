@@ -23,7 +23,7 @@ from deep500lite.errors import UserError, format_choices
 from deep500lite.lv1.network import Network
 from deep500lite.networks.builder import GraphBuilder, GraphSummary, dry_run
 
-__all__ = ["create_model", "export_network", "list_models", "register_model", "count_parameters",
+__all__ = ["create_model", "list_models", "register_model", "count_parameters",
            "model_parameter_count", "model_options", "default_shape"]
 
 _MODELS: dict[str, Callable] = {}
@@ -535,5 +535,3 @@ def _vgg(batch_size, classes, shape, seed, depth=16, batch_norm=False, variant=N
 
 
 # Models in their own modules register themselves on import.
-from deep500lite.networks import mobilenet as _mobilenet, transformer as _transformer  # noqa: E402, F401
-from deep500lite.networks.deep500 import export_network  # noqa: E402
