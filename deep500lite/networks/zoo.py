@@ -108,6 +108,42 @@ def _check_args(name, batch_size, classes, shape, seed, kwargs):
     return fn, tuple(int(s) for s in dims)
 
 
+def deep500_keywords(name: str, shape, kwargs: dict) -> tuple:
+    """Translate Deep500's model keywords into :func:`create_model`'s.
+
+    ``channels``/``height``/``width`` give the sample shape when ``channels`` or ``height`` is
+    among them (so ``wide_resnet``'s own ``width`` option keeps its meaning otherwise),
+    ``widen_factor`` is ``wide_resnet``'s ``width``, ``file_path`` is where to write the model,
+    and ``with_linear=True`` (the only form built here) is dropped.
+
+    Returns:
+        ``(shape, file_path, remaining keyword arguments)``.
+
+    Raises:
+        UserError: both ``shape`` and ``channels``/``height`` are given, or ``with_linear`` is not True.
+    """
+    kwargs = dict(kwargs)
+    file_path = kwargs.pop("file_path", None)
+    if "channels" in kwargs or "height" in kwargs:
+        parts = {k: kwargs.pop(k, None) for k in ("channels", "height", "width")}
+        missing = [k for k, v in parts.items() if v is None]
+        if missing or shape is not None:
+            raise UserError(f"Give the sample shape as shape=(C, H, W) or as all of channels=, height=, width=, "
+                            f"not both or in part. Received: shape={shape!r}, "
+                            + ", ".join(f"{k}={v!r}" for k, v in parts.items()))
+        shape = (parts["channels"], parts["height"], parts["width"])
+    if "widen_factor" in kwargs:
+        if name != "wide_resnet" or "width" in kwargs:
+            raise UserError(f"widen_factor is wide_resnet's widening factor (its option width); give it once, to "
+                            f"wide_resnet. Received: model {name!r}, widen_factor={kwargs['widen_factor']!r}")
+        kwargs["width"] = kwargs.pop("widen_factor")
+    if "with_linear" in kwargs:
+        if kwargs.pop("with_linear") is not True:
+            raise UserError("Only with_linear=True (the classifier's last dense layer included) is built. "
+                            "Received: with_linear=False")
+    return shape, file_path, kwargs
+
+
 def create_model(name: str, batch_size: int | None, classes: int = 10, shape=None,
                  seed: int = 0, **kwargs) -> tuple[Network, str, str]:
     """Build a zoo network.
@@ -130,8 +166,6 @@ def create_model(name: str, batch_size: int | None, classes: int = 10, shape=Non
     Raises:
         UserError: unknown name or option, or a shape the model cannot take.
     """
-    from deep500lite.networks.deep500 import deep500_keywords
-
     shape, file_path, kwargs = deep500_keywords(name, shape, kwargs)
     fn, shape = _check_args(name, batch_size, classes, default_shape(name) if shape is None else shape, seed, kwargs)
     net = fn(batch_size, int(classes), shape, int(seed), **kwargs)
