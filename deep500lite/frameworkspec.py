@@ -84,7 +84,7 @@ class FrameworkSpec:
         custom_ops: runs deep500lite custom operators inside its graphs.
         runtime_checks: an invalid value met while running (an index out of range, a reshape whose
             sizes do not fit) raises an error naming the node; False where the runtime computes
-            something anyway (OpenVINO's CPU plugin does not check these).
+            something anyway (some inference runtimes do not check these).
         devices: ``"cpu"`` and/or ``"gpu"``.
         variants: executor variants, ``{"compile": {"compile": True}}``, spelled ``name:variant``.
         native_optimizers: its ``optimizers`` role module has optimizers of its own (the others

@@ -31,7 +31,8 @@ device until fetched as ``"<param>_grad"``. The native optimizers (``GradientDes
 ``AdamOptimizer``; see :mod:`deep500lite.frameworks.jax.optimizers`) fuse forward, backward and
 the optax update into one compiled training step.
 
-Custom-domain operators are not supported (the whole graph is compiled by XLA).
+Registered custom operators run on the host through ``jax.pure_callback``, differentiable through
+their ``backward``.
 
 Role modules (the same names in every framework package; see ``docs/architecture.md``):
 
@@ -39,6 +40,9 @@ Role modules (the same names in every framework package; see ``docs/architecture
 - ``ops/``: the ONNX-to-JAX operator converters, one module per operator family, and
   ``SUPPORTED_OPS``; ``dtypes.py``: ONNX and numpy dtypes to JAX's and back (and the x64 switch).
 - ``optimizers.py``: the native optimizers (optax, or ``jax.numpy`` where optax's formula differs).
+- ``custom.py``: ``custom_op``, a deep500lite custom operator as a JAX function (``jax.pure_callback``).
+- ``bench.py``: this framework's benchmark runners; ``models.py``: ``lenet``, ``resnet20`` and ``export_onnx``.
+- ``spec.py``: the framework's declaration (roles and capabilities), read through the entry point.
 """
 
 # Light on purpose: deep500lite.registry imports this package to read SPEC, so the framework itself

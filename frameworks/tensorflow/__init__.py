@@ -45,6 +45,10 @@ Role modules (the same names in every framework package; see ``docs/architecture
 - ``models.py``: ``lenet``, ``resnet20`` (Keras, NHWC ``input_shape``) and ``export_onnx``, with
   the same names as :mod:`deep500lite.frameworks.torch.models`.
 - ``layout.py`` (TensorFlow only): the NCHW/NHWC layout propagation of the converter.
+- ``distributed.py``: Deep500's ``HorovodDistributedOptimizer`` over ``horovod.tensorflow`` (an optimizer
+  wrapper, where torch's module is also a communicator); ``zoo.py``, ``op_validation.py``: the zoo's
+  Keras exports and Deep500's native-operator tests; ``state.py``: the seed and checkpoint state.
+- ``spec.py``: the framework's declaration (roles and capabilities), read through the entry point.
 """
 
 # Light on purpose: deep500lite.registry imports this package to read SPEC, so the framework itself

@@ -39,7 +39,9 @@ Role modules (the same names in every framework package; see ``docs/architecture
 - ``native.py``: :class:`TorchNativeExecutor` and its :class:`NativeNetwork`.
 - ``models.py``: ``lenet``, ``resnet20`` (``nn.Module``, CHW ``input_shape``) and ``export_onnx``,
   with the same names as :mod:`deep500lite.frameworks.tensorflow.models`.
-- ``distributed.py`` (torch only): ``TorchDistributedCommunicator`` over ``torch.distributed``,
+- ``zoo.py``, ``op_validation.py``, ``state.py``: the zoo's exports, Deep500's native-operator tests, the
+  seed and checkpoint state; ``spec.py``: the declaration read through the entry point.
+- ``distributed.py``: ``TorchDistributedCommunicator`` over ``torch.distributed``,
   re-exported lazily as ``deep500lite.lv3.TorchDistributedCommunicator``.
 """
 
