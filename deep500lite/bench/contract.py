@@ -23,7 +23,7 @@ from deep500lite.bench.zoo_model import ZooModel, map_parameters
 from deep500lite.perfmodel.peak import blas_threads, measure_kernel
 
 __all__ = ["FrameworkBench", "OpRunner", "LEARNING_RATE", "MOMENTUM", "MODEL_SHAPES", "with_loss", "random_labels",
-           "d5_training_step", "graph_pair", "blas_threads", "measure_kernel", "ZooModel", "map_parameters"]
+           "d5_training_step", "zoo_network", "graph_pair", "blas_threads", "measure_kernel", "ZooModel", "map_parameters"]
 
 #: Input shapes (one sample) of the models ``bench overhead`` times.
 MODEL_SHAPES = {"lenet": (1, 28, 28), "resnet20": (3, 32, 32)}
@@ -88,6 +88,15 @@ def random_labels(rng, batch):
     return rng.integers(0, 10, size=batch).astype(np.int64)
 
 
+def zoo_network(model: str, batch: int):
+    """The zoo's ONNX network of a key of :data:`MODEL_SHAPES` (``resnet20`` is the zoo's ResNet of depth 20),
+    10 classes, ``batch`` samples per call: the graph both sides of ``bench overhead`` run."""
+    from deep500lite.networks import create_model
+
+    name, kwargs = ("lenet", {}) if model == "lenet" else ("resnet", {"depth": 20})
+    return create_model(name, batch, classes=10, shape=MODEL_SHAPES[model], **kwargs)[0]
+
+
 def d5_training_step(framework, model, batch, rng, optimizer_class):
     """deep500lite's training step alone, for a framework with no native training loop to compare with.
 
@@ -102,11 +111,9 @@ def d5_training_step(framework, model, batch, rng, optimizer_class):
     Returns:
         ``(deep500lite_call, None, executor)``; the call returns the step's loss.
     """
-    from deep500lite.networks import create_model
     from deep500lite.registry import executor
 
-    name, kwargs = ("lenet", {}) if model == "lenet" else ("resnet", {"depth": 20})
-    net = with_loss(create_model(name, batch, classes=10, shape=MODEL_SHAPES[model], **kwargs)[0])
+    net = with_loss(zoo_network(model, batch))
     ex = executor(net, framework)
     optimizer = optimizer_class(ex, learning_rate=LEARNING_RATE, momentum=MOMENTUM)
     feeds = {"input": rng.standard_normal((batch, *MODEL_SHAPES[model])).astype(np.float32),

@@ -18,9 +18,8 @@ import contextlib
 import numpy as np
 import openvino as ov
 
-from deep500lite.bench.contract import MODEL_SHAPES, OpRunner, d5_training_step
+from deep500lite.bench.contract import MODEL_SHAPES, OpRunner, d5_training_step, zoo_network
 from deep500lite.errors import DeviceError
-from deep500lite.networks import create_model
 from deep500lite.registry import executor
 
 from deep500lite_openvino.executor import compile_onnx
@@ -76,9 +75,7 @@ def inference_pair(model, batch, rng):
     Returns:
         ``(deep500lite_call, native_call, executor)``.
     """
-    name = "lenet" if model == "lenet" else "resnet"
-    kwargs = {} if model == "lenet" else {"depth": 20}
-    net, _, _ = create_model(name, batch, classes=10, shape=MODEL_SHAPES[model], **kwargs)
+    net = zoo_network(model, batch)
     request = compile_onnx(net.to_onnx()).create_infer_request()
     ex = executor(net, "openvino")
     x = rng.standard_normal((batch, *MODEL_SHAPES[model])).astype(np.float32)
