@@ -115,8 +115,7 @@ def collect_environment(folder=None, include_mpi: bool = True) -> dict:
             "protobuf": package_version("protobuf"), "scipy": package_version("scipy"),
             "mpi4py": package_version("mpi4py"), "onnxruntime-extensions": package_version("onnxruntime-extensions"),
         },
-        "frameworks": {k: (framework_version(k) if k != "reference" else package_version("onnx"))
-                       for k in FRAMEWORKS},
+        "frameworks": {k: framework_version(k) for k in FRAMEWORKS},
         "cpu": {"model": cpu_model(), "logical_cores": os.cpu_count(), "usable_cores": affinity,
                 "machine": platform.machine()},
         "threads": {v: os.environ.get(v) for v in _THREAD_VARS if os.environ.get(v) is not None},

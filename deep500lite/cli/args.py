@@ -5,7 +5,6 @@ The integer types live in :mod:`deep500lite.utils`, so the recipe worker (below 
 same ones; :func:`positive_seconds` is for time limits (``--max-time``, ``--timeout``).
 
 Each reports a bad value through argparse (a one-line usage error, exit status 2) in one wording::
-
     deep500lite infer: error: argument --batch-size: must be a positive integer (1, 2, 3, ...). Received: '0'
     deep500lite infer: error: argument --max-time: must be a finite number of seconds > 0 (0.5, 2, 60). Received: 'nan'
 """

@@ -13,6 +13,10 @@ import sys
 
 from deep500lite.cli.args import (add_host_options, add_job_limit_options, hosts_from_args, positive_int,
                                   positive_seconds)
+from deep500lite.errors import StartupTimeout, UserError, format_choices
+from deep500lite.lv3.launch import STARTUP_TIMEOUT_ENV, JobTimeout, check_ranks, oversubscription_note, resolve_timeouts
+from deep500lite.metrics.tables import TABLE_FORMATS
+from deep500lite.utils import atomic_write_text
 
 __all__ = ["add_subparser", "run", "load_calibration_file", "DEFAULT_ROUNDS"]
 
@@ -96,10 +100,9 @@ def load_calibration_file(path: str, flag: str):
     """Load an allreduce calibration file given with ``flag``; a bad file is a :class:`UserError` naming both.
 
     Returns:
-        The :class:`~deep500lite.lv3.costmodel.CalibratedModel`.
+        The :class:`~deep500lite.perfmodel.allreduce.CalibratedModel`.
     """
-    from deep500lite.errors import UserError
-    from deep500lite.lv3.costmodel import CalibratedModel
+    from deep500lite.perfmodel.allreduce import CalibratedModel
 
     try:
         return CalibratedModel.load(path)
@@ -110,7 +113,6 @@ def load_calibration_file(path: str, flag: str):
 
 def _evict_bytes(text: str, bench) -> int:
     """``--evict``'s bytes: ``auto`` is the last-level cache's size; a size must be a multiple of 4 bytes or 0."""
-    from deep500lite.errors import UserError
 
     if str(text).strip().lower() == "auto":
         return bench.last_level_cache_bytes()
@@ -127,7 +129,6 @@ def _evict_bytes(text: str, bench) -> int:
 @contextlib.contextmanager
 def _startup_timeout(seconds):
     """The start-up timeout for the job that :func:`run_allreduce_benchmark` starts (through the environment)."""
-    from deep500lite.lv3.launch import STARTUP_TIMEOUT_ENV
 
     saved = os.environ.get(STARTUP_TIMEOUT_ENV)
     os.environ[STARTUP_TIMEOUT_ENV] = repr(seconds)
@@ -143,10 +144,6 @@ def _startup_timeout(seconds):
 def run(args) -> int:
     """Run ``deep500lite bench allreduce`` from parsed arguments; returns the exit status (1 if any data was wrong)."""
     from deep500lite.bench import allreduce as bench
-    from deep500lite.errors import StartupTimeout, UserError, format_choices
-    from deep500lite.lv3.launch import JobTimeout, check_ranks, oversubscription_note, resolve_timeouts
-    from deep500lite.metrics.tables import TABLE_FORMATS
-    from deep500lite.utils import atomic_write_text
 
     if args.format not in TABLE_FORMATS:
         raise UserError(f"--format must be one of {format_choices(TABLE_FORMATS)}. Received: {args.format!r}")

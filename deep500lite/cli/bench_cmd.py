@@ -6,6 +6,11 @@ import json
 import sys
 
 from deep500lite.cli.args import positive_int, positive_seconds
+from deep500lite.errors import DeviceError, UserError
+from deep500lite.lv1.device import as_device
+from deep500lite.metrics.tables import format_ci, format_table
+from deep500lite.registry import FRAMEWORKS, is_framework_available
+from deep500lite.utils import atomic_write_text, check_allocation
 
 BENCHMARKS = ("overhead", "op", "dataset", "allreduce", "zoo")
 
@@ -81,8 +86,6 @@ def _no_benchmark(parser) -> int:
 
 def run_overhead(args) -> int:
     from deep500lite.bench.overhead import TARGET_RATIO, run_overhead
-    from deep500lite.errors import UserError
-    from deep500lite.metrics.tables import format_ci, format_table
 
     if args.threads is not None and not args.all_targets:
         raise UserError(f"--threads applies to bench overhead --all only; add --all or leave it out. "
@@ -99,7 +102,6 @@ def run_overhead(args) -> int:
                         "reference), or --op. Received: neither")
     if args.batch_size < 1:
         raise UserError(f"--batch-size must be a positive integer. Received: {args.batch_size}")
-    from deep500lite.utils import check_allocation
 
     # The largest input (ResNet-20's 3x32x32) in float64, with the copies each side keeps.
     check_allocation(args.batch_size * 3 * 32 * 32 * 8 * 4, f"bench overhead --batch-size {args.batch_size}")
@@ -134,9 +136,6 @@ def run_overhead(args) -> int:
 def _run_all_targets(args) -> int:
     from deep500lite.bench.targets import run_all_targets
     from deep500lite.environment import collect_environment
-    from deep500lite.errors import UserError
-    from deep500lite.metrics.tables import format_table
-    from deep500lite.utils import atomic_write_text, check_allocation
 
     if args.framework or args.training:
         raise UserError("bench overhead --all measures every framework, inference and training; leave out "
@@ -164,10 +163,7 @@ def _run_all_targets(args) -> int:
 
 
 def _overhead_device(text: str):
-    from deep500lite.errors import UserError
-    from deep500lite.lv1.device import as_device
 
-    from deep500lite.errors import DeviceError
 
     try:
         return as_device(text)
@@ -219,8 +215,6 @@ def _run_op_overhead(args) -> int:
     if args.op != BUILTIN_OP:
         return _run_user_op_overhead(args)
     from deep500lite.bench.op_overhead import run_op_overhead
-    from deep500lite.metrics.tables import format_ci, format_table
-    from deep500lite.registry import FRAMEWORKS, is_framework_available
 
     if args.framework:
         frameworks = [f.strip() for f in args.framework.split(",") if f.strip()]

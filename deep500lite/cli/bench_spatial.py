@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import sys
+from deep500lite.errors import UserError
+from deep500lite.utils import atomic_write_text
 
 from deep500lite.cli.args import add_host_options, hosts_from_args
 
@@ -53,8 +55,6 @@ def add_subparser(sub):
 def run(args) -> int:
     """Run ``deep500lite bench spatial`` from parsed arguments; returns the exit status."""
     from deep500lite.bench import spatial as bench
-    from deep500lite.errors import UserError
-    from deep500lite.utils import atomic_write_text
 
     try:
         ranks = [int(r) for r in args.ranks.split(",") if r.strip()]

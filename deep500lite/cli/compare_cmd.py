@@ -6,6 +6,9 @@ import argparse
 import json
 import os
 import sys
+from deep500lite.metrics.tables import TABLE_FORMATS
+from deep500lite.recipe.results import jsonable
+from deep500lite.utils import atomic_write_text
 
 __all__ = ["add_parser", "run"]
 
@@ -20,7 +23,6 @@ def _frameworks(text: str) -> list[str]:
 
 def add_parser(subparsers):
     from deep500lite.cli.args import nonnegative_int, positive_int
-    from deep500lite.metrics.tables import TABLE_FORMATS
 
     p = subparsers.add_parser(
         "compare", help="run a recipe on several frameworks (fresh process each) and compare them",
@@ -54,8 +56,6 @@ def add_parser(subparsers):
 def run(args) -> int:
     from deep500lite.recipe.compare import run_comparison
     from deep500lite.recipe.report import comparison_table, significance_lines, write_plots
-    from deep500lite.recipe.results import jsonable
-    from deep500lite.utils import atomic_write_text
 
     outcome = run_comparison(args.recipe, args.frameworks, repeats=args.repeats, out=args.out, sets=args.sets,
                              seed=args.seed, runs=args.runs, plots=not args.no_plots)

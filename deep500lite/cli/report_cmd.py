@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import sys
+from deep500lite.metrics.tables import TABLE_FORMATS
 
 __all__ = ["add_parser", "run"]
 
 
 def add_parser(subparsers):
-    from deep500lite.metrics.tables import TABLE_FORMATS
-
     p = subparsers.add_parser(
         "report", help="tables and plots from results files",
         description="Read results files (or folders holding them, searched recursively), print the comparison "

@@ -12,6 +12,11 @@ import os
 
 from deep500lite.cli.args import (add_host_options, add_job_limit_options, hosts_from_args, nonnegative_int,
                                   positive_int, positive_seconds)
+from deep500lite.errors import UserError
+from deep500lite.recipe.determinism import check_determinism
+from deep500lite.recipe.distributed import check_job, run_job
+from deep500lite.recipe.loading import load_recipe, parse_set
+from deep500lite.recipe.staging import staged_folder
 
 __all__ = ["add_parser", "run", "default_out"]
 
@@ -82,8 +87,6 @@ def default_out(recipe_name: str, framework: str) -> str:
 
 
 def _resolve(args):
-    from deep500lite.recipe.loading import load_recipe, parse_set
-
     recipe = load_recipe(args.recipe)
     overrides = {}
     for text in args.sets:
@@ -118,16 +121,7 @@ def _resolve(args):
 
 
 def _run_ranks(args, resolved, out: str, progress) -> int:
-    from deep500lite.errors import UserError
-    from deep500lite.recipe.distributed import DEFAULT_COMM_TIMEOUT, run_distributed
-
-    if resolved.config.get("distributed") is None:
-        raise UserError(f"-n {args.ranks} needs a recipe with a 'distributed' component (a distributed optimizer such "
-                        f"as 'ConsistentDecentralized'; see recipes/digits_mlp_distributed.py). Received: recipe "
-                        f"{resolved.name} has none")
-    from deep500lite.recipe.parallelism import check_distributed
-
-    check_distributed(resolved.config)  # a bad scheme or option: one line before any rank starts
+    check_job(resolved, args.ranks)
     for flag, on in (("--check-determinism", args.check_determinism), ("--mllog", args.mllog),
                      ("--divergence", args.divergence), ("--plots", args.plots)):
         if on:
@@ -135,44 +129,13 @@ def _run_ranks(args, resolved, out: str, progress) -> int:
     for flag, value in (("--timeout", args.timeout), ("--comm-timeout", args.comm_timeout)):
         if value is not None and not value > 0:
             raise UserError(f"{flag} must be a number of seconds > 0. Received: {flag} {value}")
-    comm_timeout = DEFAULT_COMM_TIMEOUT if args.comm_timeout is None else args.comm_timeout
-    import os
-
-    from deep500lite.errors import Deep500Error
-    from deep500lite.recipe.staging import staged_folder
-
-    # The job writes into a staging folder swapped in at the end (as a one-process run does), so an
-    # interrupted or failed job leaves the previous results whole. A job whose ranks finished but
-    # whose baseline failed has written its results: those are swapped in before the error is raised.
-    from deep500lite.lv3.launch import check_ranks, find_mpiexec, resolve_timeouts
-
-    # Arguments that refuse the job are checked before the results folder is touched.
-    hosts = hosts_from_args(args)
-    check_ranks(args.ranks, "-n/--ranks", args.oversubscribe, hosts)
-    resolve_timeouts(args.timeout, args.startup_timeout)
-    find_mpiexec(args.mpiexec, "deep500lite run -n")
-    kept = None
-    with staged_folder(out) as work:
-        try:
-            result = run_distributed(args.recipe, args.ranks, work, sets=args.sets, seed=args.seed,
-                                     progress="lines" if progress == "auto" else progress,
-                                     baseline=not args.no_baseline, mpiexec=args.mpiexec, timeout=args.timeout,
-                                     comm_timeout=comm_timeout, startup_timeout=args.startup_timeout,
-                                     oversubscribe=args.oversubscribe, hosts=hosts)
-            lines = result.lines()  # reads the rank folders: before they move
-        except Deep500Error as exc:
-            if not os.path.isfile(os.path.join(work, "results.json")):
-                raise
-            kept = exc
-    if kept is not None:
-        message = str(kept).replace(work, os.path.abspath(out))
-        try:
-            renamed = type(kept)(message)
-        except Exception:  # noqa: BLE001 - an error class with another constructor is raised as it was
-            raise kept from None
-        raise renamed from None
+    result, lines = run_job(resolved, args.recipe, args.ranks, out, sets=args.sets, seed=args.seed,
+                            progress="lines" if progress == "auto" else progress, baseline=not args.no_baseline,
+                            mpiexec=args.mpiexec, timeout=args.timeout, comm_timeout=args.comm_timeout,
+                            startup_timeout=args.startup_timeout, oversubscribe=args.oversubscribe,
+                            hosts=hosts_from_args(args))
     for line in lines:
-        print(line.replace(work, os.path.abspath(out)))
+        print(line)
     print(f"results: {os.path.join(os.path.abspath(out), 'results.json')}")
     return 0 if result.passed else 1
 
@@ -202,8 +165,6 @@ def run(args) -> int:
 
 
 def _run_single(args, resolved, out: str, progress) -> int:
-    from deep500lite.recipe.determinism import check_determinism
-    from deep500lite.recipe.staging import staged_folder
     from deep500lite.recipe.worker import header_line, run_single
 
     mllog = os.path.join(out, "mllog.log") if args.mllog else None

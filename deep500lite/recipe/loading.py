@@ -49,9 +49,10 @@ class Recipe:
 
 
 def _bundled_recipes() -> dict[str, str]:
-    import deep500lite.recipes as pkg
+    import importlib.util
 
-    folder = os.path.dirname(pkg.__file__)
+    # The folder of deep500lite.recipes, found without importing it (its recipes import this package).
+    folder = importlib.util.find_spec("deep500lite.recipes").submodule_search_locations[0]
     return {f[:-3]: os.path.join(folder, f) for f in sorted(os.listdir(folder))
             if f.endswith(".py") and not f.startswith("_")}
 

@@ -7,13 +7,12 @@ point (the three objects in, True or False out). :class:`EpochLines` prints one 
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import math
 import os
 import sys
 import time
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -24,6 +23,7 @@ from deep500lite.recipe.components import _build
 from deep500lite.recipe.divergence import first_step_divergence
 from deep500lite.recipe.keys import _fresh, _qualified
 from deep500lite.recipe.loading import Recipe
+from deep500lite.recipe.outcome import RecipeRun
 from deep500lite.recipe.resolution import resolve_recipe
 from deep500lite.recipe.verdicts import _judge
 
@@ -89,36 +89,6 @@ def _progress_events(progress: str | None) -> list:
 
 
 # ================================================================================== training
-@dataclasses.dataclass
-class RecipeRun:
-    """What :func:`train_recipe` produced.
-
-    Attributes:
-        passed: every judged acceptable metric held (and training ended without error).
-        verdicts: one :class:`Verdict` per acceptable metric, in order.
-        values: the measured value of each acceptable metric, in order.
-        stats: the :class:`~deep500lite.lv2.trainer.TrainingStats`.
-        results: the results-file dict (:mod:`deep500lite.results`).
-        error: the message of an error that stopped training (a non-finite loss), or None.
-        results_path: where the results file was written, or None.
-    """
-
-    passed: bool
-    verdicts: list
-    values: list
-    stats: Any
-    results: dict
-    error: str | None = None
-    results_path: str | None = None
-
-    def lines(self) -> list[str]:
-        """One line per acceptable metric (measured, required, direction, verdict)."""
-        out = [v.line() for v in self.verdicts]
-        if self.error:
-            out.append(f"training stopped: {self.error}")
-        return out
-
-
 class _DistributedSteps:
     """Adds the distributed optimizer's figures of each step to its record in ``stats.steps``:
     ``communication_time`` and ``compute_time`` (= ``step_time`` - ``communication_time``),
@@ -205,7 +175,8 @@ def train_recipe(recipe, seed: int | None = None, *, events: Sequence = (), prog
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise UserError(f"seed must be an integer >= 0. Received: {seed!r}")
     seed = int(seed)
-    from deep500lite.recipe.parallelism import scheme_of, train_parallel
+    from deep500lite.recipe.parallel_training import train_parallel
+    from deep500lite.recipe.parallelism import scheme_of
 
     if scheme_of(recipe.config) is not None:  # spatial / pipeline / tensor parallelism
         return train_parallel(recipe, seed, events=events, progress=progress, out=out)

@@ -16,7 +16,7 @@ import pytest
 from deep500lite.bench.allreduce import RELEASED_MEMORY
 from deep500lite.errors import UserError
 from deep500lite.lv3 import allreduce as ar
-from deep500lite.lv3 import costmodel as cm
+from deep500lite.perfmodel import allreduce as cm
 from support import mpirun, requires_mpi
 
 HERE = os.path.dirname(os.path.abspath(__file__))

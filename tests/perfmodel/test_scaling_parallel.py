@@ -1,10 +1,10 @@
-"""The scaling model of pipeline, spatial and tensor parallelism (deep500lite.bench.scaling_parallel)."""
+"""The scaling model of pipeline, spatial and tensor parallelism (deep500lite.perfmodel.scaling_parallel)."""
 
 from __future__ import annotations
 
 import pytest
 
-from deep500lite.bench.scaling_parallel import predict_pipeline, predict_spatial, predict_tensor
+from deep500lite.perfmodel.scaling_parallel import predict_pipeline, predict_spatial, predict_tensor
 from deep500lite.lv3.allreduce import AlphaBeta
 
 FREE = AlphaBeta(0.0, 0.0)
@@ -56,7 +56,7 @@ def test_bad_arguments_name_the_value():
 
 # ------------------------------------------------------------------ a network of the scaling model
 def test_balanced_cuts_split_the_time_evenly_and_keep_a_layer_per_stage():
-    from deep500lite.bench.scaling_parallel import balanced_cuts
+    from deep500lite.perfmodel.scaling_parallel import balanced_cuts
 
     assert balanced_cuts([1, 1, 1, 1], 2) == [1]
     assert balanced_cuts([1, 1, 1, 1], 4) == [0, 1, 2]
@@ -66,9 +66,9 @@ def test_balanced_cuts_split_the_time_evenly_and_keep_a_layer_per_stage():
 
 
 def test_predict_model_pipeline_uses_the_cut_layers_outputs():
-    from deep500lite.bench import scaling_networks as sn
-    from deep500lite.bench.scaling import compute_times
-    from deep500lite.bench.scaling_parallel import balanced_cuts, predict_model
+    from deep500lite.perfmodel import scaling_networks as sn
+    from deep500lite.perfmodel.scaling import compute_times
+    from deep500lite.perfmodel.scaling_parallel import balanced_cuts, predict_model
 
     model, acc = sn.model_description("alexnet"), sn.accelerator("v100")
     fwd, bwd, update = compute_times(model, 32, acc)

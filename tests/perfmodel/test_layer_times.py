@@ -11,7 +11,7 @@ from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 import deep500lite as d5
-from deep500lite.bench import layer_times as lt
+from deep500lite.perfmodel import layers as lt
 from deep500lite.cli import main
 from deep500lite.errors import UserError
 

@@ -1,6 +1,6 @@
 """Paired timing of ONNX Runtime training steps against the torch executor (issue 17, item 1).
 
-``python -m deep500lite.frameworks.onnxruntime.training_bench`` times one training step of a zoo
+``python scripts/onnxruntime_training_bench.py`` times one training step of a zoo
 network (ResNet-20 at batch 64 by default) on two sides in alternation, with
 :func:`deep500lite.metrics.time_paired`, and prints the median ratio of the per-pair times with
 its 95% CI:
@@ -26,7 +26,7 @@ import json
 
 import numpy as np
 
-from deep500lite.bench.overhead import LEARNING_RATE, MOMENTUM, random_labels, with_loss
+from deep500lite.bench.contract import LEARNING_RATE, MOMENTUM, random_labels, with_loss
 from deep500lite.errors import UserError, format_choices
 
 __all__ = ["training_step", "compare_training", "main", "MODEL_ARGS"]
@@ -121,7 +121,7 @@ def compare_training(model: str = "resnet20", batch: int = 64, against: str = "t
 
 
 def main(argv=None) -> int:
-    """Command line: ``python -m deep500lite.frameworks.onnxruntime.training_bench [--model M] ...``."""
+    """Command line: ``python scripts/onnxruntime_training_bench.py [--model M] ...``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="resnet20", help=f"one of {', '.join(MODEL_ARGS)}")
     parser.add_argument("--batch-size", type=int, default=64)

@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from deep500lite.bench import scaling as sc
-from deep500lite.bench import scaling_networks as sn
+from deep500lite.perfmodel import scaling as sc
+from deep500lite.perfmodel import scaling_networks as sn
 from deep500lite.errors import UserError
 from deep500lite.lv3 import allreduce as ar
 

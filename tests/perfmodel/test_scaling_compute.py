@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from deep500lite.bench import scaling
-from deep500lite.bench import scaling_networks as sn
+from deep500lite.perfmodel import scaling
+from deep500lite.perfmodel import scaling_networks as sn
 from deep500lite.cli import main
 
 ACC = sn.Accelerator("test", 1e12, 1e11, 0.5, 16.0, 5e-6)
@@ -69,7 +69,7 @@ def test_one_node_step_is_the_sum_and_the_overhead_does_not_scale():
 def _lenet_layers_json(path, batches=(16, 64), network=None):
     """A layers file for digits_lenet with every layer 1 ms forward, 2 ms backward per 16 samples (linear);
     ``network``: the whole network's ``(forward, step)`` per batch (default 0 s: no time left to scale to)."""
-    from deep500lite.cli.model_cmd import describe_target
+    from deep500lite.recipe.model_targets import describe_target
 
     desc, _ = describe_target("digits_lenet")
     layers = [{"name": la.name, "op_type": "X", "status": "measured", "forward": [1e-3 * b / 16 for b in batches],
@@ -171,7 +171,7 @@ def test_gemm_from_fits_the_efficiency_curve_of_the_measured_rates(tmp_path, cap
 
 def test_skinny_bench_json_feeds_the_fit(tmp_path):
     from deep500lite.bench import op
-    from deep500lite.bench.peak import Peak
+    from deep500lite.perfmodel.peak import Peak
 
     peak = Peak("cpu", flops=100e9, bandwidth=10e9, flops_method="given", bandwidth_method="given", kernels={})
     bench = op.run_op_benchmark(["skinny"], ["reference"], "small", 0.01, peak=peak)

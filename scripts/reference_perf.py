@@ -1,6 +1,6 @@
 """Speed checks of the reference framework: its LeNet training step against torch's, and the gradient check.
 
-Run as ``python -m deep500lite.frameworks.reference.perf`` (``--help`` for the options). Two
+Run as ``python scripts/reference_perf.py`` (``--help`` for the options). Two
 measurements, each printed with the machine's load and CPU model:
 
 - ``training``: deep500lite's training step on the reference executor (ONNX autodiff graph,
@@ -26,8 +26,8 @@ import time
 
 import numpy as np
 
-from deep500lite.bench.overhead import d5_training_step
-from deep500lite.bench.peak import blas_threads
+from deep500lite.bench.contract import d5_training_step
+from deep500lite.bench.contract import blas_threads
 from deep500lite.frameworks.reference.optimizers import MomentumOptimizer
 from deep500lite.registry import framework_module
 
@@ -122,8 +122,8 @@ def gradcheck_times(n: int = 4096, repeats: int = 20, full_repeats: int = 3) -> 
 
 
 def main(argv=None) -> int:
-    """Command line: ``python -m deep500lite.frameworks.reference.perf [training|gradcheck|all]``."""
-    parser = argparse.ArgumentParser(prog="python -m deep500lite.frameworks.reference.perf",
+    """Command line: ``python scripts/reference_perf.py [training|gradcheck|all]``."""
+    parser = argparse.ArgumentParser(prog="python scripts/reference_perf.py",
                                      description="Reference executor training step vs torch; gradient check time.")
     parser.add_argument("what", nargs="?", default="all", choices=["training", "gradcheck", "all"])
     parser.add_argument("--model", default="lenet", choices=["lenet", "resnet20"])

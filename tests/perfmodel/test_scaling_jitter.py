@@ -11,8 +11,8 @@ import sys
 import numpy as np
 import pytest
 
-from deep500lite.bench import scaling
-from deep500lite.bench import scaling_networks as sn
+from deep500lite.perfmodel import scaling
+from deep500lite.perfmodel import scaling_networks as sn
 from deep500lite.cli import main
 from deep500lite.errors import UserError
 
