@@ -36,7 +36,8 @@ def run(args) -> int:
     from deep500lite.cli.store_args import filters_of, open_from_args
     from deep500lite.errors import UserError
     from deep500lite.metrics.tables import format_table
-    from deep500lite.results.history import history_points, history_rows, plot_html, plot_png
+    from deep500lite.results.figures import plot_html
+    from deep500lite.results.history import history_points, history_rows, plot_png
 
     if args.plot is not None and os.path.splitext(args.plot)[1].lower() not in (".png", ".html"):
         raise UserError(f"--plot writes a .png (matplotlib) or .html (Plotly) file. Received: --plot {args.plot}")

@@ -303,12 +303,3 @@ def find_results(paths) -> list[str]:
             raise UserError(f"Results path '{p}' does not exist; give results files or folders holding them. "
                             f"Received: {p!r}")
     return found
-
-
-def __getattr__(name):
-    # MLLogEvent moved to deep500lite.recipe.mlperf; the old name still resolves
-    if name == "MLLogEvent":
-        from deep500lite.recipe.mlperf import MLLogEvent
-
-        return MLLogEvent
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -4,7 +4,7 @@
 label, day or run) and summarizes them as the median with its distribution-free 95% confidence
 interval; :func:`history_rows` gives the table ``deep500lite history`` prints; :func:`plot_png`
 draws the points with matplotlib (one panel per recipe or bench command and metric, a line per
-series with its confidence band shaded) and :func:`plot_html` with Plotly (interactive, the
+series with its confidence band shaded) and :func:`deep500lite.results.figures.plot_html` with Plotly (interactive, the
 JavaScript inlined, so the file opens offline).
 """
 
@@ -17,7 +17,7 @@ import os
 from deep500lite.errors import FrameworkNotAvailableError, UserError, format_choices
 from deep500lite.metrics.statistics import summarize
 
-__all__ = ["history_points", "history_rows", "plot_png", "plot_html", "panels", "BY", "series_name", "format_value",
+__all__ = ["history_points", "history_rows", "plot_png", "panels", "BY", "series_name", "series_colors", "check_out", "format_value",
            "format_time", "x_value"]
 
 #: What the x axis is: a point per commit, label, day or run.
@@ -30,6 +30,21 @@ def series_name(row: dict) -> str:
     prefix = f"{row['suite']}/"
     short = bench[len(prefix):] if bench.startswith(prefix) else bench
     return f"{short} @ {row['machine'] or '?'}"
+
+
+def series_colors(names) -> dict:
+    """One colour per series name (``variant @ machine``): the variant's fixed colour from
+    :func:`deep500lite.metrics.plots.palette` (the one every deep500lite plot uses), distinct colours
+    for the same variant on other machines."""
+    from deep500lite.metrics.plots import palette
+
+    names = list(names)
+    by_label = {}
+    for name in names:
+        variant, _, machine = name.partition(" @ ")
+        by_label[name] = f"{machine}/{variant}"
+    colors = palette(by_label.values())
+    return {name: colors[label] for name, label in by_label.items()}
 
 
 def _when(row: dict) -> float:
@@ -136,7 +151,7 @@ def panels(points: list) -> dict:
     return out
 
 
-def _check_out(path: str) -> str:
+def check_out(path: str) -> str:
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
     try:
@@ -154,6 +169,7 @@ def plot_png(points: list, path, by: str) -> str:
     except ImportError as exc:
         raise FrameworkNotAvailableError("history --plot FILE.png needs matplotlib, which is not installed: "
                                          "pip install 'deep500lite[plots]'") from exc
+    from deep500lite.metrics.plots import legend_outside
     from deep500lite.utils import atomic_write_bytes
 
     groups = panels(points)
@@ -166,8 +182,9 @@ def plot_png(points: list, path, by: str) -> str:
         position = {x: j for j, (x, _) in enumerate(xs)}
         unit = next(iter(series.values()))[0]["unit"]
         scale, shown = (1e3, "ms") if unit == "s" else (1.0, unit)
-        for k, (name, pts) in enumerate(series.items()):
-            color = f"C{k % 10}"
+        colors = series_colors(series)
+        for name, pts in series.items():
+            color = colors[name]
             pos = [position[p["x"]] for p in pts]
             med = [p["median"] * scale for p in pts]
             lo = [(p["ci_low"] if p["ci_low"] is not None else p["median"]) * scale for p in pts]
@@ -180,28 +197,12 @@ def plot_png(points: list, path, by: str) -> str:
         ax.set_ylabel(f"{metric} ({shown})" if shown else metric)
         ax.set_title(f"{suite}: {metric}, median and 95% CI")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize="small")
+    legend_outside(fig)
     import io
 
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     buf = io.BytesIO()
     FigureCanvasAgg(fig).print_png(buf)
-    atomic_write_bytes(_check_out(path), buf.getvalue())
-    return os.fspath(path)
-
-
-def plot_html(points: list, path, by: str) -> str:
-    """Write the history as one HTML page of Plotly charts (plotly.js inlined: it opens offline)."""
-    from deep500lite.results.dashboard import history_figure, plotly_js
-    from deep500lite.results.pages import figure_block, page
-    from deep500lite.utils import atomic_write_text
-
-    groups = panels(points)
-    if not groups:
-        raise UserError("Nothing to plot: no recorded series match the filters. Received: no points")
-    blocks = [figure_block(f"fig-{i}", history_figure(series, f"{suite}: {metric}", by))
-              for i, ((suite, metric), series) in enumerate(groups.items())]
-    html = page("deep500lite history", "".join(blocks), scripts_inline=plotly_js())
-    atomic_write_text(_check_out(path), html)
+    atomic_write_bytes(check_out(path), buf.getvalue())
     return os.fspath(path)
