@@ -27,16 +27,20 @@ class MissingPart:
     Attributes:
         what: what it is, for the message (``"torch (framework)"``).
         purpose: what needs it (``"--frameworks"``, ``"the plots"``).
-        extra: the deep500lite pip extra that installs it.
+        install: the command that installs it (``pip install 'deep500lite[torch]'``; a plugin's own).
     """
 
     what: str
     purpose: str
-    extra: str
+    install: str
 
     def text(self) -> str:
-        """``torch for --frameworks (pip install 'deep500lite[torch]')``."""
-        return f"{self.what} for {self.purpose} (pip install 'deep500lite[{self.extra}]')"
+        """``torch (framework 'torch') for --frameworks (pip install 'deep500lite[torch]')``."""
+        return f"{self.what} for {self.purpose} ({self.install})"
+
+
+def _extra(name: str) -> str:
+    return f"pip install 'deep500lite[{name}]'"
 
 
 def dataset_name(config: dict) -> str | None:
@@ -65,18 +69,19 @@ def missing_parts(*, frameworks: Sequence[str] = (), dataset: str | None = None,
             continue
         seen.add(key)
         if not is_framework_available(key):
-            out.append(MissingPart(f"{FRAMEWORKS[key][2]} (framework '{key}')", "--frameworks",
-                                   FRAMEWORKS[key][3] or key))
+            spec = FRAMEWORKS[key]
+            out.append(MissingPart(f"{', '.join(spec.missing()) or key} (framework '{key}')", "--frameworks",
+                                   spec.install or _extra(key)))
     if dataset is not None:
         from deep500lite.datasets import DATASET_PACKAGES
 
         for module, name, extra in DATASET_PACKAGES.get(dataset, ()):
             if not is_package_available(module):
-                out.append(MissingPart(name, f"the dataset '{dataset}'", extra))
+                out.append(MissingPart(name, f"the dataset '{dataset}'", _extra(extra)))
     if stats and not is_package_available("scipy"):
-        out.append(MissingPart("scipy", "the significance tests of the step times", "stats"))
+        out.append(MissingPart("scipy", "the significance tests of the step times", _extra("stats")))
     if plots and not is_package_available("matplotlib"):
-        out.append(MissingPart("matplotlib", plots_flag, "plots"))
+        out.append(MissingPart("matplotlib", plots_flag, _extra("plots")))
     return out
 
 

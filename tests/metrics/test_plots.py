@@ -16,10 +16,9 @@ pytest.importorskip("matplotlib")
 from deep500lite.metrics.plots import VARIANT_COLORS, overlaps, palette, variant_color  # noqa: E402
 from deep500lite.recipe.compare import compare_results  # noqa: E402
 from deep500lite.recipe.report import comparison_figures, write_plots  # noqa: E402
-from deep500lite.registry import EXECUTOR_VARIANTS, FRAMEWORKS  # noqa: E402
-
-#: 12 built-in variants and 13 plugin names: 25 series.
-LABELS = list(FRAMEWORKS) + list(EXECUTOR_VARIANTS) + [f"plugin{i}" for i in range(13)]
+#: The built-in variants (those with a fixed colour, whatever plugins are installed) and plugin names: 25 series.
+BUILTIN = list(VARIANT_COLORS)
+LABELS = BUILTIN + [f"plugin{i}" for i in range(25 - len(BUILTIN))]
 
 
 def _results(label: str, k: int, epochs: int = 5, steps_per_epoch: int = 6) -> dict:
@@ -83,7 +82,7 @@ def test_each_variant_keeps_its_colour_whatever_the_order(twenty_five):
     backward = palette(sorted(LABELS))  # report's order is not compare's
     assert forward == backward
     assert len(set(forward.values())) == 25  # all different
-    for label in list(FRAMEWORKS) + list(EXECUTOR_VARIANTS):
+    for label in BUILTIN:
         assert forward[label] == VARIANT_COLORS[label] == variant_color(label)
     # the plots use them: the loss plot's epoch line of 'jax' has jax's colour, in either order
     for order in (results, list(reversed(results))):

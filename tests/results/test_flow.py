@@ -22,6 +22,8 @@ import pytest
 from browser import chromium, colour_pixels, errors, open_page
 from store_support import d5, postgres_database, write_recipe
 
+from deep500lite.metrics.plots import variant_color
+
 pytestmark = pytest.mark.requires("sqlalchemy", "scipy")
 
 ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -116,10 +118,13 @@ def test_dashboard_in_chromium_shows_the_runs(flow, tmp_path):
         assert [int(r[0]) for r in shown] == [r["id"] for r in runs]
         # the headline chart: one median point per run, equal to the database's medians
         traces = driver.execute_script("return document.getElementById('fig-0').data.map("
-                                       "t => ({name: t.name, meta: t.meta || null, y: t.y}))")
+                                       "t => ({name: t.name, meta: t.meta || null, y: t.y, "
+                                       "color: t.line ? t.line.color : null}))")
         medians = [t for t in traces if t["meta"] == "median"]
         assert len(medians) == 1 and medians[0]["name"].startswith("reference @ ")
         assert medians[0]["y"] == pytest.approx([r["median"] for r in rows], rel=1e-12)
+        colour = variant_color("reference")  # the colour the reference executor has in every deep500lite plot
+        assert medians[0]["color"] == colour
         slower = [t for t in traces if t["meta"] == "slower"]  # at least the wide run, against the one before
         assert slower and slower[0]["y"][-1] == pytest.approx(rows[-1]["median"], rel=1e-12)
         latest = driver.execute_script("return Array.from(document.querySelectorAll('table.latest tbody td'))"
@@ -127,8 +132,8 @@ def test_dashboard_in_chromium_shows_the_runs(flow, tmp_path):
         assert latest[0] == "mlpbench/reference" and latest[3] == str(runs[-1]["id"])
         driver.execute_script("document.getElementById('fig-0').scrollIntoView()")
         png = driver.get_screenshot_as_png()
-    # plotly's first colour (#636efa) draws the median line and markers
-    assert colour_pixels(png, (0x63, 0x6E, 0xFA)) > 300
+    # the series' colour draws the median line and markers
+    assert colour_pixels(png, tuple(int(colour[i:i + 2], 16) for i in (1, 3, 5))) > 300
 
 
 def test_history_table_and_plots(flow, tmp_path):
