@@ -12,7 +12,7 @@ from deep500lite import lv3 as distributed
 from deep500lite.errors import (CheckpointError, CommunicationTimeout, CorruptFileError, Deep500Error, DeviceError,
                                 ExampleParseError, ExecutionError, FeedError, FrameworkNotAvailableError, JobTimeout,
                                 MissingDatasetError, ModelError, UnsupportedOperatorError, UserAttributeError,
-                                UserError, UserKeyError, UserTypeError)
+                                UserError, UserIndexError, UserKeyError, UserTypeError)
 from deep500lite.lv0 import (CUSTOM_DOMAIN, CompilationError, CppOp, CppOpError, CustomOp, CustomPythonOp, Operator,
                              TensorDescriptor, compile_custom_cppop, compile_custom_cppop_inline, custom_node,
                              register_op, registered_op, tensordesc, unregister_op)
@@ -33,6 +33,7 @@ from deep500lite.metrics import (L1Error, L2Error, MaxError, Measurement, Relati
                                  WallclockTime, summarize, time_function)
 from deep500lite.recipe import check_determinism, load_recipe, run_recipe, train_recipe
 from deep500lite.registry import FRAMEWORKS, executor, is_framework_available
+from deep500lite.factories import factory, is_factory
 
 from deep500lite.version import __version__  # noqa: E402
 
@@ -53,7 +54,7 @@ __all__ = [
     "TargetAccuracyStop", "TimeBudgetStop", "StepBudgetStop", "CSVSummaryWriter", "JSONSummaryWriter", "PlotWriter",
     "CheckpointEvent", "save_checkpoint", "load_checkpoint",
     # recipes
-    "run_recipe", "load_recipe", "train_recipe", "check_determinism",
+    "run_recipe", "load_recipe", "train_recipe", "check_determinism", "factory", "is_factory",
     # level 3
     "distributed",
     # metrics
@@ -64,7 +65,7 @@ __all__ = [
     "Deep500Error", "UserError", "ModelError", "FeedError", "UnsupportedOperatorError",
     "FrameworkNotAvailableError", "DeviceError", "UserTypeError", "UserKeyError", "UserAttributeError",
     "MissingDatasetError", "CorruptFileError", "ExampleParseError", "CheckpointError", "CommunicationTimeout",
-    "JobTimeout", "ExecutionError",
+    "JobTimeout", "ExecutionError", "UserIndexError",
 ]
 
 # Deep500's own names (gathered in deep500lite.deep500compat): ``import deep500lite as d5`` offers them too.

@@ -16,6 +16,7 @@ Hierarchy::
     │   ├── UserTypeError (TypeError)      an argument of the wrong kind
     │   ├── UserAttributeError (AttributeError)  a name the object does not have (a hyperparameter)
     │   ├── UserKeyError (KeyError)        a name that is not in a collection (a tensor, an output)
+    │   ├── UserIndexError (IndexError)    an index outside a dataset, or not an index at all
     │   ├── ModelError                     an ONNX model that cannot be read or is invalid
     │   ├── FeedError                      feeds that do not match the network's inputs
     │   ├── UnsupportedOperatorError (NotImplementedError)
@@ -49,6 +50,7 @@ __all__ = [
     "UserTypeError",
     "UserAttributeError",
     "UserKeyError",
+    "UserIndexError",
     "ModelError",
     "FeedError",
     "UnsupportedOperatorError",
@@ -94,6 +96,13 @@ class UserKeyError(UserError, KeyError):
 
     def __str__(self) -> str:
         return BaseException.__str__(self)
+
+
+class UserIndexError(UserError, IndexError):
+    """An index outside a collection (a dataset of 10 samples asked for sample 10), or not an index (1.5).
+
+    Deriving from ``IndexError`` keeps Python's iteration protocol (``for sample in dataset``) working.
+    """
 
 
 class ModelError(UserError):
