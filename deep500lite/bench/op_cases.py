@@ -14,7 +14,7 @@ from typing import Sequence
 
 import numpy as np
 
-from deep500lite.errors import UserError, UserTypeError, format_choices
+from deep500lite.errors import Deep500Error, UserError, UserTypeError, format_choices
 from deep500lite.lv0.operator import CustomPythonOp, Operator
 from deep500lite.lv0.tensordesc import tensordesc
 
@@ -418,7 +418,16 @@ def load_custom_cases(spec: str, size: str = "default") -> list[CustomCase]:
 
     obj = load_attribute(spec, "--custom-op", "a CustomCase, a list of them or a function returning them")
     if callable(obj) and not isinstance(obj, CustomCase):
-        obj = obj(size)
+        from deep500lite.factories import declared_callable
+
+        declared_callable(obj, spec, "--custom-op")  # only a function marked @d5.factory is called
+        try:
+            obj = obj(size)
+        except Deep500Error:
+            raise
+        except Exception as exc:  # noqa: BLE001 - an error in the user's factory is the user's to fix
+            raise UserError(f"--custom-op {spec!r}: calling the factory failed: {type(exc).__name__}: "
+                            f"{' '.join(str(exc).split())[:200]}. Received: {spec!r}") from exc
     cases = [obj] if isinstance(obj, CustomCase) else list(obj) if isinstance(obj, (list, tuple)) else None
     if not cases or not all(isinstance(c, CustomCase) for c in cases):
         raise UserError(f"--custom-op {spec!r} must give a CustomCase (deep500lite.bench.op.custom_case(op, flops)), "

@@ -34,9 +34,11 @@ def load_user_op(spec: str):
         UserError: the spec cannot be loaded, or does not give an operator with descriptors.
     """
     from deep500lite.bench.user_code import load_attribute
+    from deep500lite.factories import declared_callable
 
     obj = load_attribute(spec, "--op", "an operator with descriptors or a function of no arguments returning one")
     if not hasattr(obj, "input_descriptors") and callable(obj):
+        declared_callable(obj, spec, "--op")  # only a function marked @d5.factory is called
         try:
             obj = obj()
         except Deep500Error:

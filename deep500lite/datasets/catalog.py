@@ -132,12 +132,15 @@ def _digits(input_node, label_node, root=None, seed=0, test_fraction=0.25):
 
 
 def _synthetic_args(shape, classes, train_size=1, test_size=1):
+    from deep500lite.options import Integer, ListOf
+
+    # each dimension an integer (2.5 is refused, not cut to 2), at most 2**31 - 1
+    dims = ListOf(Integer(minimum=1, maximum=2**31 - 1), min_items=1, max_items=32)
     try:
-        shape = tuple(int(s) for s in shape)
-    except (TypeError, ValueError):
-        raise UserError(f"synthetic: shape must be a sequence of positive integers. Received: {shape!r}") from None
-    if not shape or min(shape) < 1:
-        raise UserError(f"synthetic: shape must be a non-empty sequence of positive integers. Received: {shape!r}")
+        shape = tuple(dims.check(list(shape) if isinstance(shape, (tuple, list)) else shape, "synthetic: shape"))
+    except UserError:
+        raise UserError(f"synthetic: shape must be a non-empty sequence of positive integers (at most 32 of them). "
+                        f"Received: {shape!r}") from None
     for key, value, low in (("classes", classes, 2), ("train_size", train_size, 1), ("test_size", test_size, 1)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
             raise UserError(f"synthetic: {key} must be an integer >= {low}. Received: {value!r}")

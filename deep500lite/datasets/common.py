@@ -108,18 +108,12 @@ def read_file_bytes(path) -> bytes:
 
     Raises:
         MissingDatasetError: ``path`` does not exist.
-        UserError: ``path`` is a folder or cannot be read (no permission, ...).
+        UserTypeError: ``path`` is not a path.
+        UserError: ``path`` is a folder, a FIFO, a device, or cannot be read (no permission, ...).
     """
-    path = os.fspath(path)
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except FileNotFoundError as exc:
-        raise MissingDatasetError(f"Dataset file '{path}' does not exist; pass the path of an existing file. "
-                                  f"Received: {path!r}") from exc
-    except OSError as exc:
-        raise UserError(f"Cannot read dataset file '{path}': {exc.strerror or exc}; pass a readable file. "
-                        f"Received: {path!r}") from exc
+    from deep500lite.input_files import read_input_bytes
+
+    return read_input_bytes(path, "Dataset file", missing=MissingDatasetError)
 
 
 class UInt8ImageDataset(Dataset):

@@ -17,6 +17,7 @@ import numpy as np
 
 from deep500lite.datasets.common import CorruptFileError, read_file_bytes
 from deep500lite.errors import FrameworkNotAvailableError, MissingDatasetError, UserError
+from deep500lite.input_files import input_path, open_input
 from deep500lite.lv2.dataset import Dataset
 from deep500lite.utils import check_allocation
 
@@ -50,15 +51,7 @@ def read_gzip_or_plain(path) -> bytes:
 
 def _open_maybe_gzip(path):
     """``path`` opened for reading, through a gzip decoder when it starts with the gzip magic bytes."""
-    path = os.fspath(path)
-    try:
-        raw = open(path, "rb")
-    except FileNotFoundError as exc:
-        raise MissingDatasetError(f"Dataset file '{path}' does not exist; pass the path of an existing file. "
-                                  f"Received: {path!r}") from exc
-    except OSError as exc:
-        raise UserError(f"Cannot read dataset file '{path}': {exc.strerror or exc}; pass a readable file. "
-                        f"Received: {path!r}") from exc
+    raw = open_input(path, "Dataset file", missing=MissingDatasetError)
     if raw.read(2) == b"\x1f\x8b":
         raw.seek(0)
         return gzip.GzipFile(fileobj=raw), raw
@@ -88,7 +81,7 @@ def read_idx(path) -> np.ndarray:
     stream, raw = _open_maybe_gzip(path)
     try:
         with raw:
-            return _read_idx_stream(os.fspath(path), stream)
+            return _read_idx_stream(input_path(path, "Dataset file"), stream)
     except EOFError as exc:
         raise CorruptFileError(path, f"the gzip stream is truncated ({exc})") from exc
     except (gzip.BadGzipFile, zlib.error, OSError) as exc:
@@ -256,7 +249,7 @@ class ImageFolderDataset(Dataset):
 
         path = self.files[i]
         try:
-            with Image.open(path) as im:
+            with open_input(path, "Image file", missing=MissingDatasetError) as f, Image.open(f) as im:
                 im = im.convert("RGB" if self.channels == 3 else "L")
                 if self.image_size is not None and im.size != (self.image_size[1], self.image_size[0]):
                     im = im.resize((self.image_size[1], self.image_size[0]), Image.BILINEAR)

@@ -34,7 +34,8 @@ import numpy as np
 
 from deep500lite.datasets.common import CorruptFileError, missing_file_error
 from deep500lite.datasets.schemas import MAX_SHARD_HEADER_BYTES, SHARD_HEADER_SCHEMA
-from deep500lite.errors import MissingDatasetError, UserError, format_choices
+from deep500lite.errors import MissingDatasetError, UserError, UserIndexError, format_choices
+from deep500lite.input_files import input_path, open_input
 from deep500lite.lv2.dataset import Dataset
 from deep500lite.utils import check_schema
 
@@ -249,6 +250,11 @@ def _check_fields(path: str, header: dict) -> None:
                                          f"{record_size}-byte record after the field before it. Received: offset "
                                          f"{field['offset']}", offset=_PREFIX)
         end = field["offset"] + nbytes
+    label = fields[1] if len(fields) > 1 else None
+    if label is not None and header.get("classes") is not None and np.dtype(label["dtype"]).kind not in "iub":
+        raise CorruptFileError(path, f"the header names {header['classes']} classes, so its labels are class "
+                                     f"indices of an integer dtype; field 'fields[1]' (label) declares "
+                                     f"{label['dtype']!r}. Received: dtype {label['dtype']!r}", offset=_PREFIX)
 
 
 def read_shard_header(path) -> dict:
@@ -261,16 +267,10 @@ def read_shard_header(path) -> dict:
         MissingDatasetError: the file does not exist (a ``FileNotFoundError``).
         UserError: the file cannot be read (a folder, no permission).
     """
-    path = os.fspath(path)
-    try:
-        size = os.path.getsize(path)
-        f = open(path, "rb")
-    except FileNotFoundError as exc:
-        raise MissingDatasetError(f"Shard file '{path}' does not exist; pass a .d5shard file written by "
-                                  f"`deep500lite pack` or write_shards. Received: {path!r}") from exc
-    except OSError as exc:
-        raise UserError(f"Cannot read shard file '{path}': {exc.strerror or exc}; pass a readable .d5shard file. "
-                        f"Received: {path!r}") from exc
+    path = input_path(path, "Shard file")
+    f = open_input(path, "Shard file (a .d5shard file written by `deep500lite pack` or write_shards)",
+                   missing=MissingDatasetError)
+    size = os.fstat(f.fileno()).st_size
     with f:
         prefix = f.read(_PREFIX)
         if len(prefix) < _PREFIX:
@@ -288,8 +288,9 @@ def read_shard_header(path) -> dict:
                                          f"has {size} bytes (truncated)", offset=8)
         body = f.read(length)
     if zlib.crc32(body) != crc:
-        raise CorruptFileError(path, f"header CRC mismatch (stored 0x{crc:08X}, computed 0x{zlib.crc32(body):08X})",
-                               offset=_PREFIX)
+        raise CorruptFileError(path, f"header CRC mismatch (stored 0x{crc:08X}, computed 0x{zlib.crc32(body):08X}): "
+                                     "the header's bytes changed after write_shards or `deep500lite pack` wrote "
+                                     "them (damage, or an edit by hand); write the shard again", offset=_PREFIX)
     header = _parse_header(path, body)
     if header.get("version") != FORMAT_VERSION:
         raise UserError(f"Shard '{path}' has format version {header.get('version')!r}; this deep500lite reads "
@@ -346,7 +347,7 @@ class ShardDataset(Dataset):
         super().__init__(input_node, label_node)
         if not isinstance(verify, (bool, np.bool_)):
             raise UserError(f"verify must be True or False. Received: verify={verify!r}")
-        self.path = os.fspath(path)
+        self.path = input_path(path, "Shard file")
         self.header = read_shard_header(self.path)
         self.fields = {f["role"]: f for f in self.header["fields"]}
         if label_node is not None and "label" not in self.fields:
@@ -378,8 +379,7 @@ class ShardDataset(Dataset):
                                        offset=self.header["data_offset"] + i * self.header["record_size"])
 
     def __getitem__(self, index):
-        if isinstance(index, list):
-            index = np.asarray(index)
+        index = _checked_index(index, len(self), self.path)
         if self.verify:
             self._check(index, self._array[index])
         batch = {}
@@ -397,6 +397,41 @@ class ShardDataset(Dataset):
 
     def __len__(self):
         return self.header["count"]
+
+
+def _checked_index(index, count: int, path: str):
+    """``index`` as numpy takes it, checked: an integer in ``-count .. count-1``, a slice, or a sequence
+    or array of such integers (a boolean mask of ``count`` entries); anything else a :class:`UserIndexError`."""
+    where = f"Shard '{path}' has {count:,} records (indices 0 to {count - 1:,}, or negative from the end)"
+    if isinstance(index, slice):
+        for part in (index.start, index.stop, index.step):
+            if part is not None and (isinstance(part, bool) or not isinstance(part, (int, np.integer))):
+                raise UserIndexError(f"{where}; a slice takes integers. Received: {index!r}")
+        if index.step == 0:
+            raise UserIndexError(f"{where}; a slice step cannot be 0. Received: {index!r}")
+        return index
+    if isinstance(index, (int, np.integer)) and not isinstance(index, (bool, np.bool_)):
+        if not -count <= index < count:
+            raise UserIndexError(f"{where}. Received: index {int(index):,}")
+        return index
+    if isinstance(index, (list, tuple, np.ndarray)):
+        try:
+            arr = np.asarray(index)
+        except (ValueError, TypeError, OverflowError):
+            arr = None
+        if arr is not None and arr.dtype == np.bool_ and arr.shape == (count,):
+            return arr
+        if arr is not None and (arr.size == 0 or arr.dtype.kind in "iu") and arr.ndim == 1:
+            arr = arr.astype(np.int64) if arr.size == 0 else arr
+            bad = np.flatnonzero((arr < -count) | (arr >= count)) if arr.size else []
+            if len(bad):
+                raise UserIndexError(f"{where}. Received: index {int(arr[bad[0]]):,} at position {int(bad[0])}")
+            return arr
+        shown = repr(index)[:60]
+        raise UserIndexError(f"{where}; an index is an integer, a slice, a 1-D list or array of integers, or a "
+                             f"boolean mask of {count:,} entries. Received: {type(index).__name__} {shown}")
+    raise UserIndexError(f"{where}; an index is an integer, a slice or a list of integers. Received: "
+                         f"{type(index).__name__} {repr(index)[:60]}")
 
 
 def verify_shard(path) -> int:

@@ -39,7 +39,9 @@ import numpy as np
 
 from deep500lite.datasets.common import CorruptFileError
 from deep500lite.errors import ExampleParseError  # noqa: F401 - defined in errors, re-exported here
-from deep500lite.errors import MissingDatasetError, UserError, format_choices
+from deep500lite.errors import MissingDatasetError, UserError, UserTypeError, format_choices
+from deep500lite.input_files import input_path, open_input
+from deep500lite.options import Flag
 from deep500lite.utils import check_allocation
 
 __all__ = ["crc32c", "masked_crc32c", "read_tfrecord", "write_tfrecord", "parse_example", "serialize_example",
@@ -206,24 +208,27 @@ def read_tfrecord(path, compression: str | None = None, check_crc: bool = True) 
         CorruptFileError: (while iterating) a truncated record, or a length or data CRC mismatch; the message names
             the file and the byte offset of the record (in the decompressed stream when compressed).
         MissingDatasetError: ``path`` does not exist (a ``FileNotFoundError``).
-        UserError: ``path`` is a folder or cannot be read.
+        UserTypeError: ``path`` is not a path, or ``check_crc`` is not a bool.
+        UserError: ``path`` is a folder, a FIFO or a device, or cannot be read.
     """
     key = _check_compression(compression)
-    path = os.fspath(path)
+    check_crc = Flag().check(check_crc, "read_tfrecord: check_crc")
+    path = input_path(path, "TFRecord file")
     with _open_tfrecord(path) as f:  # a missing or unreadable file is named here, not at the first record
         size = os.fstat(f.fileno()).st_size if key is None else None
     return _records(path, key, size, check_crc)
 
 
 def _open_tfrecord(path: str):
-    try:
-        return open(path, "rb")
-    except FileNotFoundError as exc:
-        raise MissingDatasetError(f"TFRecord file '{path}' does not exist; pass the path of an existing file. "
-                                  f"Received: {path!r}") from exc
-    except OSError as exc:
-        raise UserError(f"Cannot read TFRecord file '{path}': {exc.strerror or exc}; pass a readable file. "
-                        f"Received: {path!r}") from exc
+    return open_input(path, "TFRecord file", missing=MissingDatasetError)
+
+
+def _stream_fault(key: str, exc: Exception) -> str:
+    """What is wrong with a damaged compressed stream, in words (zlib's reason without its error code)."""
+    text = str(exc)
+    if isinstance(exc, zlib.error) and ":" in text:
+        text = "zlib: " + text.split(":", 1)[1].strip()
+    return f"the {key} stream is damaged or truncated ({text})"
 
 
 def _records(path: str, key, size, check_crc: bool) -> Iterator[bytes]:
@@ -253,9 +258,8 @@ def _records(path: str, key, size, check_crc: bool) -> Iterator[bytes]:
                                              f"{length} bytes of data)",
                                  error=lambda message: CorruptFileError(path, message, offset))
                 body = _read_up_to(f, length + 4)
-            except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
-                raise CorruptFileError(path, f"the {key} stream is damaged or truncated ({exc}) near "
-                                             f"decompressed offset {offset}") from exc
+            except (EOFError, gzip.BadGzipFile, zlib.error, OSError) as exc:
+                raise CorruptFileError(path, f"{_stream_fault(key, exc)} near decompressed offset {offset}") from exc
             if len(body) < length + 4:
                 raise CorruptFileError(path, f"truncated record {index}: its header declares {length} bytes of "
                                              f"data plus a 4-byte CRC, only {len(body)} bytes remain", offset)
@@ -297,33 +301,65 @@ def write_tfrecord(path, records: Iterable[bytes], compression: str | None = Non
     Returns:
         The number of records written.
 
+    The file is written whole or not at all: records go to a temporary file beside ``path``,
+    renamed to ``path`` after the last one, so a bad record leaves no half-written file.
+
     Raises:
+        UserTypeError: ``path`` is not a path, ``records`` is not iterable, or a record is not
+            bytes (a ``str`` must be encoded first).
         UserError: an unknown ``compression``, or a ``path`` that cannot be written.
     """
+    import tempfile
+
     key = _check_compression(compression)
+    path = input_path(path, "write_tfrecord: path")
+    if isinstance(records, (bytes, bytearray, str)) or not hasattr(records, "__iter__"):
+        raise UserTypeError(f"write_tfrecord: records must be an iterable of bytes (one bytes object per record). "
+                            f"Received: {type(records).__name__}")
     n = 0
+    folder = os.path.dirname(os.path.abspath(path))
     try:
-        raw = open(path, "wb")
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
     except OSError as exc:
-        raise UserError(f"Cannot write TFRecord file '{os.fspath(path)}': {exc.strerror or exc}; its folder must "
-                        f"exist and be writable. Received: {os.fspath(path)!r}") from exc
-    with raw:
-        z = zlib.compressobj() if key == "ZLIB" else None
-        f = gzip.GzipFile(fileobj=raw, mode="wb") if key == "GZIP" else raw
-        try:
-            for data in records:
-                data = bytes(data)
-                head = struct.pack("<Q", len(data))
-                chunk = b"".join((head, struct.pack("<I", masked_crc32c(head)), data,
-                                  struct.pack("<I", masked_crc32c(data))))
-                f.write(z.compress(chunk) if z else chunk)
-                n += 1
-            if z:
-                f.write(z.flush())
-        finally:
-            if key == "GZIP":
-                f.close()
+        raise UserError(f"Cannot write TFRecord file '{path}': {exc.strerror or exc}; its folder must "
+                        f"exist and be writable. Received: {path!r}") from exc
+    try:
+        with os.fdopen(fd, "wb") as raw:
+            z = zlib.compressobj() if key == "ZLIB" else None
+            f = gzip.GzipFile(fileobj=raw, mode="wb") if key == "GZIP" else raw
+            try:
+                for data in records:
+                    data = _record_bytes(data, n)
+                    head = struct.pack("<Q", len(data))
+                    chunk = b"".join((head, struct.pack("<I", masked_crc32c(head)), data,
+                                      struct.pack("<I", masked_crc32c(data))))
+                    f.write(z.compress(chunk) if z else chunk)
+                    n += 1
+                if z:
+                    f.write(z.flush())
+            finally:
+                if key == "GZIP":
+                    f.close()
+        os.replace(tmp, path)
+    except BaseException as exc:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise UserError(f"Cannot write TFRecord file '{path}': {exc.strerror or exc}; give a file in a "
+                            f"writable folder. Received: {path!r}") from exc
+        raise
     return n
+
+
+def _record_bytes(data, index: int) -> bytes:
+    """One record as bytes: ``bytes``, ``bytearray``, ``memoryview`` or a numpy array's raw bytes."""
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return bytes(data)
+    if isinstance(data, np.ndarray):
+        return data.tobytes()
+    hint = " (encode it first: record.encode('utf-8'))" if isinstance(data, str) else ""
+    raise UserTypeError(f"write_tfrecord: record {index} must be bytes{hint}. Received: {type(data).__name__} "
+                        f"{repr(data)[:60]}")
 
 
 def _varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
@@ -496,24 +532,50 @@ def serialize_example(features: dict) -> bytes:
         The serialized message.
 
     Raises:
-        UserError: a value of another kind.
+        UserTypeError: ``features`` is not a dict, or a name is not a string.
+        UserError: a value of another kind: nested lists of different lengths (ragged), objects,
+            integers outside int64, or a name that cannot be encoded as UTF-8.
     """
+    if not isinstance(features, dict):
+        raise UserTypeError(f"serialize_example: features must be a dict {{name: values}}. Received: "
+                            f"{type(features).__name__}")
     entries = []
     for name, values in features.items():
-        if isinstance(values, (bytes, str)) or np.ndim(values) == 0:
-            values = [values]
-        if len(values) and all(isinstance(v, (bytes, str, np.bytes_, np.str_)) for v in values):
-            items = [v.encode("utf-8") if isinstance(v, str) else bytes(v) for v in values]
-            feature = _enc_field(1, b"".join(_enc_field(1, v) for v in items))
-        else:
-            arr = np.asarray(values)
-            if arr.dtype.kind == "f":
-                feature = _enc_field(2, _enc_field(1, arr.astype("<f4").ravel().tobytes()))
-            elif arr.dtype.kind in "iub":
-                packed = b"".join(_enc_varint(int(v)) for v in arr.ravel())
-                feature = _enc_field(3, _enc_field(1, packed))
-            else:
-                raise UserError(f"Feature {name!r}: values must be bytes/str, floats or integers. Received: "
-                                f"dtype {arr.dtype}")
-        entries.append(_enc_field(1, _enc_field(1, str(name).encode("utf-8")) + _enc_field(2, feature)))
+        if not isinstance(name, str):
+            raise UserTypeError(f"serialize_example: feature names must be strings. Received: {type(name).__name__} "
+                                f"{repr(name)[:60]}")
+        try:
+            encoded_name = name.encode("utf-8")
+        except UnicodeEncodeError:
+            raise UserError(f"serialize_example: feature name {name!r} cannot be encoded as UTF-8 (it holds a lone "
+                            f"surrogate). Received: {name!r}") from None
+        entries.append(_enc_field(1, _enc_field(1, encoded_name) + _enc_field(2, _feature(name, values))))
     return _enc_field(1, b"".join(entries))
+
+
+def _feature(name: str, values) -> bytes:
+    """One ``Feature`` message: a ``bytes_list``, ``float_list`` or ``int64_list``."""
+    if isinstance(values, (bytes, str)) or (isinstance(values, (int, float, bool, np.generic))):
+        values = [values]  # a scalar is a list of one
+    if isinstance(values, (list, tuple)) and len(values) and all(isinstance(v, (bytes, str, np.bytes_, np.str_))
+                                                                for v in values):
+        try:
+            items = [v.encode("utf-8") if isinstance(v, str) else bytes(v) for v in values]
+        except UnicodeEncodeError:
+            raise UserError(f"Feature {name!r}: a string cannot be encoded as UTF-8 (it holds a lone surrogate). "
+                            f"Received: {repr(values)[:60]}") from None
+        return _enc_field(1, b"".join(_enc_field(1, v) for v in items))
+    try:
+        arr = np.asarray(values)
+    except (ValueError, TypeError, OverflowError):
+        arr = None
+    if arr is None or arr.dtype.kind not in "fiub":
+        what = "nested lists of different lengths (ragged)" if arr is None else f"dtype {arr.dtype}"
+        raise UserError(f"Feature {name!r}: values must be a flat list or array of bytes/str, of floats or of "
+                        f"integers in int64's range. Received: {what}: {repr(values)[:60]}")
+    if arr.dtype.kind == "f":
+        return _enc_field(2, _enc_field(1, arr.astype("<f4").ravel().tobytes()))
+    if arr.dtype.kind == "u" and arr.size and int(arr.max()) >= 2**63:
+        raise UserError(f"Feature {name!r}: integers must fit in int64. Received: {int(arr.max())}")
+    packed = b"".join(_enc_varint(int(v)) for v in arr.ravel())
+    return _enc_field(3, _enc_field(1, packed))

@@ -34,6 +34,11 @@ def synthetic_tokens_shape(seq_len=128, classes=2, vocab_size=30522, train_size=
     if isinstance(signal, bool) or not isinstance(signal, (int, float, np.integer, np.floating)) \
             or not 0 <= signal <= 1:
         raise UserError(f"synthetic_tokens: signal must be a number from 0 to 1. Received: signal={signal!r}")
+    # the keyword table holds 16 int64 ids per class: refuse a table that cannot fit before it is drawn
+    check_generated_size(8 * _KEYWORDS * int(classes), f"synthetic_tokens (classes {classes}: the keyword table)")
+    if classes > 2**31 - 1 or vocab_size > 2**62 or seq_len > 2**31 - 1:
+        raise UserError(f"synthetic_tokens: classes and seq_len must be at most 2,147,483,647 and vocab_size at most "
+                        f"2**62. Received: classes={classes!r}, seq_len={seq_len!r}, vocab_size={vocab_size!r}")
     return int(classes), int(seq_len)
 
 

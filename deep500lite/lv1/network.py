@@ -610,29 +610,71 @@ def _check_external_data(model: onnx.ModelProto, base_dir: str | None, where: st
             "path (so deep500lite knows the folder) or pass base_dir=. Received: base_dir=None"
         )
     root = os.path.realpath(base_dir)
-    for t in external:
-        info = {e.key: e.value for e in t.external_data}
-        loc = info.get("location", "")
-        if not loc or os.path.isabs(loc):
-            raise ModelError(
-                f"{where}: tensor '{t.name}' has external data at an absolute or empty path; only paths relative "
-                f"to the model's folder are allowed. Received: location={loc!r}"
-            )
-        target = os.path.realpath(os.path.join(root, loc))
-        if os.path.commonpath([root, target]) != root:
-            raise ModelError(
-                f"{where}: tensor '{t.name}' has external data at {loc!r}, which points outside the "
-                f"model's folder {root!r}; refusing to read it. External data must lie inside the model's "
-                f"folder. Received: location={loc!r}"
-            )
-        if not os.path.isfile(target):
-            raise ModelError(f"{where}: external data file {loc!r} for tensor '{t.name}' is missing "
-                             f"(looked in {root!r}); put it in the model's folder. Received: location={loc!r}")
-    try:
-        external_data_helper.load_external_data_for_model(model, root)
-    except Exception as exc:
-        raise ModelError(f"{where}: cannot read external data; each external file must hold its tensors' raw "
-                         f"bytes at the offsets the model gives. Received: {_short(exc)}") from exc
+    plans = [_external_plan(t, root, where) for t in external]  # every field checked before anything is read
+    for t, (target, loc, offset, length) in zip(external, plans):
+        _read_external(t, target, loc, offset, length, where)
+
+
+#: The keys of a tensor's ``external_data`` (onnx's ExternalDataInfo).
+_EXTERNAL_KEYS = ("location", "offset", "length", "checksum", "basepath")
+
+
+def _external_plan(t, root: str, where: str) -> tuple:
+    """``(file, location, offset, length)`` of one tensor's external data, every field checked."""
+    from deep500lite.escaping import terminal
+
+    info = {}
+    for entry in t.external_data:
+        if entry.key not in _EXTERNAL_KEYS:
+            raise ModelError(f"{where}: tensor '{terminal(t.name)}' has an external_data entry {entry.key!r}; the "
+                             f"keys are {', '.join(_EXTERNAL_KEYS)}. Received: {entry.key!r}")
+        info[entry.key] = entry.value
+    loc = info.get("location", "")
+    if not loc or os.path.isabs(loc) or "\x00" in loc:
+        raise ModelError(f"{where}: tensor '{terminal(t.name)}' has external data at an absolute or empty path, or "
+                         "one holding a NUL byte; only paths relative to the model's folder are allowed. Received: "
+                         f"location={loc!r}")
+    numbers = {}
+    for key in ("offset", "length"):
+        text = info.get(key)
+        if text is not None and not (text.isascii() and text.isdigit() and len(text) <= 20):
+            raise ModelError(f"{where}: tensor '{terminal(t.name)}' has external data {key} {text!r}; it must be a "
+                             f"whole number of bytes >= 0 written in decimal digits. Received: {key}={text!r}")
+        numbers[key] = None if text is None else int(text)
+    target = os.path.realpath(os.path.join(root, loc))
+    if os.path.commonpath([root, target]) != root:
+        raise ModelError(
+            f"{where}: tensor '{terminal(t.name)}' has external data at {loc!r}, which points outside the "
+            f"model's folder {root!r}; refusing to read it. External data must lie inside the model's "
+            f"folder. Received: location={loc!r}"
+        )
+    if not os.path.lexists(target):
+        raise ModelError(f"{where}: external data file {loc!r} for tensor '{terminal(t.name)}' is missing "
+                         f"(looked in {root!r}); put it in the model's folder. Received: location={loc!r}")
+    return target, loc, numbers["offset"] or 0, numbers["length"]
+
+
+def _read_external(t, target: str, loc: str, offset: int, length: int | None, where: str) -> None:
+    """Read one tensor's external bytes through the checked opener and keep them in the tensor."""
+    from deep500lite.escaping import terminal
+    from deep500lite.input_files import open_input
+    from deep500lite.utils import check_allocation
+
+    with open_input(target, f"{where}: external data file {loc!r}", error=ModelError) as f:
+        size = os.fstat(f.fileno()).st_size
+        end = size if length is None else offset + length
+        if offset > size or end > size:
+            raise ModelError(f"{where}: tensor '{terminal(t.name)}' reads bytes {offset:,} to {end:,} of external data "
+                             f"file {loc!r}, which has {size:,} bytes. Received: offset={offset}, length={length}")
+        check_allocation(end - offset, f"{where}: external data of tensor '{terminal(t.name)}'", ModelError)
+        f.seek(offset)
+        data = f.read(end - offset)
+    if len(data) != end - offset:
+        raise ModelError(f"{where}: external data file {loc!r} ended early while tensor '{terminal(t.name)}' was read. "
+                         f"Received: {len(data):,} of {end - offset:,} bytes")
+    t.raw_data = data
+    t.data_location = onnx.TensorProto.DEFAULT
+    del t.external_data[:]
 
 
 def load_model(model, base_dir: str | None = None, check: bool = True) -> Network:
@@ -659,21 +701,12 @@ def load_model(model, base_dir: str | None = None, check: bool = True) -> Networ
         return model
     source = None
     if isinstance(model, (str, os.PathLike)):
-        source = os.fspath(model)
+        from deep500lite.input_files import input_path, read_input_bytes
+
+        source = input_path(model, "ONNX model", ModelError)
         where = f"ONNX model {source!r}"
-        if not os.path.exists(source):
-            raise ModelError(f"{where} does not exist; give the path of an .onnx file. Received: {source!r}")
-        if os.path.isdir(source):
-            raise ModelError(f"{where} is a folder; expected an .onnx file. Received: {source!r}")
-        if not os.path.isfile(source):  # a FIFO or a device would block or never end
-            raise ModelError(f"{where} is not a regular file (a pipe, socket or device); expected an .onnx file. "
-                             f"Received: {source!r}")
-        try:
-            with open(source, "rb") as f:
-                data = f.read()
-        except OSError as exc:
-            raise ModelError(f"{where} cannot be read ({exc.strerror or exc}); give a readable .onnx file. "
-                             f"Received: {source!r}") from exc
+        # a folder, a FIFO or a device is refused; a protobuf holds at most 2 GiB
+        data = read_input_bytes(source, "ONNX model", limit=2**31, error=ModelError)
         base_dir = base_dir if base_dir is not None else os.path.dirname(os.path.abspath(source))
         proto = _parse(data, where)
     elif isinstance(model, (bytes, bytearray, memoryview)):
@@ -732,8 +765,8 @@ def _parse(data: bytes, where: str) -> onnx.ModelProto:
         proto.ParseFromString(data)
     except (DecodeError, RuntimeError, ValueError) as exc:
         raise ModelError(
-            f"{where} cannot be decoded as an ONNX protobuf ({_short(exc)}); the file is truncated, "
-            f"damaged or not an ONNX model. Received: {len(data)} bytes starting {data[:8]!r}"
+            f"{where} cannot be decoded as an ONNX protobuf (the bytes are not a valid ModelProto message); the "
+            f"file is truncated, damaged or not an ONNX model. Received: {len(data)} bytes starting {data[:8]!r}"
         ) from exc
     return proto
 

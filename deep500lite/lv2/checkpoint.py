@@ -272,25 +272,15 @@ def load_checkpoint(path, trainer) -> dict:
         if not os.path.exists(p):
             raise CheckpointError(f"Checkpoint file {p} does not exist; a checkpoint is NAME.json plus NAME.npz "
                                   f"written by save_checkpoint(NAME, trainer). Received: {os.fspath(path)!r}")
-    try:
-        with open(json_path, encoding="utf-8") as f:
-            meta = json.load(f)
-    except OSError as exc:
-        raise CheckpointError(f"Checkpoint file {json_path} cannot be read ({exc.strerror or exc}); a checkpoint "
-                              f"is a readable NAME.json plus NAME.npz. Received: {os.fspath(path)!r}") from exc
-    except ValueError as exc:
-        raise CheckpointError(f"Checkpoint {json_path} is not valid JSON: {exc}") from exc
+    from deep500lite.input_files import read_input_bytes, read_input_json
+
+    meta = read_input_json(json_path, "Checkpoint file (a readable NAME.json, with NAME.npz)", error=CheckpointError)
     if not isinstance(meta, dict) or meta.get("format") != _FORMAT:
         raise CheckpointError(f"{json_path} is not a deep500lite checkpoint (no \"format\": \"{_FORMAT}\").")
     if meta.get("version") != _VERSION:
         raise CheckpointError(f"{json_path} has checkpoint format version {meta.get('version')}; this deep500lite "
                               f"reads version {_VERSION}. Received: version {meta.get('version')!r}")
-    try:
-        with open(npz_path, "rb") as f:
-            data = f.read()
-    except OSError as exc:
-        raise CheckpointError(f"Checkpoint file {npz_path} cannot be read ({exc.strerror or exc}); a checkpoint "
-                              f"is NAME.json plus a readable NAME.npz. Received: {os.fspath(path)!r}") from exc
+    data = read_input_bytes(npz_path, "Checkpoint file (NAME.npz, with NAME.json)", error=CheckpointError)
     if hashlib.sha256(data).hexdigest() != meta.get("npz_sha256"):
         raise CheckpointError(f"{npz_path} does not match {json_path} (SHA-256 differs): the file is corrupt or "
                               "from another save.")

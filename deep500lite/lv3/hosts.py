@@ -137,12 +137,12 @@ def read_hostfile(path: str, flag: str = "--hostfile") -> Hosts:
     Raises:
         UserError: a missing or unreadable file, a file without hosts, or a line in neither format.
     """
+    from deep500lite.input_files import read_input_text
+
     try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"{flag} must name a readable host file (one HOST[:SLOTS] a line). Received: {path!r} "
-                        f"({type(exc).__name__}: {exc})") from None
+        lines = read_input_text(path, f"{flag} file", limit=16 * 2**20).splitlines()
+    except UserError as exc:
+        raise UserError(f"{flag} must name a readable host file (one HOST[:SLOTS] a line): {exc}") from None
     entries = []
     for number, line in enumerate(lines, start=1):
         words = line.split("#", 1)[0].split()

@@ -513,14 +513,12 @@ class CalibratedModel:
     @classmethod
     def load(cls, path) -> "CalibratedModel":
         """Read a model written by :meth:`save`."""
-        try:
-            with open(path, encoding="utf-8") as f:
-                data = json.load(f)
-        except FileNotFoundError:
+        from deep500lite.input_files import input_path, read_input_json
+
+        if not os.path.lexists(input_path(path, "The allreduce calibration file")):
             raise UserError(f"The allreduce calibration file does not exist; write one with 'deep500lite bench "
-                            f"allreduce -n P --save-model FILE'. Received: {os.fspath(path)!r}") from None
-        except (OSError, ValueError) as exc:
-            raise UserError(f"The allreduce calibration file must be readable JSON. Received: {exc}") from None
+                            f"allreduce -n P --save-model FILE'. Received: {os.fspath(path)!r}")
+        data = read_input_json(path, "The allreduce calibration file (readable JSON)")
         return cls.from_dict(data)
 
 

@@ -9,7 +9,6 @@ that had more ranks than cores. Used by :mod:`deep500lite.cli.model_cmd`; see do
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 
@@ -19,13 +18,12 @@ __all__ = ["step_from_run", "measured_from_run", "compare_runs", "repeatability"
 def _read_json(path: str, flag: str, what: str):
     """The JSON in ``path`` given with ``flag``; a file that cannot be read is a :class:`UserError` saying ``what`` it should be."""
     from deep500lite.errors import UserError
+    from deep500lite.input_files import read_input_json
 
     try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, ValueError) as exc:
-        raise UserError(f"{flag} must name {what}; {path!r} cannot be read as JSON ({exc}). "
-                        f"Received: {flag} {path!r}") from None
+        return read_input_json(path, f"{flag} file")
+    except UserError as exc:
+        raise UserError(f"{flag} must name {what}: {exc}") from None
 
 
 def _run_results(path: str, flag: str) -> tuple[dict, int]:

@@ -686,28 +686,36 @@ def scaling_sweep(setup: ScalingSetup, nodes, batch: float, mode: str = "strong"
     return result
 
 
+#: The most nodes a sweep may name (a million) and the most counts in one sweep.
+MAX_NODES, MAX_COUNTS = 2**20, 64
+
+
 def parse_nodes(text: str) -> list[int]:
-    """``"1..4096"`` (powers of two from 1 to 4096), ``"1,2,8"`` or ``"16"``."""
+    """``"1..4096"`` (the powers of two from 1 to 4096), ``"1,2,8"`` or ``"16"``.
+
+    Raises:
+        UserError: ``LOW..HIGH`` whose ends are not powers of two or are out of order, a count
+            below 1 or above :data:`MAX_NODES`, more than :data:`MAX_COUNTS` counts, or not numbers.
+    """
     text = str(text).strip()
+    wording = (f"--nodes must be LOW..HIGH (LOW <= HIGH, both powers of two: the powers of two between), a "
+               f"comma-separated list of at most {MAX_COUNTS} counts or one count, each from 1 to {MAX_NODES:,}")
     try:
         if ".." in text:
-            lo, hi = (int(x) for x in text.split(".."))
-            if lo < 1 or hi < lo:
+            lo, hi = (int(x) if len(x.strip()) <= 20 else -1 for x in text.split(".."))
+            if not (1 <= lo <= hi <= MAX_NODES) or lo & (lo - 1) or hi & (hi - 1):
                 raise ValueError
             out, n = [], lo
             while n <= hi:
                 out.append(n)
                 n *= 2
-            if out[-1] != hi:
-                out.append(hi)
             return out
-        out = [int(x) for x in text.split(",") if x.strip()]
-        if not out or min(out) < 1:
+        out = [int(x) if len(x.strip()) <= 20 else -1 for x in text.split(",") if x.strip()]
+        if not out or min(out) < 1 or max(out) > MAX_NODES or len(out) > MAX_COUNTS:
             raise ValueError
         return sorted(set(out))
     except ValueError:
-        raise UserError(f"--nodes must be LOW..HIGH (powers of two between), a comma-separated list or one "
-                        f"number, all >= 1. Received: {text!r}") from None
+        raise UserError(f"{wording}. Received: {text!r}") from None
 
 
 def allreduce_table(model, nodes: int, sizes) -> tuple[list, list]:

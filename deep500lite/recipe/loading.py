@@ -72,9 +72,11 @@ def load_recipe(path_or_name) -> Recipe:
         UserError: the file does not exist, cannot be imported (the error and line are named), or
             lacks one of the three names, or one has the wrong type.
     """
-    text = os.fspath(path_or_name)
+    from deep500lite.input_files import input_path, read_input_bytes
+
+    text = input_path(path_or_name, "Recipe")
     path = text
-    if not os.path.exists(path):
+    if not os.path.lexists(path):
         bundled = _bundled_recipes()
         if text in bundled:
             path = bundled[text]
@@ -84,12 +86,8 @@ def load_recipe(path_or_name) -> Recipe:
     if os.path.isdir(path):
         raise UserError(f"Recipe '{path}' is a folder; give a recipe file (.py). Received: {text!r}")
     path = os.path.abspath(path)
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as exc:
-        raise UserError(f"Recipe '{path}' cannot be read ({exc.strerror or exc}); give a readable recipe file "
-                        f"(.py). Received: {text!r}") from exc
+    # the one read of the file: through the checked opener (a FIFO or a device is refused), bounded
+    data = read_input_bytes(path, "Recipe (a .py file)", limit=64 * 2**20)
     stem = os.path.splitext(os.path.basename(path))[0]
     module_name = f"deep500lite_recipe_{stem}_{hashlib.sha256(path.encode()).hexdigest()[:8]}"
     spec = importlib.util.spec_from_file_location(module_name, path)
@@ -103,7 +101,9 @@ def load_recipe(path_or_name) -> Recipe:
     sys.modules[module_name] = module
     try:
         try:
-            spec.loader.exec_module(module)
+            # the bytes read above, not a second read of the file
+            code = compile(importlib.util.decode_source(data), path, "exec", dont_inherit=True)
+            exec(code, module.__dict__)  # noqa: S102 - a recipe is the user's own Python file, run as an import
         except BaseException:
             sys.modules.pop(module_name, None)
             raise
@@ -170,12 +170,20 @@ def parse_set(text: str) -> tuple[str, Any]:
     """
     import ast
 
+    from deep500lite.options import check_no_control
+
+    if not isinstance(text, str):
+        raise UserError(f"--set takes key=value text (such as batch_size=32). Received: {type(text).__name__}")
     if "=" not in text:
         raise UserError(f"--set takes key=value (such as batch_size=32). Received: {text!r}")
     key, value = text.split("=", 1)
     key = key.strip()
     if not key:
         raise UserError(f"--set needs a key before '='. Received: {text!r}")
+    check_no_control(key, "--set: the key", " (a recipe key such as batch_size or optimizer_kwargs.learning_rate)")
+    if len(value) > 65536:
+        raise UserError(f"--set: the value of {key!r} is {len(value):,} characters, more than the 65,536 allowed. "
+                        f"Received: {value[:40]!r}...")
     try:
         parsed = ast.literal_eval(value.strip())
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):

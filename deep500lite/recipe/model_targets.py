@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 
 import numpy as np
-import onnx
 
 import deep500lite.datasets as datasets
 import deep500lite.networks as networks
@@ -41,13 +40,17 @@ def describe_target(target: str):
 
 
 def load_onnx(path: str):
-    """``onnx.load(path)``; a file that is not an ONNX model is a :class:`UserError` naming it."""
+    """The ``onnx.ModelProto`` of the file ``path``, loaded and checked as :func:`deep500lite.load_model` does
+    (the checked opener, then ONNX's checker, strict shape inference, cycles, opsets, initializers), so the
+    performance model sees only what ``deep500lite infer`` would run; a fault is a :class:`UserError`
+    naming the file."""
+    from deep500lite.errors import ModelError
+    from deep500lite.lv1.network import load_model
 
     try:
-        return onnx.load(path)
-    except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError and OSError: the file is not a model
-        raise UserError(f"MODEL_OR_RECIPE {path!r} is not a readable ONNX model ({type(exc).__name__}: "
-                        f"{str(exc)[:200]}); give an .onnx file written by an ONNX exporter. Received: {path!r}") from None
+        return load_model(path).to_onnx()
+    except ModelError as exc:
+        raise UserError(f"MODEL_OR_RECIPE {path!r} is not a valid ONNX model: {exc}") from None
 
 
 def _recipe_network(target: str, batch_size):

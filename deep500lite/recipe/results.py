@@ -217,10 +217,6 @@ def write_results(path, results: dict) -> str:
     return os.fspath(path)
 
 
-def _no_constant(name: str):
-    raise ValueError(f"{name} is not a JSON number; results files write non-finite numbers as null")
-
-
 def read_results(path) -> dict:
     """Read one results file (or ``DIR/results.json``).
 
@@ -231,28 +227,18 @@ def read_results(path) -> dict:
         UserError: the file is missing, not JSON, not a deep500lite results file, of a newer
             version, or not of the shape of a results file (the field and the value are named).
     """
-    path = given = os.fspath(path)
+    from deep500lite.input_files import input_path, parse_json_text, read_input_text
+
+    path = given = input_path(path, "Results file")
     if os.path.isdir(path):
         path = os.path.join(path, RESULTS_FILE)
-    if not os.path.isfile(path):
+    if not os.path.lexists(path):
         raise UserError(f"Results file '{path}' does not exist. Give results.json files written by "
                         "`deep500lite run` or `deep500lite compare` (or the folders holding them). "
                         f"Received: {given!r}")
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f, parse_constant=_no_constant)
-    except UnicodeDecodeError as exc:
-        raise UserError(f"Results file '{path}' is not UTF-8 text (byte {exc.start}); a results file is JSON. Give a "
-                        f"results.json written by `deep500lite run` or `deep500lite compare`. Received: {given!r}"
-                        ) from exc
-    except (ValueError, RecursionError) as exc:  # JSONDecodeError, an over-long integer, too deep nesting
-        reason = str(exc) if not isinstance(exc, RecursionError) else "nested too deeply"
-        raise UserError(f"Results file '{path}' is not valid JSON ({reason}); it may be truncated. Give a "
-                        f"results.json written by `deep500lite run` or `deep500lite compare`. Received: {given!r}"
-                        ) from exc
-    except OSError as exc:
-        raise UserError(f"Results file '{path}' cannot be read ({exc.strerror or exc}); give a readable results.json. "
-                        f"Received: {given!r}") from exc
+    # through the checked opener: a FIFO, a device or a folder is refused, the size bounded
+    text = read_input_text(path, "Results file (a results.json written by `deep500lite run` or `compare`)")
+    data = parse_json_text(text, f"Results file '{path}' (it may be truncated)")
     if not isinstance(data, dict) or data.get("format") != RESULTS_FORMAT:
         found = f"format {data.get('format')!r}" if isinstance(data, dict) else f"a JSON {type(data).__name__}"
         raise UserError(f"'{path}' is not a deep500lite results file (its \"format\" is not '{RESULTS_FORMAT}'). "

@@ -18,32 +18,40 @@ from deep500lite.utils import check_schema
 
 __all__ = ["RESULTS_SCHEMA", "REQUIRED_SECTIONS", "check_results", "check_sections"]
 
-_NUMBER = {"type": ["number", "null"]}
-_COUNT = {"type": "integer", "minimum": 0}
+# Numbers are bounded so that no reader's arithmetic (sums, squares, ratios in numpy) can overflow:
+# a value is finite by JSON's rules, and |x| <= 1e100 here; durations are seconds from 0 to 1e9
+# (31 years), counts and bytes >= 0, accuracies percentages from 0 to 100.
+_NUMBER = {"type": ["number", "null"], "minimum": -1e100, "maximum": 1e100}
+_SECONDS = {"type": ["number", "null"], "minimum": 0, "maximum": 1e9}
+_AMOUNT = {"type": ["number", "null"], "minimum": 0, "maximum": 1e100}
+_PERCENT = {"type": ["number", "null"], "minimum": 0, "maximum": 100}
+_COUNT = {"type": "integer", "minimum": 0, "maximum": 2**63 - 1}
 _TEXT = {"type": ["string", "null"]}
+_NAME = {"type": ["string", "null"], "minLength": 1, "maxLength": 4096}
+_SEED = {"type": ["integer", "null"], "minimum": 0, "maximum": 2**64 - 1}
 
 _SUMMARY = {
     "type": ["object", "null"],
     "required": ["n", "median", "ci_low", "ci_high"],
-    "properties": {"n": _COUNT, "median": _NUMBER, "ci_low": _NUMBER, "ci_high": _NUMBER, "mean": _NUMBER,
-                   "std": _NUMBER, "min": _NUMBER, "max": _NUMBER, "q1": _NUMBER, "q3": _NUMBER},
+    "properties": {"n": _COUNT, "median": _SECONDS, "ci_low": _SECONDS, "ci_high": _SECONDS, "mean": _SECONDS,
+                   "std": _SECONDS, "min": _SECONDS, "max": _SECONDS, "q1": _SECONDS, "q3": _SECONDS},
 }
 
 _STEP = {
     "type": "object",
     "required": ["global_step", "loss", "step_time"],
     "properties": {"epoch": _COUNT, "step": _COUNT, "global_step": _COUNT, "samples": _COUNT, "loss": _NUMBER,
-                   "accuracy": _NUMBER, "data_time": _NUMBER, "step_time": _NUMBER, "compile_time": _NUMBER,
-                   "forward_backward_time": _NUMBER, "optimizer_time": _NUMBER, "elapsed": _NUMBER,
-                   "communication_time": _NUMBER, "compute_time": _NUMBER, "bytes_sent": _NUMBER},
+                   "accuracy": _PERCENT, "data_time": _SECONDS, "step_time": _SECONDS, "compile_time": _SECONDS,
+                   "forward_backward_time": _SECONDS, "optimizer_time": _SECONDS, "elapsed": _SECONDS,
+                   "communication_time": _SECONDS, "compute_time": _SECONDS, "bytes_sent": _AMOUNT},
 }
 
 _EPOCH = {
     "type": "object",
     "required": ["epoch", "global_step_end", "train_loss"],
     "properties": {"epoch": _COUNT, "steps": _COUNT, "samples": _COUNT, "train_loss": _NUMBER,
-                   "train_accuracy": _NUMBER, "test_accuracy": _NUMBER, "test_loss": _NUMBER,
-                   "global_step_end": _COUNT, "elapsed": _NUMBER},
+                   "train_accuracy": _PERCENT, "test_accuracy": _PERCENT, "test_loss": _NUMBER,
+                   "global_step_end": _COUNT, "elapsed": _SECONDS},
 }
 
 _VERDICT = {
@@ -67,14 +75,15 @@ RESULTS_SCHEMA = {
         "format": {"const": "deep500lite-results"},
         "version": {"type": "integer", "minimum": 1},
         "recipe": {"type": "object", "required": ["name"],
-                   "properties": {"name": {"type": "string"}, "file": _TEXT, "sha256": _TEXT,
-                                  "config": {"type": "object"}, "metrics": {"type": "array"}}},
-        "framework": _TEXT,
-        "device": _TEXT,
-        "executor_variant": _TEXT,
+                   "properties": {"name": {"type": "string", "minLength": 1, "maxLength": 4096}, "file": _TEXT,
+                                  "sha256": _TEXT, "config": {"type": "object"}, "metrics": {"type": "array"}}},
+        "framework": _NAME,
+        "device": _NAME,
+        "executor_variant": _NAME,
         "executor_options": {"type": ["object", "null"]},
-        "compile_seconds": _NUMBER,
-        "seeds": {"type": ["object", "null"]},
+        "compile_seconds": _SECONDS,
+        "seeds": {"type": ["object", "null"],
+                  "additionalProperties": {"anyOf": [_SEED, {"type": "array", "items": _SEED}]}},
         "components": {"type": ["object", "null"]},
         "samples": {"type": "object", "required": ["steps", "epochs"],
                     "properties": {"steps": {"type": "array", "items": _STEP},
@@ -85,12 +94,12 @@ RESULTS_SCHEMA = {
             "properties": {
                 "warmup_steps": _COUNT, "step_time": _SUMMARY, "data_time": _SUMMARY,
                 "forward_backward_time": _SUMMARY, "optimizer_time": _SUMMARY,
-                "throughput": {"type": ["object", "null"], "properties": {"samples_per_second": _NUMBER}},
-                "final_test_accuracy": _NUMBER, "final_train_accuracy": _NUMBER, "final_train_loss": _NUMBER,
+                "throughput": {"type": ["object", "null"], "properties": {"samples_per_second": _AMOUNT}},
+                "final_test_accuracy": _PERCENT, "final_train_accuracy": _PERCENT, "final_train_loss": _NUMBER,
                 "final_test_loss": _NUMBER,
                 "time_to_accuracy": {"type": ["object", "null"],
-                                     "properties": {"target": _NUMBER, "seconds": _NUMBER}},
-                "peak_memory_bytes": _NUMBER, "training_time": _NUMBER, "epochs_done": _COUNT,
+                                     "properties": {"target": _PERCENT, "seconds": _SECONDS}},
+                "peak_memory_bytes": _AMOUNT, "training_time": _SECONDS, "epochs_done": _COUNT,
                 "steps_done": _COUNT,
             },
         },
@@ -99,10 +108,10 @@ RESULTS_SCHEMA = {
         "passed": {"type": "boolean"},
         "error": _TEXT,
         "divergence": {"type": ["object", "null"],
-                       "properties": {"outputs": _NUMBER, "gradients": _NUMBER, "reference": _TEXT}},
+                       "properties": {"outputs": _AMOUNT, "gradients": _AMOUNT, "reference": _TEXT}},
         "distributed": {"type": ["object", "null"]},
         "environment": {"type": ["object", "null"]},
-        "started": _NUMBER, "finished": _NUMBER, "wall_time": _NUMBER,
+        "started": _AMOUNT, "finished": _AMOUNT, "wall_time": _SECONDS,
     },
 }
 

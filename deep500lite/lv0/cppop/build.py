@@ -344,8 +344,9 @@ def _source_line(file: str, lineno: int) -> str | None:
 
 
 def _file_digest(path: str) -> str:
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
+    from deep500lite.input_files import read_input_bytes
+
+    return hashlib.sha256(read_input_bytes(path, "C++ operator source file", limit=256 * 2**20)).hexdigest()
 
 
 def _run_compiler(cmd: list[str], live_output: bool) -> tuple[int, str]:
