@@ -26,6 +26,7 @@ from onnx import TensorProto, helper
 from deep500lite.errors import UserError
 from deep500lite.lv1.network import Network
 from deep500lite.networks.zoo import _batch, _choice, _number, register_model
+from deep500lite.options import Integer
 from deep500lite.networks.builder import OPSET, GraphBuilder
 
 __all__ = ["BERT_BASE", "bert_encoder_parameter_count"]
@@ -112,7 +113,7 @@ def _build(b, batch, seq_len, output, doc):
     return Network(model, source=f"deep500lite.networks:{b.name}")
 
 
-@register_model("bert", default_shape=(128,))
+@register_model("bert", default_shape=(128,), options={"intermediate": Integer(minimum=1, maximum=2**20)})
 def _bert(batch_size, classes, shape, seed, vocab_size=30522, hidden=768, layers=12, heads=12, intermediate=None,
           max_positions=512, type_vocab_size=2, dropout=0.1, pooler=True):
     """BERT encoder with a sequence-classification head, on int64 token ids ``[batch, seq_len]``.

@@ -21,6 +21,7 @@ import numpy as np
 
 from deep500lite.errors import UserError, format_choices
 from deep500lite.lv1.network import Network
+from deep500lite.options import Flag, Integer, ListOf, Number, Text
 from deep500lite.networks.builder import GraphBuilder, GraphSummary, dry_run
 
 __all__ = ["create_model", "list_models", "register_model", "count_parameters",
@@ -28,20 +29,49 @@ __all__ = ["create_model", "list_models", "register_model", "count_parameters",
 
 _MODELS: dict[str, Callable] = {}
 _DEFAULT_SHAPES: dict[str, tuple] = {}
+_OPTION_TYPES: dict[str, dict] = {}
+_COUNT = Integer(minimum=1, maximum=2**31 - 1)
 
 
-def register_model(name: str, default_shape: tuple = (1, 28, 28)):
+def register_model(name: str, default_shape: tuple = (1, 28, 28), options: dict | None = None):
     """Register a builder ``f(batch_size, classes, shape, seed, **kwargs) -> Network`` under ``name``.
+
+    Each model option is checked before the builder runs, by its declared type
+    (:mod:`deep500lite.options`): given in ``options``, else taken from the option's default in the
+    builder's signature (a bool: True or False; an int: an integer >= 1; a float: a finite number,
+    ``dropout`` in [0, 1), others > 0; a tuple: a list of integers >= 1; a str: text).
 
     Args:
         name: the model's name.
         default_shape: the sample shape :func:`create_model` uses when none is given.
+        options: declared types of options whose default does not show the type (a default of None).
     """
     def wrap(fn):
         _MODELS[name] = fn
         _DEFAULT_SHAPES[name] = tuple(default_shape)
+        _OPTION_TYPES[name] = dict(options or {})
         return fn
     return wrap
+
+
+def _option_type(model: str, option: str, default):
+    """The declared type of one model option (see :func:`register_model`), or None when nothing declares it."""
+    declared = _OPTION_TYPES.get(model, {}).get(option)
+    if declared is not None:
+        return declared
+    if isinstance(default, bool):
+        return Flag()
+    if isinstance(default, int):
+        return _COUNT
+    if isinstance(default, float):
+        if option == "dropout":
+            return Number(minimum=0, maximum=1, max_open=True, wording="a dropout probability in [0, 1)")
+        return Number(minimum=0, min_open=True, maximum=1e6)
+    if isinstance(default, (tuple, list)):
+        return ListOf(_COUNT, min_items=0, max_items=1024)
+    if isinstance(default, str):
+        return Text(max_length=64)
+    return None
 
 
 def default_shape(name: str) -> tuple:
@@ -105,6 +135,11 @@ def _check_args(name, batch_size, classes, shape, seed, kwargs):
                 "deep500lite called simple_cnn before is now 'bn_cnn')" if name == "simple_cnn" else "")
         raise UserError(f"{name} has no option {format_choices(unknown)}{hint}. Its options: "
                         f"{format_choices(allowed) if allowed else 'none'}. Received: {format_choices(sorted(kwargs))}")
+    for option, value in list(kwargs.items()):
+        declared = _option_type(name, option, allowed.get(option))
+        if declared is not None and value is not None:
+            checked = declared.check(value, f"{name} option '{option}'")
+            kwargs[option] = tuple(checked) if isinstance(checked, list) else checked
     return fn, tuple(int(s) for s in dims)
 
 
@@ -463,7 +498,8 @@ def _classifier(b, x, cin, hidden, classes, dropout, dropout_first, start=0):
     return b.dense(x, cin, classes, prefix=f"classifier.{i}", gain=1.0)
 
 
-@register_model("alexnet", default_shape=(3, 32, 32))
+@register_model("alexnet", default_shape=(3, 32, 32),
+                options={"variant": Text(max_length=64), "hidden": Integer(minimum=1, maximum=2**20)})
 def _alexnet(batch_size, classes, shape, seed, variant=None, width=1.0, hidden=None, dropout=0.5):
     """AlexNet, torchvision's single-stream variant (Krizhevsky 2014, "One weird trick").
 
@@ -525,7 +561,7 @@ VGG_CONFIGS = {
 }
 
 
-@register_model("vgg", default_shape=(3, 32, 32))
+@register_model("vgg", default_shape=(3, 32, 32), options={"variant": Text(max_length=64)})
 def _vgg(batch_size, classes, shape, seed, depth=16, batch_norm=False, variant=None, width=1.0, hidden=4096,
          dropout=0.5):
     """VGG-11/13/16/19 (Simonyan & Zisserman 2015, configurations A, B, D, E), torchvision layout.

@@ -236,8 +236,13 @@ def _check_executor_arguments(network, spec: str, args: list, kwargs: dict) -> N
     sig = _signature(from_model) if from_model is not None else None
     if sig is None:
         return
+    given = {**variant_kwargs, **kwargs}
+    if args and "device" in given:
+        raise UserError(f"executor: the device is given twice, as executor_args[0] ({args[0]!r}) and as "
+                        f"executor_kwargs['device'] ({given['device']!r}); give it once. Received: both")
+    given.setdefault("device", args[0] if args else None)
     try:
-        sig.bind(network, device=args[0] if args else None, **{**variant_kwargs, **kwargs})
+        sig.bind(network, **given)
     except TypeError as exc:
         options = [n for n, p in sig.parameters.items() if n not in ("network", "model", "device")
                    and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]

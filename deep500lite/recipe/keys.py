@@ -17,8 +17,9 @@ import math
 import numpy as np
 
 from deep500lite.errors import UserError, UserTypeError, format_choices
+from deep500lite.options import Integer, check_no_control
 
-__all__ = ["RECIPE_KEYS", "COMPONENT_KEYS", "REQUIRED_KEYS", "MAX_EPOCHS", "MAX_BATCH_SIZE"]
+__all__ = ["RECIPE_KEYS", "COMPONENT_KEYS", "REQUIRED_KEYS", "MAX_EPOCHS", "MAX_BATCH_SIZE", "KEY_TYPES"]
 
 #: Keys whose value names or builds a component (each also takes ``<key>_args`` and ``<key>_kwargs``).
 COMPONENT_KEYS = ("dataset", "model", "executor", "train_sampler", "validation_sampler", "optimizer", "events",
@@ -38,6 +39,7 @@ def _normalize_keys(d: dict, where: str) -> dict:
     for key, value in d.items():
         if not isinstance(key, str):
             raise UserError(f"{where} keys must be strings. Received: the key {key!r}")
+        check_no_control(key, f"{where}: a key")
         name = key
         for singular, plural in (("_kwarg", "_kwargs"), ("_arg", "_args")):
             if key.endswith(singular) and key[: -len(singular)] in COMPONENT_KEYS:
@@ -60,26 +62,35 @@ MAX_EPOCHS = 1_000_000
 #: The largest batch: 2**31 - 1 samples, what the executors' int32 shape fields hold.
 MAX_BATCH_SIZE = 2**31 - 1
 
+#: The declared types of the recipe keys that hold numbers (:mod:`deep500lite.options`); the component
+#: keys hold a name or a callable, ``*_args`` a list, ``*_kwargs`` a dict of identifiers (below).
+KEY_TYPES = {
+    "epochs": Integer(minimum=0, maximum=MAX_EPOCHS),
+    "batch_size": Integer(minimum=1, maximum=MAX_BATCH_SIZE),
+    "microbatches": Integer(minimum=1, maximum=MAX_BATCH_SIZE,
+                            wording="an integer >= 1 (micro-batches per step) or None"),
+}
+
 
 def _check_value(key: str, value) -> None:
-    if key == "epochs":
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value <= MAX_EPOCHS:
-            raise UserError(f"'epochs' must be an integer from 0 to {MAX_EPOCHS:,}. Received: {_short(value)}")
-    elif key == "batch_size":
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= value <= MAX_BATCH_SIZE:
-            raise UserError(f"'batch_size' must be an integer from 1 to {MAX_BATCH_SIZE:,}. Received: "
-                            f"{_short(value)}")
-    elif key == "microbatches":  # d5.transforms.microbatch(optimizer, n) (recipe.components)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1):
-            raise UserError(f"'microbatches' must be an integer >= 1 (micro-batches per step). Received: "
-                            f"{_short(value)}")
+    if key in KEY_TYPES:
+        if key == "microbatches" and value is None:
+            return
+        try:
+            KEY_TYPES[key].check(value, f"'{key}'")
+        except UserTypeError as exc:  # a float, a string: still the value's fault, said as a ValueError too
+            raise UserError(str(exc)) from None
     elif key.endswith("_args"):
         if not isinstance(value, (list, tuple)):
             raise UserError(f"'{key}' must be a list or tuple of positional arguments. Received: "
                             f"{type(value).__name__} {value!r}")
     elif key.endswith("_kwargs"):
         if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
-            raise UserError(f"'{key}' must be a dict of keyword arguments (string keys). Received: {value!r}")
+            raise UserError(f"'{key}' must be a dict of keyword arguments (string keys). Received: {_short(value)}")
+        bad = [k for k in value if not k.isidentifier()]
+        if bad:
+            raise UserError(f"'{key}' keys must be Python keyword names (letters, digits, _). Received: the key "
+                            f"{_short(bad[0])}")
     elif key == "events":
         if value is not None and not (isinstance(value, (list, tuple, str)) or callable(value)):
             raise UserError(f"'events' must be a list of training events, or an event class, name or callable. "
@@ -87,7 +98,12 @@ def _check_value(key: str, value) -> None:
     elif key in COMPONENT_KEYS:
         if not (isinstance(value, str) or callable(value)) and value is not None:
             raise UserError(f"'{key}' must be a name (string) or a callable that builds it. Received: "
-                            f"{type(value).__name__} {value!r}")
+                            f"{type(value).__name__} {_short(value)}")
+        if isinstance(value, str):
+            if not value or len(value) > 4096:
+                raise UserError(f"'{key}' must be a non-empty name of at most 4,096 characters. Received: "
+                                f"{_short(value)}")
+            check_no_control(value, f"'{key}'")
 
 
 def _short(value, limit: int = 80) -> str:

@@ -162,7 +162,15 @@ def resolve_recipe(fixed: dict, mutable: dict, metrics: Sequence, overrides: dic
     return ResolvedRecipe(config, list(fixed_n), list(mutable_now), changed, acceptable, path, name, sha256)
 
 
-def _import_path(text: str, what: str):
+def _import_path(text: str, what: str, bases: tuple = ()):
+    """The object an import path ``module.Name`` (or ``module:Name``) names, if deep500lite may call it
+    (a subclass of ``bases`` or a function marked ``@d5.factory``); None when nothing is found there.
+
+    Raises:
+        UserError: it names something callable that is not declared for this use (``os.getcwd``).
+    """
+    from deep500lite.factories import declared_callable
+
     module, sep, attr = text.partition(":")
     if not sep:
         module, _, attr = text.rpartition(".")
@@ -172,7 +180,11 @@ def _import_path(text: str, what: str):
         mod = importlib.import_module(module)
     except ImportError:
         return None
-    return getattr(mod, attr, None)
+    except Exception as exc:  # noqa: BLE001 - the user's module failed while importing: say so in one line
+        raise UserError(f"{what} {text!r}: importing {module!r} failed: {type(exc).__name__}: "
+                        f"{' '.join(str(exc).split())[:200]}. Received: {text!r}") from exc
+    found = getattr(mod, attr, None)
+    return None if found is None else declared_callable(found, text, what, bases)
 
 
 def _sampler_class(value, key: str):
@@ -187,7 +199,7 @@ def _sampler_class(value, key: str):
     if value in distributed_samplers.__all__:
         return getattr(distributed_samplers, value)
     names += list(distributed_samplers.__all__)
-    found = _import_path(value, key) if "." in value or ":" in value else None
+    found = _import_path(value, key, (sampler_module.Sampler,)) if "." in value or ":" in value else None
     if found is None:
         raise UserError(f"Unknown sampler {value!r} for '{key}'. Known samplers: {format_choices(names)}, or a "
                         f"class, or an import path 'module.Class'. Received: {value!r}")
@@ -232,7 +244,9 @@ def _optimizer_class(value, framework: str):
                             f"{format_choices(names) or 'none'}; the reference ones work on every executor: "
                             f"{format_choices(ref.__all__)}. Received: {value!r}")
         return getattr(native, name)
-    found = _import_path(value, "optimizer")
+    from deep500lite.lv2.optimizer import Optimizer
+
+    found = _import_path(value, "optimizer", (Optimizer,))
     if found is None:
         raise UserError(f"Unknown optimizer {value!r}: not a reference optimizer ({format_choices(ref.__all__)}), "
                         "not 'native.NAME' or '<framework>.NAME', and not an importable 'module.Class'. "
@@ -252,6 +266,13 @@ def _distributed_names() -> dict:
     return out
 
 
+def lv3_base():
+    """The base class of distributed optimizers (imported on use: lv3 is large)."""
+    import deep500lite.lv3 as lv3
+
+    return lv3.DistributedOptimizer
+
+
 def _distributed_class(value):
     if not isinstance(value, str):
         return value
@@ -260,7 +281,7 @@ def _distributed_class(value):
         value = "ConsistentDecentralized"
     if value in known:
         return known[value]
-    found = _import_path(value, "distributed") if "." in value or ":" in value else None
+    found = (_import_path(value, "distributed", (lv3_base(),)) if "." in value or ":" in value else None)
     if found is None:
         raise UserError(f"Unknown distributed optimizer {value!r}. Known ones: {format_choices(known)}; the parallel "
                         "schemes 'data', 'spatial', 'pipeline', 'tensor', 'hybrid'; or a class, or an import path "
@@ -284,7 +305,9 @@ def _event_class(value):
     for mod in modules:
         if value in getattr(mod, "__all__", ()) and inspect.isclass(getattr(mod, value)):
             return getattr(mod, value)
-    found = _import_path(value, "events") if "." in value or ":" in value else None
+    from deep500lite.metrics.events import TrainingEvent
+
+    found = _import_path(value, "events", (TrainingEvent,)) if "." in value or ":" in value else None
     if found is None:
         known = [n for m in modules for n in getattr(m, "__all__", ()) if inspect.isclass(getattr(m, n))]
         raise UserError(f"Unknown event {value!r}. Known events: {format_choices(known)}, or an import path. "

@@ -55,6 +55,7 @@ from __future__ import annotations
 import numpy as np
 
 from deep500lite.errors import UserError
+from deep500lite.lv2.hyperparameters import check_hyperparameter
 from deep500lite.lv2.optimizer import ThreeStepOptimizer, UpdateRuleOptimizer, deep500_arguments
 
 __all__ = ["GradientDescent", "MomentumOptimizer", "NesterovOptimizer", "AdaGradOptimizer",
@@ -62,10 +63,8 @@ __all__ = ["GradientDescent", "MomentumOptimizer", "NesterovOptimizer", "AdaGrad
 
 
 def _positive(name, value, allow_zero=False):
-    number = isinstance(value, (int, float, np.floating)) and not isinstance(value, bool)
-    if not number or not (value >= 0 if allow_zero else value > 0):
-        raise UserError(f"{name} must be a number {'>= 0' if allow_zero else '> 0'}. Received: {value!r}")
-    return float(value)
+    """``value`` checked by the declared type of the hyperparameter ``name`` (deep500lite.lv2.hyperparameters)."""
+    return check_hyperparameter(name, value)
 
 
 _PLACEMENTS = ("outside", "inside")

@@ -73,6 +73,7 @@ import tensorflow as tf
 
 from deep500lite.errors import UserAttributeError, UserError, UserTypeError
 from deep500lite.frameworks.tensorflow.executor import TensorFlowExecutor, _check_scalar
+from deep500lite.lv2.hyperparameters import check_hyperparameter
 from deep500lite.lv2.optimizer import Optimizer, deep500_arguments
 
 __all__ = ["TensorFlowOptimizer", "GradientDescent", "MomentumOptimizer", "NesterovOptimizer", "AdamOptimizer",
@@ -80,11 +81,8 @@ __all__ = ["TensorFlowOptimizer", "GradientDescent", "MomentumOptimizer", "Neste
 
 
 def _number(owner, name, value):
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
-        raise UserTypeError(f"{owner}: {name} must be a number. Received: {value!r}")
-    if not value >= 0:
-        raise UserError(f"{owner}: {name} must be a number >= 0. Received: {value!r}")
-    return float(value)
+    """``value`` checked by the declared type of the hyperparameter ``name`` (deep500lite.lv2.hyperparameters)."""
+    return check_hyperparameter(name, value)
 
 
 class TensorFlowOptimizer(Optimizer):
