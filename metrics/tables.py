@@ -16,6 +16,7 @@ import math
 from typing import Sequence
 
 from deep500lite.errors import UserError, format_choices
+from deep500lite.escaping import csv_cell, markdown_cell, terminal
 
 __all__ = ["format_table", "TABLE_FORMATS", "format_seconds", "format_ci", "UnitTable", "Column", "time_unit",
            "relative_spread", "noise_flag", "noise_footer", "NOISE_THRESHOLD"]
@@ -24,10 +25,17 @@ TABLE_FORMATS = ("table", "markdown", "csv")
 
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence], fmt: str = "table") -> str:
-    """Render rows under headers as ``table`` (aligned text), ``markdown`` or ``csv``."""
+    """Render rows under headers as ``table`` (aligned text), ``markdown`` or ``csv``.
+
+    Every cell and header is escaped for its format (:mod:`deep500lite.escaping`): control characters
+    shown as ``\\x1b``, ``\\n`` in all three; ``|`` and HTML escaped in Markdown; a cell that a
+    spreadsheet would read as a formula (``=cmd|...``) starts with ``'`` in CSV.
+    """
     if fmt not in TABLE_FORMATS:
         raise UserError(f"Unknown table format. Allowed values are {format_choices(TABLE_FORMATS)}. Received: {fmt!r}")
-    cells = [[str(c) for c in row] for row in rows]
+    escape = {"csv": csv_cell, "markdown": markdown_cell}.get(fmt, terminal)
+    headers = [escape(h) for h in headers]
+    cells = [[escape(c) for c in row] for row in rows]
     if fmt == "csv":
         buf = io.StringIO()
         writer = csv.writer(buf, lineterminator="\n")
@@ -184,5 +192,5 @@ class UnitTable:
             cells.append(line)
         out = format_table(headers, cells, fmt)
         if self.footer:
-            out += "\n" + ("\n" if fmt == "markdown" else "") + "\n".join(self.footer)
+            out += "\n" + ("\n" if fmt == "markdown" else "") + "\n".join(terminal(line) for line in self.footer)
         return out

@@ -1,8 +1,8 @@
 """HTML for the dashboard and ``history --plot FILE.html``: pages, tables and Plotly figures, all escaped.
 
 Every string that comes from a results file (recipe and benchmark names, labels, machines,
-commits, paths) goes through :func:`esc` (``html.escape``) in the HTML, and through
-:func:`plot_text` in figures (Plotly reads a little HTML in names and hover texts; entities show
+commits, paths) goes through :func:`esc` (:func:`deep500lite.escaping.html_text`) in the HTML, and
+through :func:`plot_text` (:func:`deep500lite.escaping.plot_text`) in figures (Plotly reads a little HTML in names and hover texts; entities show
 as the characters). Figures travel as JSON in ``<script type="application/json">`` blocks with
 ``<``, ``>`` and ``&`` written as ``\\u003c``, ``\\u003e``, ``\\u0026`` (:func:`json_script`), so no
 value can close the script; :data:`RENDER_JS` hands each to ``Plotly.newPlot``.
@@ -10,8 +10,9 @@ value can close the script; :data:`RENDER_JS` hands each to ``Plotly.newPlot``.
 
 from __future__ import annotations
 
-import html
 import json
+
+from deep500lite.escaping import html_text, plot_text
 
 __all__ = ["Raw", "esc", "plot_text", "json_script", "figure_block", "table", "page", "RENDER_JS", "STYLE"]
 
@@ -24,12 +25,7 @@ def esc(text) -> str:
     """``text`` escaped for HTML text and attribute values (a :class:`Raw` stays as it is)."""
     if isinstance(text, Raw):
         return str(text)
-    return html.escape("" if text is None else str(text), quote=True)
-
-
-def plot_text(text) -> str:
-    """``text`` for a Plotly name, title or hover text: shown as written, never read as markup."""
-    return html.escape("" if text is None else str(text), quote=False)
+    return html_text(text)
 
 
 def json_script(value) -> str:
