@@ -12,8 +12,11 @@ Error policy of :func:`main`:
 - ``--traceback`` (or ``DEEP500LITE_TRACEBACK=1``) prints the full traceback instead, with the
   same exit status.
 
-A message of several lines (a :class:`~deep500lite.errors.CompilationError` carries the compiler's
-output) shows its first line only, unless ``--traceback`` is given.
+Every error line goes through :func:`deep500lite.escaping.one_line`: a control character that came
+from a file or an argument (a newline or an ANSI escape in a node name) is shown as ``\\n`` or
+``\\x1b``, never sent to the terminal, and a line longer than 2,000 characters is cut in the middle.
+A :class:`~deep500lite.errors.CompilationError`, whose message carries the compiler's output after
+its first line, shows that first line only, unless ``--traceback`` is given.
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ import os
 import sys
 import traceback
 
-from deep500lite.errors import Deep500Error
+from deep500lite.errors import CompilationError, Deep500Error
+from deep500lite.escaping import one_line
 
 __all__ = ["main", "build_parser", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE"]
 
@@ -37,8 +41,17 @@ SUBCOMMANDS = ("env", "list", "infer", "run", "compare", "report", "bench", "pac
 class _Parser(argparse.ArgumentParser):
     """An argparse parser whose usage errors are one line and exit 2."""
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # A value such as "-1,1e9" or "-4KiB" is an option's value, not an option: argparse's own
+        # pattern takes only plain negative numbers ("-1", "-.5") as values.
+        import re
+
+        self._negative_number_matcher = re.compile(r"^-\.?\d")
+
     def error(self, message):
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+        self.exit(EXIT_USAGE, f"{one_line(self.prog)}: error: {one_line(message)} (see '{one_line(self.prog)} "
+                              "--help')\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -59,11 +72,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _one_line(exc: BaseException) -> tuple[str, int]:
-    """The first line of ``exc``'s message (its type's name when it has none) and the number of lines left out."""
-    lines = [line for line in str(exc).splitlines() if line.strip()]
-    if not lines:
+    """``exc``'s message as one escaped line (its type's name when it has none) and the number of lines left out.
+
+    Only a :class:`~deep500lite.errors.CompilationError` leaves lines out (the compiler's output);
+    any other message is shown whole, a line break in it written ``\\n``.
+    """
+    text = str(exc).strip()
+    if not text:
         return type(exc).__name__, 0
-    return " ".join(lines[0].split()), len(lines) - 1
+    if isinstance(exc, CompilationError):
+        lines = [line for line in text.splitlines() if line.strip()]
+        return one_line(" ".join(lines[0].split())), len(lines) - 1
+    return one_line(text), 0
 
 
 def main(argv=None) -> int:
@@ -75,11 +95,18 @@ def main(argv=None) -> int:
         130 when interrupted.
     """
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # a usage error (one line printed, status 2) or --help (status 0)
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else EXIT_USAGE)
     if args.command is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     show_traceback = bool(args.traceback or os.environ.get("DEEP500LITE_TRACEBACK"))
+    # the command as typed, down to the subcommand: "bench allreduce", "model scaling", "db list"
+    command = " ".join(str(part) for part in (args.command, getattr(args, "benchmark", None),
+                                              getattr(args, "model_command", None), getattr(args, "db_command", None))
+                       if part)
     from deep500lite.cli.store_args import store_session
 
     try:
@@ -99,13 +126,13 @@ def main(argv=None) -> int:
             message, more = _one_line(exc)
             if more:
                 message += f" [{more} more line(s): rerun with --traceback]"
-            print(f"deep500lite {args.command}: error: {message}", file=sys.stderr)
+            print(f"deep500lite {command}: error: {message}", file=sys.stderr)
         return EXIT_USAGE
     except Exception as exc:  # noqa: BLE001 - anything else is a bug: one line, traceback on request
         if show_traceback:
             traceback.print_exc()
         else:
-            print(f"deep500lite {args.command}: internal error: {type(exc).__name__}: {_one_line(exc)[0]} "
+            print(f"deep500lite {command}: internal error: {type(exc).__name__}: {_one_line(exc)[0]} "
                   "(rerun with --traceback for details)", file=sys.stderr)
         return EXIT_FAILED
 

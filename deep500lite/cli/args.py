@@ -1,44 +1,40 @@
-"""Argument types shared by the subcommands: positive and non-negative integers, positive seconds; the job
-limit and host options of the multi-rank commands.
+"""The CLI's option layer: every option of every command is parsed by a declared type.
 
-The integer types live in :mod:`deep500lite.utils`, so the recipe worker (below the CLI) uses the
-same ones; :func:`positive_seconds` is for time limits (``--max-time``, ``--timeout``).
+The types are :mod:`deep500lite.options` (shared with the recipe checks, below the CLI); this module
+re-exports them and holds the option groups several commands share (job limits, hosts). Declare a
+new option with one of them, never with a bare ``type=int``/``float`` or an untyped string::
 
-Each reports a bad value through argparse (a one-line usage error, exit status 2) in one wording::
+    p.add_argument("--factor", type=Integer(minimum=2), default=4, ...)
+    p.add_argument("--max-time", type=positive_seconds, default=2.0, metavar="SECONDS", ...)
+    p.add_argument("--max-bytes", type=Size(minimum=4, multiple_of=4), default="64MiB", ...)
+    p.add_argument("--frameworks", type=ListOf(Text()), ...)
+    p.add_argument("--json", type=Path("output"), ...)
+    p.add_argument("--format", choices=TABLE_FORMATS, ...)       # a closed set: argparse's choices
+
+A bad value is one usage line naming the option, what is allowed and what was received, exit 2::
+
     deep500lite infer: error: argument --batch-size: must be a positive integer (1, 2, 3, ...). Received: '0'
-    deep500lite infer: error: argument --max-time: must be a finite number of seconds > 0 (0.5, 2, 60). Received: 'nan'
+    deep500lite bench allreduce: error: argument --max-bytes: must be a size in bytes (4, 64KiB, 256MiB), ...
+
+``tests/reliability/test_generated_options.py`` walks :func:`deep500lite.cli.build_parser`, fails on
+an option without a declared type (or ``choices``), and feeds every option the wrong values its
+type declares (below its minimum, above its maximum, not a power of two, ``nan``, empty, control
+characters, ...).
 """
 
 from __future__ import annotations
 
-import argparse
-import math
+from deep500lite.options import (Choice, Flag, Integer, ListOf, Number, OneOf, Parsed, Path, Size, Sweep, Text,
+                                 ValueType, nonnegative_int, positive_int, positive_seconds, seed)
 
-from deep500lite.utils import nonnegative_int, positive_int
+__all__ = ["positive_int", "nonnegative_int", "positive_seconds", "seed", "add_job_limit_options",
+           "add_host_options", "hosts_from_args", "ValueType", "Integer", "Number", "Size", "Text", "Path", "Choice",
+           "ListOf", "Sweep", "Flag", "Parsed", "OneOf", "fraction", "name_text"]
 
-__all__ = ["positive_int", "nonnegative_int", "positive_seconds", "add_job_limit_options", "add_host_options",
-           "hosts_from_args"]
-
-
-def positive_seconds(text: str) -> float:
-    """An argparse type: a finite number of seconds > 0 (``-1``, ``0``, ``nan`` and ``inf`` are refused).
-
-    Args:
-        text: the command-line value.
-
-    Returns:
-        The number of seconds.
-
-    Raises:
-        argparse.ArgumentTypeError: anything else (argparse reports it as a usage error).
-    """
-    try:
-        value = float(text)
-    except (TypeError, ValueError):
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0 (0.5, 2, 60). Received: {text!r}")
-    return value
+#: A fraction in [0, 1].
+fraction = Number(minimum=0, maximum=1, wording="a number from 0 to 1 (0.05 is 5%)")
+#: A name: a framework, a recipe, a machine, a label filter (non-empty text, no control characters).
+name_text = Text(max_length=256)
 
 
 def add_job_limit_options(parser, job_flag: str = "--timeout", when: str = "") -> None:
@@ -70,11 +66,11 @@ def add_host_options(parser, when: str = "") -> None:
         parser: the subcommand's parser (or argument group).
         when: a prefix for the help texts (``"with -n: "``).
     """
-    parser.add_argument("--hosts", default=None, metavar="HOST:SLOTS,...",
+    parser.add_argument("--hosts", type=Text(), default=None, metavar="HOST:SLOTS,...",
                         help=f"{when}start the ranks on these hosts through mpiexec (ssh unless $HYDRA_LAUNCHER "
                              "says otherwise), filling each host's slots in order: node1:2,node2:2 (default: "
                              "$DEEP500LITE_HOSTFILE, else a Slurm allocation this runs in, else this machine)")
-    parser.add_argument("--hostfile", default=None, metavar="FILE",
+    parser.add_argument("--hostfile", type=Path("input"), default=None, metavar="FILE",
                         help=f"{when}the hosts from a file, one HOST[:SLOTS] (or Open MPI's 'HOST slots=N') a line")
 
 

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import sys
 
-from deep500lite.cli.args import (add_host_options, add_job_limit_options, hosts_from_args, positive_int,
-                                  positive_seconds)
-from deep500lite.errors import StartupTimeout, UserError, format_choices
+from deep500lite.cli.args import (Choice, Integer, OneOf, Path, Size, Text, add_host_options, add_job_limit_options,
+                                  hosts_from_args, positive_int, positive_seconds)
+from deep500lite.errors import StartupTimeout, UserError
 from deep500lite.lv3.launch import STARTUP_TIMEOUT_ENV, JobTimeout, check_ranks, oversubscription_note, resolve_timeouts
+from deep500lite.escaping import terminal
 from deep500lite.metrics.tables import TABLE_FORMATS
 from deep500lite.utils import atomic_write_text
 
@@ -23,6 +23,10 @@ __all__ = ["add_subparser", "run", "load_calibration_file", "DEFAULT_ROUNDS"]
 # --interleave's default: 48 rounds were within 20% at every row more often than 24 on the 2-core
 # VM (docs/scaling.md); each cell's time is --max-time whatever the rounds.
 DEFAULT_ROUNDS = 48
+
+
+#: A message size: a multiple of 4 bytes (float32 elements), at most 16 GiB (each rank holds a few such buffers).
+_MESSAGE_SIZE = Size(minimum=4, maximum=2**34, multiple_of=4)
 
 
 def add_subparser(sub):
@@ -38,22 +42,22 @@ def add_subparser(sub):
                      "prediction and its relative error, and auto chooses by it. See docs/distributed.md and "
                      "docs/scaling.md."))
     p.add_argument("-n", "--ranks", type=positive_int, default=2, help="number of MPI ranks, at least 2 (default 2)")
-    p.add_argument("--algorithms", default=",".join(_default_algorithms()),
+    p.add_argument("--algorithms", type=Text(max_length=1024), default=",".join(_default_algorithms()),
                    help="comma-separated: native, ring, recursive_doubling, rabenseifner, tree, auto (default all)")
-    p.add_argument("--min-bytes", default="4", help="smallest message, e.g. 4, 1KiB (default 4)")
-    p.add_argument("--max-bytes", default="64MiB", help="largest message, e.g. 256MiB (default 64MiB)")
-    p.add_argument("--factor", type=int, default=4, help="each size is this many times the last (default 4)")
-    p.add_argument("--max-time", type=float, default=0.5, metavar="SECONDS",
+    p.add_argument("--min-bytes", type=_MESSAGE_SIZE, default="4", help="smallest message, e.g. 4, 1KiB (default 4)")
+    p.add_argument("--max-bytes", type=_MESSAGE_SIZE, default="64MiB", help="largest message, e.g. 256MiB (default 64MiB)")
+    p.add_argument("--factor", type=Integer(minimum=2, maximum=1024), default=4, help="each size is this many times the last (default 4)")
+    p.add_argument("--max-time", type=positive_seconds, default=0.5, metavar="SECONDS",
                    help="seconds of timed calls per size and algorithm, roughly; at least 3 calls (default 0.5)")
     p.add_argument("--timeout", type=positive_seconds, default=120.0, metavar="SECONDS",
                    help="a rank waiting longer than this in one communication ends the job with an error naming "
                         "it (default 120)")
     add_job_limit_options(p, job_flag="--job-timeout")
     add_host_options(p)
-    p.add_argument("--mpiexec", default=None, help="the MPI launcher (default: the one beside this Python, else PATH)")
-    p.add_argument("--model", default=None, metavar="FILE",
+    p.add_argument("--mpiexec", type=Path("input"), default=None, help="the MPI launcher (default: the one beside this Python, else PATH)")
+    p.add_argument("--model", type=Path("input"), default=None, metavar="FILE",
                    help="use this calibration file (from --save-model) instead of calibrating first")
-    p.add_argument("--save-model", default=None, metavar="FILE",
+    p.add_argument("--save-model", type=Path("output"), default=None, metavar="FILE",
                    help="write the model fitted to the real algorithms here, with the environment (rank counts "
                         "already in the file are kept); 'auto' uses it when DEEP500LITE_ALLREDUCE_MODEL names it")
     p.add_argument("--no-calibrate", action="store_true",
@@ -62,13 +66,13 @@ def add_subparser(sub):
                    help="calibrate and measure K times, alternating; the model is fitted to the median of the "
                         "calibration passes, each row pools its passes and shows how far its median moved between "
                         "them (the machine's own repeatability; default 1)")
-    p.add_argument("--interleave", type=int, default=None, metavar="ROUNDS",
+    p.add_argument("--interleave", type=Integer(minimum=0, maximum=100_000), default=None, metavar="ROUNDS",
                    help="time every calibration size and every row once per round, in a new shuffled order each "
                         "round, ROUNDS >= 3 rounds (auto chooses by a first fit to the pilot calls): the model and the "
                         "rows it predicts then see the same machine, even one whose speed drifts; each row shows how "
                         f"far its median moved between the thirds of the rounds (default {DEFAULT_ROUNDS}, or off with "
                         "--passes; 0: off)")
-    p.add_argument("--calibration-factor", type=int, default=None, metavar="F",
+    p.add_argument("--calibration-factor", type=Integer(minimum=2, maximum=1024), default=None, metavar="F",
                    help="calibrate at sizes from 16 KiB (or --min-bytes if smaller) to --max-bytes, each F times "
                         "the last (2: every power of two); default: 16 KiB, 128 KiB, 1 MiB, 4 MiB, 16 MiB, 64 MiB up "
                         "to twice --max-bytes")
@@ -76,14 +80,16 @@ def add_subparser(sub):
                    help="let each rank's C allocator give freed memory back to the kernel, its default; without "
                         "it the ranks keep it (glibc), so that a size timed again after a pause does not touch "
                         "fresh pages (docs/scaling.md)")
-    p.add_argument("--evict", default=None, metavar="BYTES",
+    p.add_argument("--evict", type=OneOf(Choice(("auto",), case_insensitive=True), Size(minimum=0, maximum=2**40,
+                                                                                  multiple_of=4)),
+                   default=None, metavar="BYTES",
                    help="while calibrating, also time cold calls, each after every rank read BYTES (e.g. 32MiB), "
                         "as the first allreduce of a training step follows compute; the model adds their extra "
                         "cost to such calls (model scaling). Default auto: the last-level cache's size; 0: none")
-    p.add_argument("--format", default="table", help="table, markdown or csv (default table)")
-    p.add_argument("--json", default=None, metavar="FILE",
+    p.add_argument("--format", choices=TABLE_FORMATS, default="table", help="table, markdown or csv (default table)")
+    p.add_argument("--json", type=Path("output"), default=None, metavar="FILE",
                    help="write every raw sample, the model and the environment here")
-    p.add_argument("--plot", default=None, metavar="FILE",
+    p.add_argument("--plot", type=Path("output"), default=None, metavar="FILE",
                    help="write a PNG: time per size and algorithm with the alpha-beta prediction, and busbw "
                         "(needs matplotlib)")
     p.set_defaults(func=run)
@@ -145,12 +151,11 @@ def run(args) -> int:
     """Run ``deep500lite bench allreduce`` from parsed arguments; returns the exit status (1 if any data was wrong)."""
     from deep500lite.bench import allreduce as bench
 
-    if args.format not in TABLE_FORMATS:
-        raise UserError(f"--format must be one of {format_choices(TABLE_FORMATS)}. Received: {args.format!r}")
-    sizes = bench.message_sizes(bench.parse_bytes(args.min_bytes), bench.parse_bytes(args.max_bytes), args.factor)
+    if args.min_bytes > args.max_bytes:
+        raise UserError(f"--min-bytes must not be larger than --max-bytes. Received: --min-bytes {args.min_bytes} "
+                        f"--max-bytes {args.max_bytes}")
+    sizes = bench.message_sizes(args.min_bytes, args.max_bytes, args.factor)
     algorithms = bench.parse_algorithms(args.algorithms)
-    if not math.isfinite(args.max_time) or args.max_time <= 0:
-        raise UserError(f"--max-time must be a finite number of seconds > 0. Received: --max-time {args.max_time}")
     hosts = hosts_from_args(args)
     check_ranks(args.ranks, "-n", args.oversubscribe, hosts)
     if args.interleave is None:
@@ -211,7 +216,7 @@ def run(args) -> int:
         print("\nmeasured against the alpha-beta model:")
         print(model_table(result).render(args.format), flush=True)
     for line in result.summary():
-        print(line, file=text)
+        print(terminal(line), file=text)
     wrong = result.total_wrong()
     print(f"data check: {wrong} wrong elements" + (" -- SOME RESULTS ARE WRONG" if wrong else ""), file=text)
     if args.json:

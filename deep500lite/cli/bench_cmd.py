@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
-from deep500lite.cli.args import positive_int, positive_seconds
+from deep500lite.cli.args import Choice, Integer, ListOf, Path, Text, positive_int, positive_seconds
 from deep500lite.errors import DeviceError, UserError
 from deep500lite.lv1.device import as_device
 from deep500lite.metrics.tables import format_ci, format_table
@@ -27,32 +27,32 @@ def add_parser(subparsers):
                        description=("Time LeNet and ResNet-20 through the deep500lite executor and through the "
                                     "framework's native call, in alternation, and print the ratio "
                                     "deep500lite/native with its 95% CI (target <= 1.05)."))
-    o.add_argument("--framework", "-f", default=None,
+    o.add_argument("--framework", "-f", type=ListOf(Text(max_length=256)), default=None,
                    help="torch, tensorflow, onnxruntime or jax (with --training also reference); with --op a "
                         "comma-separated list (default: every installed framework; with --op FILE:FACTORY every "
                         "executor variant, torch:compile and tensorflow:xla included)")
-    o.add_argument("--op", nargs="?", const=BUILTIN_OP, default=None, metavar="FILE:FACTORY",
+    o.add_argument("--op", type=Text(), nargs="?", const=BUILTIN_OP, default=None, metavar="FILE:FACTORY",
                    help="time a custom operator forward and backward through each framework: alone, the built-in "
                         "Swish (C++) against the framework's own; FILE.py:FACTORY (or MODULE:FACTORY), your operator "
                         "(or a function returning it) through every executor variant against its own direct call")
-    o.add_argument("--op-kinds", default="cpp", help="with --op: cpp, python or cpp,python (default cpp)")
-    o.add_argument("--elements", type=positive_int, default=1 << 16, help="with --op: vector length (default 65536)")
+    o.add_argument("--op-kinds", type=ListOf(Choice(("cpp", "python")), unique=True), default="cpp", help="with --op: cpp, python or cpp,python (default cpp)")
+    o.add_argument("--elements", type=Integer(minimum=1, maximum=2**31 - 1), default=1 << 16, help="with --op: vector length (default 65536)")
     o.add_argument("--training", action="store_true",
                    help="time training steps (forward, backward, momentum update) instead of inference")
     o.add_argument("--all", action="store_true", dest="all_targets",
                    help="measure every speed target of issue 17 (inference overhead, training step ratios, "
                         "gradient check) in one table; --models, --batch-size and --max-time apply "
                         "(--models lenet --max-time 3 for a short run)")
-    o.add_argument("--threads", type=positive_int, default=None,
+    o.add_argument("--threads", type=Integer(minimum=1, maximum=4096), default=None,
                    help="with --all: intra-op threads of torch and TensorFlow in the rows that compare a "
                         "framework with itself (1 steadies torch on a shared machine; default: the framework's)")
-    o.add_argument("--models", default="lenet,resnet20", help="comma-separated: lenet, resnet20 (default both)")
+    o.add_argument("--models", type=ListOf(Text(max_length=256)), default="lenet,resnet20", help="comma-separated: lenet, resnet20 (default both)")
     o.add_argument("--batch-size", type=positive_int, default=64, help="samples per call (default 64)")
     o.add_argument("--max-time", type=positive_seconds, default=20.0,
                    help="seconds of timed work per model (default 20)")
-    o.add_argument("--device", default="cpu",
+    o.add_argument("--device", type=Text(max_length=64), default="cpu",
                    help="cpu or gpu:N: both sides run there (torch and jax; not with --all or --op; default cpu)")
-    o.add_argument("--json", default=None, metavar="FILE", help="write results, raw samples and environment here")
+    o.add_argument("--json", type=Path("output"), default=None, metavar="FILE", help="write results, raw samples and environment here")
     o.set_defaults(func=run_overhead)
     from deep500lite.cli import bench_allreduce, bench_dataset, bench_op, bench_zoo
 
@@ -105,8 +105,11 @@ def run_overhead(args) -> int:
 
     # The largest input (ResNet-20's 3x32x32) in float64, with the copies each side keeps.
     check_allocation(args.batch_size * 3 * 32 * 32 * 8 * 4, f"bench overhead --batch-size {args.batch_size}")
-    models = [m.strip() for m in args.models.split(",") if m.strip()]
-    results = run_overhead(args.framework, models, args.batch_size, args.max_time,
+    if len(args.framework) > 1:
+        raise UserError(f"bench overhead --framework takes one framework (several only with --op). Received: "
+                        f"--framework {','.join(args.framework)}")
+    models = list(args.models)
+    results = run_overhead(args.framework[0], models, args.batch_size, args.max_time,
                            progress=lambda msg: print(f"... {msg}", file=sys.stderr, flush=True),
                            training=args.training, device=_overhead_device(args.device))
     rows = []
@@ -142,7 +145,7 @@ def _run_all_targets(args) -> int:
                         f"--framework and --training. Received: --framework={args.framework!r}, "
                         f"--training={args.training}")
     check_allocation(args.batch_size * 3 * 32 * 32 * 8 * 4, f"bench overhead --batch-size {args.batch_size}")
-    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    models = list(args.models)
     rows = run_all_targets(args.batch_size, args.max_time, models,
                            progress=lambda msg: print(f"... {msg}", file=sys.stderr, flush=True),
                            threads=args.threads)
@@ -178,7 +181,7 @@ def _run_user_op_overhead(args) -> int:
 
     op = load_user_op(args.op)
     if args.framework:
-        variants = [f.strip() for f in args.framework.split(",") if f.strip()]
+        variants = list(args.framework)
         for v in variants:
             split_executor_spelling(v)  # an unknown name: one line before anything runs
     else:
@@ -217,10 +220,10 @@ def _run_op_overhead(args) -> int:
     from deep500lite.bench.op_overhead import run_op_overhead
 
     if args.framework:
-        frameworks = [f.strip() for f in args.framework.split(",") if f.strip()]
+        frameworks = list(args.framework)
     else:
         frameworks = [f for f in FRAMEWORKS if is_framework_available(f)]
-    kinds = [k.strip() for k in args.op_kinds.split(",") if k.strip()]
+    kinds = list(args.op_kinds)
     results = run_op_overhead(frameworks, kinds, args.elements, args.max_time,
                               progress=lambda msg: print(f"... {msg}", file=sys.stderr, flush=True))
     rows = []

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 
-from deep500lite.cli.args import nonnegative_int, positive_int, positive_seconds
+from deep500lite.cli.args import Integer, ListOf, Parsed, Path, Text, positive_int, positive_seconds, seed
 from deep500lite.errors import UserError
 from deep500lite.metrics.tables import format_seconds, format_table
 from deep500lite.registry import canonical_framework
@@ -18,11 +17,9 @@ __all__ = ["add_subparser", "run"]
 
 def _shape(text):
     try:
-        shape = tuple(int(p) for p in text.replace("x", ",").split(","))
-    except ValueError:
-        shape = ()
-    if len(shape) != 3 or min(shape) < 1:
-        raise argparse.ArgumentTypeError(f"expected C,H,W with positive integers (e.g. 3,32,32). Received: {text!r}")
+        shape = tuple(ListOf(Integer(minimum=1, maximum=65536), min_items=3, max_items=3).parse(text.replace("x", ",")))
+    except UserError:
+        raise UserError(f"expected C,H,W with integers from 1 to 65,536 (e.g. 3,32,32). Received: {text!r}") from None
     return shape
 
 
@@ -34,25 +31,25 @@ def add_subparser(sub):
                      "throughput (samples/s) of both, cold-ish and warm, print the ratio shard/files with its "
                      "95% CI (target >= 10x) and an epoch's data-loading time against LeNet forward+backward "
                      "compute time."))
-    p.add_argument("--samples", type=positive_int, default=4096, metavar="N", help="samples (files) to write "
+    p.add_argument("--samples", type=Integer(minimum=1, maximum=10_000_000), default=4096, metavar="N", help="samples (files) to write "
                    "(default 4096)")
     p.add_argument("--batch-size", type=positive_int, default=64, help="samples per read and per compute step "
                    "(default 64)")
-    p.add_argument("--framework", "-f", default=None,
+    p.add_argument("--framework", "-f", type=Text(max_length=256), default=None,
                    help="executor for the compute side (default torch when installed, else reference)")
     p.add_argument("--max-time", type=positive_seconds, default=10.0,
                    help="seconds of timed work: half for reads, half for compute (default 10)")
-    p.add_argument("--dataset", default="synthetic",
+    p.add_argument("--dataset", type=Text(max_length=256), default="synthetic",
                    help="where the samples come from: synthetic (1x28x28, default) or a dataset name")
-    p.add_argument("--shape", type=_shape, default=None, metavar="C,H,W",
+    p.add_argument("--shape", type=Parsed(_shape, "C,H,W, integers from 1 to 65,536"), default=None, metavar="C,H,W",
                    help="sample shape of --dataset synthetic (default 1,28,28)")
-    p.add_argument("--root", default=None, metavar="DIR", help="the folder of a --dataset read from files")
+    p.add_argument("--root", type=Path("folder"), default=None, metavar="DIR", help="the folder of a --dataset read from files")
     p.add_argument("--format", dest="file_format", choices=("npy", "png"), default="npy",
                    help="small-file format: npy (default) or png (images in [0, 1], e.g. --dataset digits)")
-    p.add_argument("--dir", default=None, metavar="DIR",
+    p.add_argument("--dir", type=Path("folder"), default=None, metavar="DIR",
                    help="write the files and the shard here and keep them (default: a temporary folder, removed)")
-    p.add_argument("--seed", type=nonnegative_int, default=0, help="seed of the samples and the read order (default 0)")
-    p.add_argument("--json", default=None, metavar="FILE", help="write results, raw samples and environment here")
+    p.add_argument("--seed", type=seed, default=0, help="seed of the samples and the read order (default 0)")
+    p.add_argument("--json", type=Path("output"), default=None, metavar="FILE", help="write results, raw samples and environment here")
     p.set_defaults(func=run)
     return p
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 import json
 import sys
 
-from deep500lite.cli.args import positive_int, positive_seconds
-from deep500lite.errors import UserError, format_choices
+from deep500lite.cli.args import Integer, ListOf, Path, Text, positive_seconds
+from deep500lite.errors import UserError
+from deep500lite.escaping import terminal
 from deep500lite.metrics.tables import TABLE_FORMATS
 from deep500lite.utils import atomic_write_text
 
@@ -24,24 +25,24 @@ def add_subparser(sub):
                      "per-node batches) on torch, TensorFlow, ONNX Runtime and the numpy reference; print the "
                      "median with its 95% CI, GFLOP/s, and the fraction of this machine's measured peak and of the "
                      "roofline bound. See docs/operator-benchmarks.md."))
-    p.add_argument("--suite", default="gemm,conv",
+    p.add_argument("--suite", type=ListOf(Text(max_length=64)), default="gemm,conv",
                    help="comma-separated: gemm, conv, skinny (the GEMMs of AlexNet's and GoogLeNet's layers at "
                         "per-node batches 1 to 256; feeds 'model scaling --gemm-from'), custom (default gemm,conv)")
-    p.add_argument("--frameworks", default="torch,tensorflow,onnxruntime,reference",
+    p.add_argument("--frameworks", type=ListOf(Text(max_length=256)), default="torch,tensorflow,onnxruntime,reference",
                    help="comma-separated: torch, tensorflow, onnxruntime, reference, jax (default the first four; "
                         "missing ones are skipped with a note)")
-    p.add_argument("--size", default="default", help="size preset: small, default or large (default: default)")
+    p.add_argument("--size", type=Text(max_length=64), default="default", help="size preset: small, default or large (default: default)")
     p.add_argument("--max-time", type=positive_seconds, default=2.0, metavar="SECONDS",
                    help="seconds of timed work per case and framework at most (default 2); stops earlier when the "
                         "median's 95%% CI is within 5%%")
-    p.add_argument("--device", default="cpu", help="cpu or gpu:N (gpu needs torch with CUDA; default cpu)")
-    p.add_argument("--threads", type=positive_int, default=None,
+    p.add_argument("--device", type=Text(max_length=64), default="cpu", help="cpu or gpu:N (gpu needs torch with CUDA; default cpu)")
+    p.add_argument("--threads", type=Integer(minimum=1, maximum=4096), default=None,
                    help="CPU threads for every framework and for the peak (default: the usable cores)")
-    p.add_argument("--format", default="table", help="table, markdown or csv (default table)")
-    p.add_argument("--json", default=None, metavar="FILE",
+    p.add_argument("--format", choices=TABLE_FORMATS, default="table", help="table, markdown or csv (default table)")
+    p.add_argument("--json", type=Path("output"), default=None, metavar="FILE",
                    help="write every raw sample, the peak measurements and the environment here")
-    p.add_argument("--plot", default=None, metavar="DIR", help="write one box plot per suite (op-SUITE.png) here")
-    p.add_argument("--custom-op", default=None, metavar="MODULE:NAME",
+    p.add_argument("--plot", type=Path("folder"), default=None, metavar="DIR", help="write one box plot per suite (op-SUITE.png) here")
+    p.add_argument("--custom-op", type=Text(), default=None, metavar="MODULE:NAME",
                    help="the custom suite's cases: MODULE:NAME or FILE.py:NAME naming a custom_case(...), a list of "
                         "them or a function of the size (default: the built-in saxpy example)")
     p.set_defaults(func=run)
@@ -52,8 +53,6 @@ def run(args) -> int:
     """Run ``deep500lite bench op`` from parsed arguments; returns the exit status."""
     from deep500lite.bench import op
 
-    if args.format not in TABLE_FORMATS:
-        raise UserError(f"--format must be one of {format_choices(TABLE_FORMATS)}. Received: {args.format!r}")
     suites = op.parse_suites(args.suite)
     op.parse_frameworks(args.frameworks)
     op.check_size(args.size)
@@ -61,7 +60,7 @@ def run(args) -> int:
     if args.custom_op is not None:
         if "custom" not in suites:
             raise UserError(f"--custom-op gives the cases of the custom suite; add custom to --suite. "
-                            f"Received: --suite {args.suite!r}")
+                            f"Received: --suite {','.join(args.suite)!r}")
         custom = op.load_custom_cases(args.custom_op, args.size)
 
     def progress(msg):
@@ -76,7 +75,7 @@ def run(args) -> int:
     print(f"operator time and throughput, size {args.size}", file=text)
     print(bench.table(args.format), flush=True)
     for line in bench.skip_lines() + [f"note: {n}" for n in bench.notes]:
-        print(line, file=text)
+        print(terminal(line), file=text)
     if args.json:
         from deep500lite.environment import collect_environment
 

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import sys
-from deep500lite.errors import UserError, format_choices
+
+from deep500lite.cli.args import ListOf, Path, Text
+from deep500lite.errors import UserError
 from deep500lite.metrics.tables import TABLE_FORMATS, format_table
 from deep500lite.utils import atomic_write_text
 
@@ -24,19 +26,20 @@ def add_subparser(sub):
                      "within 1e-4 of the output's scale, every parameter gradient within 1e-3 of its scale. "
                      "Prints the matrix with each failing cell's reason; exit 1 if a cell fails. See "
                      "docs/models.md."))
-    p.add_argument("--models", default=None, metavar="A,B,...", help="models to run (default all; see --list)")
-    p.add_argument("--exporters", default=None, metavar="A,B,...",
+    p.add_argument("--models", type=Text(max_length=4096), default=None, metavar="A,B,...", help="models to run (default all; see --list)")
+    p.add_argument("--exporters", type=Text(max_length=1024), default=None, metavar="A,B,...",
                    help="torchscript, dynamo, tf2onnx (default all)")
-    p.add_argument("--frameworks", "--executors", dest="executors", default="reference,torch,tensorflow,onnxruntime",
+    p.add_argument("--frameworks", "--executors", dest="executors", type=ListOf(Text(max_length=256)),
+                   default="reference,torch,tensorflow,onnxruntime",
                    help="executors to check, comma-separated (default all four)")
     p.add_argument("--slice", dest="subset", default=None, choices=("ci",),
                    help="ci: the representative slice CI runs")
     p.add_argument("--no-training", action="store_true", help="check inference only")
-    p.add_argument("--device", default=None, help="cpu or gpu:N for torch, tensorflow and onnxruntime "
+    p.add_argument("--device", type=Text(max_length=64), default=None, help="cpu or gpu:N for torch, tensorflow and onnxruntime "
                    "(the reference stays on the CPU; default cpu)")
     p.add_argument("--list", action="store_true", help="list the models and exporters and exit")
-    p.add_argument("--format", default="table", help="table, markdown or csv (default table)")
-    p.add_argument("--json", default=None, metavar="FILE", help="write every cell, the timings and the environment here")
+    p.add_argument("--format", choices=TABLE_FORMATS, default="table", help="table, markdown or csv (default table)")
+    p.add_argument("--json", type=Path("output"), default=None, metavar="FILE", help="write every cell, the timings and the environment here")
     p.set_defaults(func=run)
     return p
 
@@ -46,8 +49,6 @@ def run(args) -> int:
     from deep500lite.bench.zoo import format_matrix, list_cases, run_zoo
     from deep500lite.environment import collect_environment
 
-    if args.format not in TABLE_FORMATS:
-        raise UserError(f"Unknown --format. Allowed: {format_choices(TABLE_FORMATS)}. Received: {args.format!r}")
     if args.device is not None:
         from deep500lite.lv1.device import as_device
 
@@ -63,7 +64,7 @@ def run(args) -> int:
     if not cases:
         raise UserError("No zoo model is available: the zoo needs torch (with transformers) or tensorflow with "
                         "tf2onnx (pip install 'deep500lite[zoo]'). Received: no producer installed")
-    executors = [e.strip() for e in args.executors.split(",") if e.strip()]
+    executors = list(args.executors)
     result = run_zoo(cases, executors, training=not args.no_training, device=args.device,
                      progress=lambda msg: print(f"... {msg}", file=sys.stderr, flush=True))
     print(format_matrix(result, args.format))

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
+
+from deep500lite.escaping import markdown_cell, terminal
 from deep500lite.metrics.tables import TABLE_FORMATS
 from deep500lite.recipe.results import jsonable
 from deep500lite.utils import atomic_write_text
@@ -13,16 +14,8 @@ from deep500lite.utils import atomic_write_text
 __all__ = ["add_parser", "run"]
 
 
-def _frameworks(text: str) -> list[str]:
-    names = [t.strip() for t in text.split(",") if t.strip()]
-    if not names:
-        raise argparse.ArgumentTypeError("give a comma-separated list such as torch,tensorflow,onnxruntime,reference. "
-                                         f"Received: {text!r}")
-    return names
-
-
 def add_parser(subparsers):
-    from deep500lite.cli.args import nonnegative_int, positive_int
+    from deep500lite.cli.args import ListOf, Path, Text, positive_int, seed
 
     p = subparsers.add_parser(
         "compare", help="run a recipe on several frameworks (fresh process each) and compare them",
@@ -31,8 +24,8 @@ def add_parser(subparsers):
                     "out), compile time, peak memory, the "
                     "first step's output and gradient differences from the reference executor, and which "
                     "step-time differences are significant (Mann-Whitney U). Writes plots.")
-    p.add_argument("recipe", metavar="RECIPE", help="a recipe file (.py) or a bundled recipe name (digits_lenet)")
-    p.add_argument("--frameworks", type=_frameworks, default=["torch", "tensorflow", "onnxruntime", "reference"],
+    p.add_argument("recipe", type=Path("input-or-name"), metavar="RECIPE", help="a recipe file (.py) or a bundled recipe name (digits_lenet)")
+    p.add_argument("--frameworks", type=ListOf(Text(max_length=256)), default=["torch", "tensorflow", "onnxruntime", "reference"],
                    metavar="FW,FW,...", help="frameworks to compare (default torch,tensorflow,onnxruntime,reference); "
                                              "variants such as torch:compile, tensorflow:xla, onnxruntime:O0 are "
                                              "rows of their own")
@@ -42,12 +35,12 @@ def add_parser(subparsers):
                    help="runs per framework with the seeds SEED, SEED+1, ... (N >= 3), interleaved; the table adds "
                         "MLPerf's score of the time to accuracy: the fastest and slowest runs dropped, the mean of "
                         "the rest")
-    p.add_argument("--out", metavar="DIR", default=None,
+    p.add_argument("--out", type=Path("folder"), metavar="DIR", default=None,
                    help="folder for the runs' results and the plots (default d5-results/RECIPE/compare)")
     p.add_argument("--format", choices=TABLE_FORMATS, default="table", help="table format (default table)")
-    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+    p.add_argument("--set", dest="sets", type=Text(), action="append", default=[], metavar="KEY=VALUE",
                    help="change a MUTABLE key in every run (repeatable), as for deep500lite run")
-    p.add_argument("--seed", type=nonnegative_int, default=0, metavar="N", help="run seed of every run (default 0)")
+    p.add_argument("--seed", type=seed, default=0, metavar="N", help="run seed of every run (default 0)")
     p.add_argument("--no-plots", action="store_true", help="do not write plots")
     p.set_defaults(func=run)
     return p
@@ -66,9 +59,9 @@ def run(args) -> int:
         print(table)
         print()
         for line in significance_lines(comparison):
-            print(line)
+            print(terminal(line))
         atomic_write_text(os.path.join(out, "comparison.md"), comparison_table(comparison, "markdown") + "\n\n"
-                          + "\n".join(significance_lines(comparison)) + "\n")
+                          + "\n".join(markdown_cell(line) for line in significance_lines(comparison)) + "\n")
         atomic_write_text(os.path.join(out, "comparison.csv"), comparison_table(comparison, "csv") + "\n")
         summary = {k: v for k, v in comparison.items() if k != "rows"}
         summary["rows"] = [{k: v for k, v in r.items() if k != "step_times"} for r in comparison["rows"]]
@@ -78,10 +71,10 @@ def run(args) -> int:
                           json.dumps(jsonable(summary), indent=1, allow_nan=False) + "\n")
     for f in outcome["failures"]:
         if f.get("log") is None:  # never started (not installed)
-            print(f"{f['framework']}: {f['error']}", file=sys.stderr)
+            print(terminal(f"{f['framework']}: {f['error']}"), file=sys.stderr)
             continue
-        print(f"{f['framework']} run {f['run']} failed (exit status {f['status']}): {f['error']} "
-              f"(log: {f['log']})", file=sys.stderr)
+        print(terminal(f"{f['framework']} run {f['run']} failed (exit status {f['status']}): {f['error']} "
+                       f"(log: {f['log']})"), file=sys.stderr)
     print(f"wall time {outcome['wall_time']:.1f} s for {len(outcome['frameworks'])} framework(s) x {outcome['runs']} "
           f"run(s)")
     if comparison["rows"]:

@@ -10,6 +10,7 @@ __all__ = ["add_parser", "run_import", "run_export", "run_list", "run_info", "pa
 
 
 def add_parser(subparsers):
+    from deep500lite.cli.args import Path, Text
     from deep500lite.cli.store_args import add_filter_options, add_store_options
     from deep500lite.metrics.tables import TABLE_FORMATS
 
@@ -20,9 +21,9 @@ def add_parser(subparsers):
     i = sub.add_parser("import", help="record existing results folders and benchmark JSON files",
                        description="Record results.json files (folders are searched recursively) and the JSON files "
                                    "of bench/model commands in the database. Importing a file twice updates its run.")
-    i.add_argument("paths", nargs="+", metavar="PATH",
+    i.add_argument("paths", type=Path("input"), nargs="+", metavar="PATH",
                    help="results.json files, folders holding them, bench JSON files")
-    i.add_argument("--machine", default=None, metavar="NAME",
+    i.add_argument("--machine", type=Text(max_length=256), default=None, metavar="NAME",
                    help="the machine of files that do not name one (older files; default: their CPU model)")
     add_store_options(i)
     i.set_defaults(func=run_import)
@@ -30,8 +31,8 @@ def add_parser(subparsers):
                        description="Write each selected run's stored document to DIR: recipe runs as "
                                    "DIR/RECIPE/FRAMEWORK/run-ID/results.json (what report and db import read), "
                                    "bench/model runs as DIR/COMMAND/run-ID.json.")
-    e.add_argument("--out", required=True, metavar="DIR", help="the folder to write to")
-    e.add_argument("--run", dest="run_ids", default=None, metavar="ID[,ID|-ID]", help="only these run ids")
+    e.add_argument("--out", type=Path("folder"), required=True, metavar="DIR", help="the folder to write to")
+    e.add_argument("--run", dest="run_ids", type=Text(max_length=4096), default=None, metavar="ID[,ID|-ID]", help="only these run ids")
     add_filter_options(e)
     add_store_options(e, label=False)
     e.set_defaults(func=run_export)
@@ -111,11 +112,9 @@ def run_import(args) -> int:
                     rec = from_results(read_results(path), os.path.abspath(path), command="db import",
                                        label=args.label, machine=args.machine)
                 else:
-                    try:
-                        with open(path, encoding="utf-8") as f:
-                            payload = json.load(f)
-                    except (OSError, ValueError) as exc:
-                        raise Deep500Error(f"'{path}' is not readable JSON ({exc})") from exc
+                    from deep500lite.input_files import read_input_json
+
+                    payload = read_input_json(path, "Benchmark JSON file")
                     if is_results_document(payload):
                         rec = from_results(read_results(path), os.path.abspath(path), command="db import",
                                            label=args.label, machine=args.machine)

@@ -18,10 +18,22 @@ import signal
 import subprocess
 import sys
 
-from deep500lite.cli.args import positive_int, positive_seconds
+from deep500lite.cli.args import Integer, Parsed, positive_int, positive_seconds
 from deep500lite.errors import UserError
 
 __all__ = ["add_parser", "run"]
+
+
+def _valid(name: str):
+    """A type that checks the text with :mod:`deep500lite.lv3.emulate`'s parser ``name`` and keeps the text."""
+
+    def check(text: str) -> str:
+        from deep500lite.lv3 import emulate
+
+        getattr(emulate, name)(text)
+        return text
+
+    return check
 
 
 def add_parser(subparsers):
@@ -34,10 +46,13 @@ def add_parser(subparsers):
                      "and 'bench spatial' start their ranks on them, talking TCP through the shaped links. "
                      "Everything is removed afterwards, also when COMMAND fails or the command is interrupted. "
                      "Needs root and iproute2. See docs/hosts.md."))
-    p.add_argument("--hosts", type=positive_int, required=True, metavar="N", help="number of emulated hosts")
-    p.add_argument("--bandwidth", required=True, metavar="RATE",
+    p.add_argument("--hosts", type=Integer(minimum=1, maximum=256), required=True, metavar="N",
+                   help="number of emulated hosts (1 to 256)")
+    p.add_argument("--bandwidth", type=Parsed(_valid("parse_bandwidth"), "a rate such as 100mbit or 1gbit, or none"),
+                   required=True, metavar="RATE",
                    help="each host's link rate, both ways: 100mbit, 1gbit, 2.5gbit, ... or none (unshaped)")
-    p.add_argument("--latency", default=None, metavar="T",
+    p.add_argument("--latency", type=Parsed(_valid("parse_latency"), "a delay such as 5ms or 200us"), default=None,
+                   metavar="T",
                    help="one-way delay added between two hosts (5ms, 200us); needs the kernel's netem")
     p.add_argument("--burst", type=positive_int, default=None, metavar="BYTES",
                    help="depth of each link's token bucket: what passes at once after a pause (default: 100 us at "

@@ -8,6 +8,7 @@ __all__ = ["add_parser", "run"]
 
 
 def add_parser(subparsers):
+    from deep500lite.cli.args import Path, Text
     from deep500lite.cli.store_args import add_filter_options, add_store_options
     from deep500lite.metrics.tables import TABLE_FORMATS
     from deep500lite.results.history import BY
@@ -18,12 +19,12 @@ def add_parser(subparsers):
                     "(framework or variant) and machine, the raw samples of the runs at one point pooled into "
                     "the median and its 95% confidence interval. --plot draws it (PNG with matplotlib, HTML "
                     "with Plotly).")
-    p.add_argument("--metric", default=None, metavar="NAME",
+    p.add_argument("--metric", type=Text(max_length=256), default=None, metavar="NAME",
                    help="the metric (step_time, throughput, final_test_accuracy, ...; default: the headline "
                         "metric of each recipe or bench command)")
     p.add_argument("--by", choices=BY, default="commit", help="the x axis: a point per commit (default), label, day "
                                                              "or run")
-    p.add_argument("--plot", default=None, metavar="FILE",
+    p.add_argument("--plot", type=Path("output"), default=None, metavar="FILE",
                    help="also draw the history: FILE.png (matplotlib) or FILE.html (Plotly, opens offline)")
     p.add_argument("--format", choices=TABLE_FORMATS, default="table", help="table format (default table)")
     add_filter_options(p)

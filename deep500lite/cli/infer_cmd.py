@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import os
+import io
 import zipfile
 
 import numpy as np
 
-from deep500lite.cli.args import nonnegative_int, positive_int, positive_seconds
+from deep500lite.cli.args import ListOf, Path, Text, positive_int, positive_seconds, seed
 from deep500lite.errors import Deep500Error, FeedError, UserError
+from deep500lite.escaping import one_line, terminal
 from deep500lite.metrics.accuracy import output_errors
 from deep500lite.metrics.tables import format_ci, format_table
 from deep500lite.metrics.timing import time_function
@@ -27,18 +28,18 @@ def add_parser(subparsers):
                      "its outputs' names and shapes and the median latency with its 95% CI. With "
                      "several frameworks, print one table with each one's largest absolute error "
                      "against the reference executor."))
-    p.add_argument("model", metavar="MODEL.onnx", help="the ONNX model file")
-    p.add_argument("--framework", "-f", default=None,
+    p.add_argument("model", type=Path("input"), metavar="MODEL.onnx", help="the ONNX model file")
+    p.add_argument("--framework", "-f", type=Text(max_length=256), default=None,
                    help="one framework: reference, torch, tensorflow, onnxruntime or jax, or a variant such as "
                         "torch:compile, tensorflow:xla, onnxruntime:O0 (default: reference)")
-    p.add_argument("--frameworks", default=None, metavar="A,B,...",
+    p.add_argument("--frameworks", type=ListOf(Text(max_length=256)), default=None, metavar="A,B,...",
                    help="several frameworks, comma-separated, compared in one table")
-    p.add_argument("--inputs", default=None, metavar="FILE.npz",
+    p.add_argument("--inputs", type=Path("input"), default=None, metavar="FILE.npz",
                    help="feeds as an .npz file with one array per model input")
     p.add_argument("--batch-size", type=positive_int, default=1,
                    help="size of an open batch dimension for random inputs (default 1)")
-    p.add_argument("--seed", type=nonnegative_int, default=0, help="seed of the random inputs (default 0)")
-    p.add_argument("--device", default="cpu", help="cpu or gpu:N (default cpu)")
+    p.add_argument("--seed", type=seed, default=0, help="seed of the random inputs (default 0)")
+    p.add_argument("--device", type=Text(max_length=64), default="cpu", help="cpu or gpu:N (default cpu)")
     p.add_argument("--max-time", type=positive_seconds, default=2.0,
                    help="seconds of timed runs per framework (default 2; at least 10 runs)")
     p.set_defaults(func=run)
@@ -51,17 +52,12 @@ def load_feeds(path: str) -> dict[str, np.ndarray]:
     Raises:
         FeedError: the file is missing, not an .npz file, damaged, or holds an object array.
     """
-    if not os.path.isfile(path):
-        what = ("is a folder" if os.path.isdir(path) else "is not a regular file (a pipe, socket or device)"
-                if os.path.exists(path) else "does not exist")
-        raise FeedError(f"Inputs file {path!r} {what}; --inputs takes an .npz file with one array per "
-                        f"model input. Received: --inputs {path}")
-    try:
-        with open(path, "rb") as f:
-            head = f.read(6)
-    except OSError as exc:
-        raise FeedError(f"Inputs file {path!r} cannot be read ({exc.strerror or exc}); --inputs takes a readable "
-                        f".npz file. Received: --inputs {path}") from None
+    from deep500lite.input_files import read_input_bytes
+
+    # the whole file at once, through the checked opener (a folder, a FIFO or a device is refused)
+    data = read_input_bytes(path, "Inputs file (--inputs, an .npz file with one array per model input)",
+                            error=FeedError)
+    head = data[:6]
     if head.startswith(_NPY_MAGIC):
         raise FeedError(f"Inputs file {path!r} is a single .npy array; expected an .npz file with one array per "
                         "model input (np.savez(path, input_name=array, ...)). Received: an .npy file")
@@ -70,10 +66,10 @@ def load_feeds(path: str) -> dict[str, np.ndarray]:
                         f"made by np.savez, with one array per model input). Received: a file starting {head!r}")
     feeds = {}
     try:
-        with np.load(path, allow_pickle=False) as data:
-            for key in data.files:
+        with np.load(io.BytesIO(data), allow_pickle=False) as archive:
+            for key in archive.files:
                 try:
-                    feeds[key] = data[key]
+                    feeds[key] = archive[key]
                 except ValueError as exc:
                     if "allow_pickle" not in str(exc):
                         raise
@@ -92,8 +88,8 @@ def load_feeds(path: str) -> dict[str, np.ndarray]:
 def _frameworks(args) -> list[str]:
     if args.framework and args.frameworks:
         raise UserError("Give either --framework or --frameworks, not both. "
-                        f"Received: --framework {args.framework} --frameworks {args.frameworks}")
-    names = args.frameworks.split(",") if args.frameworks else [args.framework or baseline().name]
+                        f"Received: --framework {args.framework} --frameworks {','.join(args.frameworks)}")
+    names = args.frameworks if args.frameworks else [args.framework or baseline().name]
     keys = [canonical_executor_spelling(n) for n in names if n.strip()]
     if not keys:
         raise UserError(f"--frameworks names no framework. Received: {args.frameworks!r}")
@@ -114,14 +110,14 @@ def run(args) -> int:
     network.check_feeds(feeds)
     source = args.inputs or f"random, seed {args.seed}"
     shapes = ", ".join(f"{k} {np.asarray(v).dtype.name}{list(np.shape(v))}" for k, v in feeds.items())
-    print(f"model: {args.model} ({len(network.graph.node)} nodes, opset {network.opset})")
-    print(f"inputs ({source}): {shapes}")
+    print(terminal(f"model: {args.model} ({len(network.graph.node)} nodes, opset {network.opset})"))
+    print(terminal(f"inputs ({source}): {shapes}"))
 
     if len(frameworks) == 1:
         ex = d5.executor(network, frameworks[0], device=args.device)
         outputs = ex.inference(feeds)
         for name, value in outputs.items():
-            print(f"output {name}: {value.dtype.name}{list(value.shape)}")
+            print(terminal(f"output {name}: {value.dtype.name}{list(value.shape)}"))
         m = _time(ex, feeds, args.max_time)
         s = m.summary
         compiled = f", compile time {ex.compile_seconds:.2f} s apart" if ex.compile_seconds else ""
@@ -132,13 +128,13 @@ def run(args) -> int:
         return 0
 
     results = _run_all(d5, network, frameworks, feeds, args.device)
-    print(_comparison(results, frameworks, feeds, args))
+    print(terminal(_comparison(results, frameworks, feeds, args)))
     return 2 if any(results[fw][2] is not None for fw in frameworks) else 0
 
 
 def _one_line(exc: BaseException) -> str:
-    """An error on one line, whole (an :class:`ExecutionError` names the node and the cause)."""
-    text = " ".join(str(exc).split()) or type(exc).__name__
+    """An error on one line, whole (an :class:`ExecutionError` names the node and the cause), escaped for a terminal."""
+    text = one_line(" ".join(str(exc).split(" "))) or type(exc).__name__
     return text if isinstance(exc, Deep500Error) else f"{type(exc).__name__}: {text}"
 
 

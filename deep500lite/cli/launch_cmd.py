@@ -17,7 +17,7 @@ import os
 import shutil
 import sys
 
-from deep500lite.cli.args import add_host_options, hosts_from_args, positive_int, positive_seconds
+from deep500lite.cli.args import Path, add_host_options, hosts_from_args, positive_int, positive_seconds
 from deep500lite.errors import Deep500Error, StartupTimeout, UserError
 from deep500lite.lv3.hosts import launcher_args
 from deep500lite.lv3.launch import (DEFAULT_JOB_TIMEOUT, DEFAULT_STARTUP_TIMEOUT, JOB_TIMEOUT_ENV, STARTUP_TIMEOUT_ENV,
@@ -52,7 +52,7 @@ def add_parser(subparsers):
     p.add_argument("--comm-timeout", type=positive_seconds, default=None, metavar="SECONDS",
                    help="set DEEP500LITE_COMM_TIMEOUT: a communication of deep500lite's communicator waiting longer "
                         "raises an error naming the rank and operation (default: none)")
-    p.add_argument("--mpiexec", default=None, metavar="PATH",
+    p.add_argument("--mpiexec", type=Path("input"), default=None, metavar="PATH",
                    help="the MPI launcher (default: the mpiexec beside this Python, else on PATH)")
     add_host_options(p)
     # -m MODULE takes the rest of the line, so 'launch -n 2 -m pkg.mod --flag' needs no '--'.

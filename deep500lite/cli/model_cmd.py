@@ -17,6 +17,7 @@ import json
 import math
 import sys
 
+from deep500lite.cli.args import (Integer, Number, Parsed, Path, Size, Text, fraction, positive_seconds)
 from deep500lite.errors import UserError, format_choices
 from deep500lite.lv3.allreduce import P2P_ALGORITHMS, AlphaBeta
 from deep500lite.metrics.tables import TABLE_FORMATS, format_seconds, format_table
@@ -25,6 +26,47 @@ from deep500lite.perfmodel.checks import (_check_files, _read_json, _step_from, 
 from deep500lite.utils import atomic_write_text
 
 __all__ = ["add_parser", "run", "run_allreduce", "run_layers", "parse_interconnect", "parse_accelerator"]
+
+
+#: A message size: a multiple of 4 bytes (float32), at most 1 TiB (a prediction allocates nothing).
+_MESSAGE = Size(minimum=4, maximum=2**40, multiple_of=4)
+#: A relative error that counts as a match (0.2: 20%).
+_TOLERANCE = Number(minimum=0, min_open=True, maximum=100, wording="a fraction > 0 (0.2 means 20%)")
+#: The most nodes a sweep may reach: 2**20 (a million nodes).
+MAX_NODES = 2**20
+
+
+def _nodes(text: str):
+    from deep500lite.perfmodel import scaling
+
+    return scaling.parse_nodes(text)
+
+
+_NODES = Parsed(_nodes, f"LOW..HIGH (powers of two), a comma-separated list or one count, from 1 to {MAX_NODES:,}",
+                keep_text=True)
+
+
+def _interconnect_type(flag: str):
+    return Parsed(lambda text: parse_interconnect(text, flag), "an interconnect name or ALPHA_S,BANDWIDTH_B_PER_S",
+                  keep_text=True)
+
+
+def _io_patterns():
+    from deep500lite.perfmodel.scaling import IO_PATTERNS
+
+    return IO_PATTERNS
+
+
+def _model_schemes():
+    from deep500lite.perfmodel.scaling_parallel import MODEL_SCHEMES
+
+    return MODEL_SCHEMES
+
+
+def _layer_optimizers():
+    from deep500lite.perfmodel.layers import OPTIMIZERS
+
+    return OPTIMIZERS
 
 
 def add_parser(sub):
@@ -43,66 +85,68 @@ def add_parser(sub):
                      "spatial or tensor: the predicted step of that model-parallel scheme on P ranks (P from --nodes, "
                      "one rank per node, the global batch split: strong scaling), split into compute, communication "
                      "and idle (the pipeline bubble, (P-1)/(M+P-1) of the step)."))
-    s.add_argument("target", metavar="MODEL_OR_RECIPE",
+    s.add_argument("target", type=Path("input-or-name"), metavar="MODEL_OR_RECIPE",
                    help="a built-in network (alexnet, googlenet, resnet50, resnet101, vgg16), an .onnx file, or a "
                         "recipe (file or bundled name) whose model is a zoo name or an .onnx file")
-    s.add_argument("--nodes", default="1..4096", help="LOW..HIGH (powers of two), a list 1,2,4 or one count "
+    s.add_argument("--nodes", type=_NODES, default="1..4096", help="LOW..HIGH (powers of two), a list 1,2,4 or one count "
                                                       "(default 1..4096)")
-    s.add_argument("--network", default="edr-ib",
+    s.add_argument("--network", type=_interconnect_type("--network"), default="edr-ib",
                    help="fdr-ib, edr-ib, 25gbe, 100gbe, nvlink, pcie3, none (free communication) or "
                         "ALPHA_S,BANDWIDTH_B_PER_S (default edr-ib)")
-    s.add_argument("--accelerator", default="v100",
+    s.add_argument("--accelerator", type=Text(max_length=256), default="v100",
                    help="k80, p100, v100, a100, h100, xeon-e5-2680v3, this (measured here) or "
                         "PEAK_FLOPS,BANDWIDTH_B_PER_S (default v100)")
-    s.add_argument("--batch", type=float, default=None,
+    s.add_argument("--batch", type=Number(minimum=1, wording="a finite number >= 1 (samples)"), default=None,
                    help="strong: the global batch; weak: the batch per accelerator (default: the recipe's batch, "
                         "else 256 for alexnet and vgg16, 32 for googlenet, 64 for resnets)")
     mode = s.add_mutually_exclusive_group()
     mode.add_argument("--strong", dest="mode", action="store_const", const="strong",
                       help="fixed global batch (the default)")
     mode.add_argument("--weak", dest="mode", action="store_const", const="weak", help="fixed batch per accelerator")
-    s.add_argument("--per-node", type=int, default=1, help="accelerators per node (default 1)")
-    s.add_argument("--intra", default="pcie3", help="link between the accelerators of a node (default pcie3)")
-    s.add_argument("--algorithm", default="auto",
+    s.add_argument("--per-node", type=Integer(minimum=1, maximum=1024), default=1, help="accelerators per node (default 1)")
+    s.add_argument("--intra", type=_interconnect_type("--intra"), default="pcie3", help="link between the accelerators of a node (default pcie3)")
+    s.add_argument("--algorithm", choices=("auto", *P2P_ALGORITHMS), default="auto",
                    help="auto, ring, recursive_doubling, rabenseifner or tree (default auto)")
-    s.add_argument("--fusion-mb", type=float, default=25.0, help="tensor-fusion bucket in MiB; 0: per layer "
+    s.add_argument("--fusion-mb", type=Number(minimum=0, maximum=2**20), default=25.0, help="tensor-fusion bucket in MiB; 0: per layer "
                                                                  "(default 25, PyTorch DDP's; Horovod's is 64)")
     s.add_argument("--no-overlap", action="store_true", help="allreduce only after the backward pass")
-    s.add_argument("--io", default="packed", help="packed (shards) or small-files (one file per sample)")
-    s.add_argument("--sample-bytes", type=float, default=None, help="bytes per sample on disk (default 110000 for "
+    s.add_argument("--io", choices=tuple(_io_patterns()), default="packed", help="packed (shards) or small-files (one file per sample)")
+    s.add_argument("--sample-bytes", type=Number(minimum=0, maximum=2**40), default=None, help="bytes per sample on disk (default 110000 for "
                                                                     "the ImageNet networks)")
-    s.add_argument("--file-latency", type=float, default=None, metavar="SECONDS",
+    s.add_argument("--file-latency", type=Number(minimum=0, maximum=3600, unit="seconds"), default=None,
+                   metavar="SECONDS",
                    help="per-file cost of small-files (default 1e-3)")
-    s.add_argument("--fs-bandwidth", type=float, default=None, metavar="GB_PER_S",
+    s.add_argument("--fs-bandwidth", type=Number(minimum=0, min_open=True, maximum=1e9, unit="GB/s"), default=None,
+                   metavar="GB_PER_S",
                    help="aggregate file-system bandwidth shared by all accelerators (default unlimited)")
-    s.add_argument("--io-from", default=None, metavar="FILE",
+    s.add_argument("--io-from", type=Path("input"), default=None, metavar="FILE",
                    help="the JSON of 'deep500lite bench dataset --json': per-file latency and read bandwidth "
                         "measured here instead of the defaults")
-    s.add_argument("--allreduce-model", default=None, metavar="FILE",
+    s.add_argument("--allreduce-model", type=Path("input"), default=None, metavar="FILE",
                    help="a calibration file from 'bench allreduce --save-model': allreduces cost what it predicts "
                         "(for node counts it was calibrated for: ranks on this machine) instead of --network's")
-    s.add_argument("--measured-step", type=float, default=None, metavar="SECONDS",
+    s.add_argument("--measured-step", type=positive_seconds, default=None, metavar="SECONDS",
                    help="a measured 1-accelerator step at the per-accelerator batch (e.g. from 'deep500lite run'): "
                         "scales the roofline compute model to match it")
-    s.add_argument("--step-from", default=None, metavar="FILE",
+    s.add_argument("--step-from", type=Path("input"), default=None, metavar="FILE",
                    help="the results.json of a 'deep500lite run' (its --out folder): the median of its 1-rank steps is "
                         "--measured-step and their spread is --jitter (given flags win); a run on P > 1 ranks gives "
                         "the 1-rank baseline it timed right after its ranks finished")
-    s.add_argument("--check", action="append", default=None, metavar="FILE[,FILE...]",
+    s.add_argument("--check", type=Text(), action="append", default=None, metavar="FILE[,FILE...]",
                    help="results.json files of 'deep500lite run -n P' (their --out folders), any rank counts in the "
                         "sweep: each run's measured step (the slowest rank's) beside the prediction for P ranks, "
                         "with the error; exit status 1 when one is off by more than --tolerance")
-    s.add_argument("--tolerance", type=float, default=0.2, metavar="FRACTION",
+    s.add_argument("--tolerance", type=_TOLERANCE, default=0.2, metavar="FRACTION",
                    help="with --check: the largest relative error that counts as a match (default 0.2: 20%%)")
-    s.add_argument("--jitter", type=float, default=None, metavar="CV",
+    s.add_argument("--jitter", type=Number(minimum=0, maximum=10), default=None, metavar="CV",
                    help="coefficient of variation of one accelerator's compute per step (0.05: 5%%); a synchronous "
                         "step waits for the slowest of P accelerators, jitter * compute * E[max of P normals] "
                         "(default 0, or from --step-from)")
-    s.add_argument("--gemm-from", default=None, metavar="FILE",
+    s.add_argument("--gemm-from", type=Path("input"), default=None, metavar="FILE",
                    help="the JSON of 'deep500lite bench op --suite skinny --json': the GEMM efficiency and m_half "
                         "fitted to those measured rates against that file's peak (with --accelerator this: the "
                         "file's peak and bandwidth, nothing measured now) instead of the numpy sweep")
-    s.add_argument("--compute-from", default=None, metavar="FILE",
+    s.add_argument("--compute-from", type=Path("input"), default=None, metavar="FILE",
                    help="the JSON of 'deep500lite model layers --json': each layer's forward and backward time "
                         "measured here (interpolated log-log between the measured batches, the roofline's shape "
                         "outside them) and the executor's per-call cost instead of the roofline; each pass's layers "
@@ -110,32 +154,33 @@ def add_parser(sub):
     s.add_argument("--layer-sum", action="store_true",
                    help="with --compute-from: sum the layers as measured instead of scaling them to the whole network "
                         "(on a GPU the sum of one-layer calls overestimates the network, whose launches overlap)")
-    s.add_argument("--host-cores", type=int, default=None, metavar="N",
+    s.add_argument("--host-cores", type=Integer(minimum=1, maximum=2**20), default=None, metavar="N",
                    help="all ranks run on one host with N cores (predicting 'run -n P' here): ranks beyond N "
                         "time-share the cores, slowing each rank's compute")
-    s.add_argument("--min-efficiency", type=float, default=0.5,
+    s.add_argument("--min-efficiency", type=fraction, default=0.5,
                    help="scaling has stopped where the efficiency falls below this (default 0.5; 0: never)")
-    s.add_argument("--min-gain", type=float, default=1.05,
+    s.add_argument("--min-gain", type=Number(minimum=0, maximum=1e6), default=1.05,
                    help="...or where the next node count multiplies the speedup by less than this (default 1.05)")
-    s.add_argument("--scheme", default="data",
+    s.add_argument("--scheme", choices=("data", *_model_schemes()), default="data",
                    help="data (the default: data parallelism, everything above), pipeline (one stage per rank, "
                         "--micro-batches), spatial (every sample split by rows, --halo-bytes) or tensor (Megatron "
                         "pairs of the fully connected layers); with these, --measured-step is the one-process step at the "
                         "global --batch")
-    s.add_argument("--micro-batches", type=int, default=None, metavar="M",
+    s.add_argument("--micro-batches", type=Integer(minimum=1, maximum=2**20), default=None, metavar="M",
                    help="pipeline: micro-batches per step (default 4)")
-    s.add_argument("--activation-bytes", type=float, default=None, metavar="BYTES",
+    s.add_argument("--activation-bytes", type=Number(minimum=0, maximum=2**50), default=None, metavar="BYTES",
                    help="pipeline: bytes per sample of the activation sent between stages (default: the mean "
                         "output of the layers the stages are cut after, cut by compute time, float32)")
-    s.add_argument("--halo-bytes", default=None, metavar="B1,B2,...",
+    s.add_argument("--halo-bytes", type=Parsed(_halo_list, "comma-separated finite numbers >= 0", keep_text=True),
+                   default=None, metavar="B1,B2,...",
                    help="spatial (required): per convolution or pool, the bytes of the halo rows one neighbour "
                         "sends per sample")
-    s.add_argument("--gathered-bytes", type=float, default=None, metavar="BYTES",
+    s.add_argument("--gathered-bytes", type=Number(minimum=0, maximum=2**50), default=None, metavar="BYTES",
                    help="spatial: bytes per sample of the last split activation, gathered on every rank (default: "
                         "the output of the last layer before the first fully connected one, float32)")
-    s.add_argument("--format", default="table", help="table, markdown or csv (default table)")
-    s.add_argument("--json", default=None, metavar="FILE", help="write the prediction as JSON")
-    s.add_argument("--plot", default=None, metavar="FILE",
+    s.add_argument("--format", choices=TABLE_FORMATS, default="table", help="table, markdown or csv (default table)")
+    s.add_argument("--json", type=Path("output"), default=None, metavar="FILE", help="write the prediction as JSON")
+    s.add_argument("--plot", type=Path("output"), default=None, metavar="FILE",
                    help="write a PNG: speedup and efficiency, and the step time and its parts (needs matplotlib)")
     s.set_defaults(func=run, mode=None)
     a = msub.add_parser(
@@ -143,20 +188,20 @@ def add_parser(sub):
         description=("Predict each allreduce algorithm's time over message sizes on a network (alpha-beta) or with a "
                      "calibration file of this machine, and show where the fastest algorithm changes from the "
                      "latency-optimal to the bandwidth-optimal one."))
-    a.add_argument("--nodes", type=int, default=None, help="ranks (default 64; with --check, the file's)")
-    a.add_argument("--network", default="edr-ib", help="as for 'model scaling' (default edr-ib)")
-    a.add_argument("--gamma", type=float, default=0.0, metavar="S_PER_BYTE",
+    a.add_argument("--nodes", type=Integer(minimum=2, maximum=2**20), default=None, help="ranks (default 64; with --check, the file's)")
+    a.add_argument("--network", type=_interconnect_type("--network"), default="edr-ib", help="as for 'model scaling' (default edr-ib)")
+    a.add_argument("--gamma", type=Number(minimum=0, maximum=1), default=0.0, metavar="S_PER_BYTE",
                    help="seconds per byte reduced (default 0)")
-    a.add_argument("--allreduce-model", default=None, metavar="FILE",
+    a.add_argument("--allreduce-model", type=Path("input"), default=None, metavar="FILE",
                    help="a calibration file from 'bench allreduce --save-model' instead of --network")
-    a.add_argument("--min-bytes", default="4", help="smallest message (default 4)")
-    a.add_argument("--max-bytes", default="256MiB", help="largest message (default 256MiB)")
-    a.add_argument("--format", default="table", help="table, markdown or csv (default table)")
-    a.add_argument("--check", default=None, metavar="FILE",
+    a.add_argument("--min-bytes", type=_MESSAGE, default="4", help="smallest message (default 4)")
+    a.add_argument("--max-bytes", type=_MESSAGE, default="256MiB", help="largest message (default 256MiB)")
+    a.add_argument("--format", choices=TABLE_FORMATS, default="table", help="table, markdown or csv (default table)")
+    a.add_argument("--check", type=Path("input"), default=None, metavar="FILE",
                    help="the JSON of 'bench allreduce --json': each measured row beside the prediction (native and "
                         "auto as the fastest algorithm), judged between --min-bytes and --max-bytes; exit status 1 "
                         "when one is off by more than --tolerance; and the measured crossover beside the model's")
-    a.add_argument("--tolerance", type=float, default=0.2, metavar="FRACTION",
+    a.add_argument("--tolerance", type=_TOLERANCE, default=0.2, metavar="FRACTION",
                    help="with --check: the largest relative error that counts as a match (default 0.2: 20%%)")
     a.set_defaults(func=run_allreduce)
     _add_layers_parser(msub)
@@ -284,10 +329,6 @@ def run(args) -> int:
     """Run ``deep500lite model scaling`` from parsed arguments; returns the exit status."""
     from deep500lite.perfmodel import scaling
 
-    if args.format not in TABLE_FORMATS:
-        raise UserError(f"--format must be one of {format_choices(TABLE_FORMATS)}. Received: {args.format!r}")
-    if args.io not in scaling.IO_PATTERNS:
-        raise UserError(f"--io must be one of {format_choices(scaling.IO_PATTERNS)}. Received: {args.io!r}")
     for name in ("fusion_mb", "min_efficiency", "file_latency", "sample_bytes", "fs_bandwidth", "min_gain"):
         value = getattr(args, name)
         if value is not None and not (value >= 0 and math.isfinite(value)):
@@ -552,17 +593,18 @@ def _run_scheme(args) -> int:
 def run_allreduce(args) -> int:
     """Run ``deep500lite model allreduce`` from parsed arguments; returns the exit status."""
     from deep500lite.perfmodel import scaling
-    from deep500lite.bench.allreduce import message_sizes, parse_bytes
+    from deep500lite.bench.allreduce import message_sizes
 
-    if args.format not in TABLE_FORMATS:
-        raise UserError(f"--format must be one of {format_choices(TABLE_FORMATS)}. Received: {args.format!r}")
     if args.nodes is not None and args.nodes < 2:
         raise UserError(f"--nodes must be at least 2 ranks (an allreduce needs two). Received: --nodes {args.nodes}")
     if not (args.tolerance > 0 and math.isfinite(args.tolerance)):
         raise UserError(f"--tolerance must be a positive fraction (0.2 means 20%). Received: {args.tolerance!r}")
     if not (args.gamma >= 0 and math.isfinite(args.gamma)):
         raise UserError(f"--gamma must be a finite number of seconds per byte >= 0. Received: --gamma {args.gamma}")
-    sizes = message_sizes(parse_bytes(args.min_bytes), parse_bytes(args.max_bytes))
+    if args.min_bytes > args.max_bytes:
+        raise UserError(f"--min-bytes must not be larger than --max-bytes. Received: --min-bytes {args.min_bytes} "
+                        f"--max-bytes {args.max_bytes}")
+    sizes = message_sizes(args.min_bytes, args.max_bytes)
     if args.allreduce_model:
         from deep500lite.cli.bench_allreduce import load_calibration_file
 
@@ -575,7 +617,7 @@ def run_allreduce(args) -> int:
     if args.check:
         from deep500lite.cli.model_allreduce_check import run_check
 
-        return run_check(args.check, model, what, parse_bytes(args.min_bytes), parse_bytes(args.max_bytes),
+        return run_check(args.check, model, what, args.min_bytes, args.max_bytes,
                          args.tolerance, args.format, args.nodes)
     args.nodes = 64 if args.nodes is None else args.nodes
     if args.allreduce_model:
@@ -599,21 +641,22 @@ def _add_layers_parser(msub) -> None:
                      "minus a loss-only network of the layer's output shape; the executor's per-call cost; and the "
                      "whole network's forward and training step for comparison. The JSON feeds 'model scaling "
                      "--compute-from'. See docs/scaling.md."))
-    p.add_argument("target", metavar="MODEL_OR_RECIPE",
+    p.add_argument("target", type=Path("input-or-name"), metavar="MODEL_OR_RECIPE",
                    help="an .onnx file (batch as first input dimension), a zoo model name or a recipe whose model is "
                         "a zoo name or an .onnx file")
-    p.add_argument("--framework", default="torch",
+    p.add_argument("--framework", type=Text(max_length=256), default="torch",
                    help="the executor: torch, tensorflow, onnxruntime, jax, reference or a variant such as "
                         "torch:compile (default torch)")
-    p.add_argument("--device", default="cpu", help="cpu or gpu:N (default cpu)")
-    p.add_argument("--batches", default="1,4,16,64", help="comma-separated per-node batches (default 1,4,16,64)")
-    p.add_argument("--max-time", type=float, default=0.3, metavar="SECONDS",
+    p.add_argument("--device", type=Text(max_length=64), default="cpu", help="cpu or gpu:N (default cpu)")
+    p.add_argument("--batches", type=Parsed(_batch_list, "comma-separated integers from 1 to 1,048,576", keep_text=True),
+                   default="1,4,16,64", help="comma-separated per-node batches (default 1,4,16,64)")
+    p.add_argument("--max-time", type=positive_seconds, default=0.3, metavar="SECONDS",
                    help="seconds of timed runs per measurement, at least 5 runs (default 0.3)")
-    p.add_argument("--optimizer", default="momentum",
+    p.add_argument("--optimizer", choices=tuple(_layer_optimizers()), default="momentum",
                    help="momentum (default), sgd, adam or none: also time the whole network's training step with this "
                         "numpy reference optimizer, as the bundled recipes use; its update feeds --compute-from")
-    p.add_argument("--format", default="table", help="table, markdown or csv (default table)")
-    p.add_argument("--json", default=None, metavar="FILE", help="write every sample, the medians and the environment")
+    p.add_argument("--format", choices=TABLE_FORMATS, default="table", help="table, markdown or csv (default table)")
+    p.add_argument("--json", type=Path("output"), default=None, metavar="FILE", help="write every sample, the medians and the environment")
     p.set_defaults(func=run_layers)
 
 
@@ -622,8 +665,9 @@ def _batch_list(text: str) -> list[int]:
         values = sorted({int(v) for v in str(text).split(",") if v.strip()})
     except ValueError:
         values = []
-    if not values or values[0] < 1:
-        raise UserError(f"--batches must be comma-separated integers >= 1 (e.g. 1,4,16,64). Received: {text!r}")
+    if not values or values[0] < 1 or values[-1] > 2**20 or len(values) > 64:
+        raise UserError(f"--batches must be comma-separated integers from 1 to 1,048,576 (e.g. 1,4,16,64), at most "
+                        f"64 of them. Received: {text!r}")
     return values
 
 
@@ -631,8 +675,6 @@ def run_layers(args) -> int:
     """Run ``deep500lite model layers`` from parsed arguments; returns the exit status."""
     from deep500lite.perfmodel import layers as layer_times
 
-    if args.format not in TABLE_FORMATS:
-        raise UserError(f"--format must be one of {format_choices(TABLE_FORMATS)}. Received: {args.format!r}")
     if not (args.max_time > 0 and math.isfinite(args.max_time)):
         raise UserError(f"--max-time must be a finite number of seconds > 0. Received: {args.max_time!r}")
     batches = _batch_list(args.batches)
@@ -700,12 +742,7 @@ def _accelerator(args):
 
     if not args.gemm_from:
         return parse_accelerator(args.accelerator)
-    try:
-        with open(args.gemm_from, encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError) as exc:
-        raise UserError(f"--gemm-from must name the JSON file of 'bench op --json'; {args.gemm_from!r} cannot be read "
-                        f"as JSON ({exc}). Received: --gemm-from {args.gemm_from!r}") from None
+    data = _read_json(args.gemm_from, "--gemm-from", "the JSON file of 'bench op --json'")
     what = f"--gemm-from {args.gemm_from!r}"
     if str(args.accelerator).strip().lower() == "this":
         return sn.accelerator_from_gemm_bench(data, None, what)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import argparse
 import ast
 import difflib
 import os
 import sys
 
-from deep500lite.cli.args import positive_int
+from deep500lite.cli.args import Integer, Parsed, Path, Text, positive_int
 from deep500lite.errors import UserError, format_choices
 
 __all__ = ["add_parser", "run", "resolve_source"]
@@ -16,26 +15,27 @@ __all__ = ["add_parser", "run", "resolve_source"]
 SPLITS = ("train", "test", "both")
 
 
+_SIDE = Integer(minimum=1, maximum=65536)
+
+
 def _image_size(text):
     parts = text.lower().replace(",", "x").split("x")
     try:
-        size = [int(p) for p in parts]
-    except ValueError:
+        size = [_SIDE.parse(p) for p in parts]
+    except UserError:
         size = []
-    if len(size) not in (1, 2) or min(size) < 1:
-        raise argparse.ArgumentTypeError(f"must be N or HxW with positive integers (e.g. 224 or 224x224). "
-                                         f"Received: {text!r}")
+    if len(size) not in (1, 2):
+        raise UserError(f"must be N or HxW with integers from 1 to 65,536 (e.g. 224 or 224x224). Received: {text!r}")
     return tuple(size * 2 if len(size) == 1 else size)
 
 
 def _option(text):
-    key, sep, value = text.partition("=")
+    key, sep, value = Text().parse(text).partition("=")
     if not sep or not key.isidentifier():
-        raise argparse.ArgumentTypeError(f"must be KEY=VALUE with KEY a Python identifier (e.g. shape=[3,32,32]). "
-                                         f"Received: {text!r}")
+        raise UserError(f"must be KEY=VALUE with KEY a Python identifier (e.g. shape=[3,32,32]). Received: {text!r}")
     try:
         return key, ast.literal_eval(value)
-    except (ValueError, SyntaxError):
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return key, value  # a plain string, e.g. label_mode=coarse
 
 
@@ -46,21 +46,21 @@ def add_parser(subparsers):
                      "files, CIFAR binary batches, an image folder or shards) and write OUT/train.d5shard and/or "
                      "OUT/test.d5shard: fixed-size records in one file, memory-mapped when read. Load them with "
                      "load_dataset('shards', ..., root=OUT)."))
-    p.add_argument("source", metavar="NAME_OR_DIR",
+    p.add_argument("source", type=Path("input-or-name"), metavar="NAME_OR_DIR",
                    help="a dataset name (digits, mnist, cifar10, ...) or a folder holding a dataset's files")
-    p.add_argument("out", metavar="OUT", help="the folder to write train.d5shard and test.d5shard in")
-    p.add_argument("--root", default=None, metavar="DIR",
+    p.add_argument("out", type=Path("folder"), metavar="OUT", help="the folder to write train.d5shard and test.d5shard in")
+    p.add_argument("--root", type=Path("folder"), default=None, metavar="DIR",
                    help="the folder of a dataset given by NAME (default: $DEEP500LITE_DATA/NAME or "
                         "~/.cache/deep500lite/data/NAME)")
     p.add_argument("--split", choices=SPLITS, default="both", help="which split(s) to write (default both)")
     p.add_argument("--dtype", choices=("keep", "uint8"), default="keep",
                    help="keep: store samples in their own dtype (default); uint8: store images in [0, 1] as "
                         "round(x*255), a quarter of float32 (exact for MNIST/CIFAR), read back as float32 x/255")
-    p.add_argument("--image-size", type=_image_size, default=None, metavar="HxW",
+    p.add_argument("--image-size", type=Parsed(_image_size, "N or HxW, integers from 1 to 65,536", "text"), default=None, metavar="HxW",
                    help="resize the images of an image folder to HxW (or NxN)")
     p.add_argument("--limit", type=positive_int, default=None, metavar="N",
                    help="write only the first N samples of each split")
-    p.add_argument("--option", type=_option, action="append", default=[], metavar="KEY=VALUE",
+    p.add_argument("--option", type=Parsed(_option, "KEY=VALUE, KEY a Python identifier"), action="append", default=[], metavar="KEY=VALUE",
                    help="a dataset option, repeatable, VALUE read as a Python literal "
                         "(e.g. --option shape=[3,32,32] --option train_size=5000)")
     p.add_argument("--batch-size", type=positive_int, default=1024, metavar="N",

@@ -2,34 +2,33 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import sys
 
+from deep500lite.cli.args import Number, Parsed, Text
+from deep500lite.errors import UserError
+from deep500lite.escaping import terminal
+
 __all__ = ["add_parser", "run", "fraction", "alpha_level"]
 
 
-def fraction(text: str) -> float:
-    """An argparse type: a minimum effect, ``5%`` or ``0.05`` (from 0 up to 1000%)."""
+def _effect(text: str) -> float:
     t = text.strip()
     try:
         value = float(t[:-1]) / 100 if t.endswith("%") else float(t)
     except ValueError:
         value = None
     if value is None or not 0 <= value < 10 or (not t.endswith("%") and value >= 1):
-        raise argparse.ArgumentTypeError(f"must be a percentage (5%) or a fraction below 1 (0.05). Received: {text!r}")
+        raise UserError(f"must be a percentage (5%) or a fraction below 1 (0.05). Received: {text!r}")
     return value
 
 
-def alpha_level(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = None
-    if value is None or not 0 < value < 1:
-        raise argparse.ArgumentTypeError(f"must be a significance level between 0 and 1 (0.05). Received: {text!r}")
-    return value
+#: A minimum effect: ``5%`` or ``0.05`` (from 0 up to 1000%).
+fraction = Parsed(_effect, "a percentage (5%) or a fraction below 1 (0.05)", "number")
+#: A significance level in (0, 1).
+alpha_level = Number(minimum=0, maximum=1, min_open=True, max_open=True,
+                     wording="a significance level between 0 and 1 (0.05)")
 
 
 def add_parser(subparsers):
@@ -43,13 +42,13 @@ def add_parser(subparsers):
                     "bootstrap interval, and say slower, faster, same or too noisy to tell. A selection is "
                     "label:NAME, commit:SHA, run:ID[,ID|-ID] or date:START[..END] (a bare value is tried in that "
                     "order). Exit 1 when any benchmark is slower, 0 otherwise, 2 on bad input.")
-    p.add_argument("baseline", metavar="BASELINE", help="the runs to compare against (label:main, commit:1a2b3c4)")
-    p.add_argument("candidate", metavar="CANDIDATE", help="the runs to judge (label:pr-123, run:42)")
+    p.add_argument("baseline", type=Text(max_length=1024), metavar="BASELINE", help="the runs to compare against (label:main, commit:1a2b3c4)")
+    p.add_argument("candidate", type=Text(max_length=1024), metavar="CANDIDATE", help="the runs to judge (label:pr-123, run:42)")
     p.add_argument("--min-effect", type=fraction, default=MIN_EFFECT, metavar="PCT",
                    help=f"smallest change called slower or faster (default {MIN_EFFECT:.0%}; raise it on a "
                         "shared machine)")
     p.add_argument("--alpha", type=alpha_level, default=ALPHA, help=f"family-wise significance level (default {ALPHA})")
-    p.add_argument("--metric", default=None, metavar="NAME",
+    p.add_argument("--metric", type=Text(max_length=256), default=None, metavar="NAME",
                    help="compare this metric (step_time, throughput, ...; 'all' for every one); default: each "
                         "benchmark's headline metric (a recipe's step_time, a bench's timings)")
     p.add_argument("--json", action="store_true", help="print the comparisons as JSON (for CI)")
@@ -117,17 +116,17 @@ def run(args) -> int:
         return status
     if args.quiet:
         for c in slower:
-            print(f"slower: {c.benchmark} {c.metric} @ {c.machine}: x{c.ratio:.3f} "
-                  f"[{c.ratio_ci[0]:.3f}, {c.ratio_ci[1]:.3f}], p={c.p_adjusted:.2g}")
+            print(terminal(f"slower: {c.benchmark} {c.metric} @ {c.machine}: x{c.ratio:.3f} "
+                           f"[{c.ratio_ci[0]:.3f}, {c.ratio_ci[1]:.3f}], p={c.p_adjusted:.2g}"))
         return status
-    print(f"baseline {sides[0].describe()} vs candidate {sides[1].describe()}: two-sided Mann-Whitney U, "
-          f"Holm-adjusted over {sum(c.p is not None for c in comparisons)} test(s), alpha={args.alpha:g}, "
-          f"minimum effect {args.min_effect:.0%}")
+    print(terminal(f"baseline {sides[0].describe()} vs candidate {sides[1].describe()}: two-sided Mann-Whitney U, "
+                   f"Holm-adjusted over {sum(c.p is not None for c in comparisons)} test(s), alpha={args.alpha:g}, "
+                   f"minimum effect {args.min_effect:.0%}"))
     print(format_table(["benchmark", "metric", "machine", "baseline median [95% CI]", "candidate median [95% CI]",
                         "ratio", "ratio 95% CI", "p (Holm)", "verdict"], [_fmt(c) for c in comparisons]))
     counts = {v: sum(c.verdict == v for c in comparisons) for v in ("slower", "faster", "same", "too noisy to tell")}
     print(", ".join(f"{n} {v}" for v, n in counts.items() if n))
     if slower:
-        print("slower: " + "; ".join(re.sub(r"\s+", " ", f"{c.benchmark} {c.metric} @ {c.machine}") for c in slower),
-              file=sys.stderr)
+        print(terminal("slower: " + "; ".join(re.sub(r"\s+", " ", f"{c.benchmark} {c.metric} @ {c.machine}")
+                                              for c in slower)), file=sys.stderr)
     return status

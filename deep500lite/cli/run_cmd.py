@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import os
 
-from deep500lite.cli.args import (add_host_options, add_job_limit_options, hosts_from_args, nonnegative_int,
-                                  positive_int, positive_seconds)
+from deep500lite.cli.args import (Path, Text, add_host_options, add_job_limit_options, hosts_from_args, positive_int,
+                                  positive_seconds, seed)
 from deep500lite.errors import UserError
 from deep500lite.recipe.determinism import check_determinism
 from deep500lite.recipe.distributed import check_job, run_job
@@ -29,22 +29,22 @@ def add_parser(subparsers):
         description="Run a recipe file: build its dataset, model, executor, samplers and optimizer, train, "
                     "write a results file, and check every acceptable metric. Exit 0 when all hold, 1 when one "
                     "fails, 2 on a usage error.")
-    p.add_argument("recipe", metavar="RECIPE", help="a recipe file (.py) or a bundled recipe name (digits_lenet)")
-    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+    p.add_argument("recipe", type=Path("input-or-name"), metavar="RECIPE", help="a recipe file (.py) or a bundled recipe name (digits_lenet)")
+    p.add_argument("--set", dest="sets", type=Text(), action="append", default=[], metavar="KEY=VALUE",
                    help="change a MUTABLE key (repeatable); the value is a Python literal, else a string; "
                         "KEY may be dotted: optimizer_kwargs.learning_rate=0.1")
-    p.add_argument("--out", metavar="DIR", default=None,
+    p.add_argument("--out", type=Path("folder"), metavar="DIR", default=None,
                    help="folder for results.json, epochs.csv, steps.csv (default d5-results/RECIPE/FRAMEWORK; "
                         "a variant such as torch:compile gets torch-compile); written whole at the end, so an "
                         "interrupted run leaves the old results as they were")
-    p.add_argument("--seed", type=nonnegative_int, default=0, metavar="N",
+    p.add_argument("--seed", type=seed, default=0, metavar="N",
                    help="run seed for every component whose seed the recipe leaves open (default 0)")
     p.add_argument("--check-determinism", action="store_true",
                    help="run twice with the same seed and report the first step where losses or parameters differ")
     p.add_argument("--mllog", action="store_true",
                    help="also write an MLPerf training log to DIR/mllog.log (compilation before run_start) and check "
                         "it with mlperf-logging's compliance checker when that is installed")
-    p.add_argument("--mlperf", dest="mlperf", action="append", default=[], metavar="KEY=VALUE",
+    p.add_argument("--mlperf", dest="mlperf", type=Text(), action="append", default=[], metavar="KEY=VALUE",
                    help="with --mllog: a submission field of the log (repeatable): org, platform, division "
                         "(open|closed), status, benchmark; overrides the recipe's MLPERF dict")
     p.add_argument("--divergence", action="store_true",
@@ -59,7 +59,7 @@ def add_parser(subparsers):
                         "DIR/results.json: compute/communication split, bytes per step, scaling efficiency")
     d.add_argument("--no-baseline", action="store_true",
                    help="with -n N > 1: skip the 1-rank baseline run (no speedup or scaling efficiency)")
-    d.add_argument("--mpiexec", default=None, metavar="PATH",
+    d.add_argument("--mpiexec", type=Path("input"), default=None, metavar="PATH",
                    help="with -n: the MPI launcher (default: the mpiexec beside this Python, else on PATH)")
     add_job_limit_options(d, when="with -n: ")
     add_host_options(d, when="with -n: ")

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import time
 import uuid
+
+from deep500lite.cli.args import Parsed, name_text
 
 __all__ = ["add_store_options", "wire_store_options", "store_session", "db_argument", "add_filter_options",
            "filters_of", "open_from_args", "open_from_args_writable", "RECORDING"]
@@ -28,26 +29,22 @@ __all__ = ["add_store_options", "wire_store_options", "store_session", "db_argum
 RECORDING = ("run", "compare", "bench", "model")
 
 
-def db_argument(text: str) -> str:
-    """An argparse type: a database target (a path, ``sqlite:///PATH``, ``postgresql://...``, ``none``)."""
-    from deep500lite.errors import UserError
+def _target(text: str) -> str:
     from deep500lite.results.config import parse_target
 
-    try:
-        parse_target(text)
-    except UserError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+    parse_target(text)
     return text
 
 
-def _label(text: str) -> str:
-    from deep500lite.errors import UserError
+def _check_label(text: str) -> str:
     from deep500lite.results.config import check_label
 
-    try:
-        return check_label(text)
-    except UserError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+    return check_label(text)
+
+
+#: A database target: a path, ``sqlite:///PATH``, ``postgresql://...``, ``none``.
+db_argument = Parsed(_target, "an SQLite file, sqlite:///PATH, postgresql://USER@HOST/DBNAME or none")
+_label = Parsed(_check_label, "a label: 1 to 200 printable characters (baseline, pr-123)")
 
 
 def add_store_options(parser, *, label: bool = True, record: bool = False, command: str | None = None):
@@ -136,13 +133,15 @@ def store_session(args):
         if payload is not None:
             path, started = payload
             if os.path.isfile(path) and os.path.getmtime(path) >= started - 1:
+                from deep500lite.errors import UserError
+                from deep500lite.escaping import terminal
+                from deep500lite.input_files import read_input_json
                 from deep500lite.results.hook import record_payload
 
                 try:
-                    with open(path, encoding="utf-8") as f:
-                        data = json.load(f)
-                except (OSError, ValueError) as exc:
-                    print(f"deep500lite: warning: {path} was not recorded: not readable JSON ({exc})")
+                    data = read_input_json(path, "The command's JSON file")
+                except UserError as exc:
+                    print(terminal(f"deep500lite: warning: {path} was not recorded: {exc}"))
                 else:
                     record_payload(path, data, command)
     finally:
@@ -156,13 +155,13 @@ def store_session(args):
 def add_filter_options(parser, *, label: bool = True) -> None:
     """Add the filters of the store's reading commands: ``--recipe``, ``--framework``, ``--machine`` (``--label``)."""
     g = parser.add_argument_group("which runs")
-    g.add_argument("--recipe", default=None, metavar="NAME",
+    g.add_argument("--recipe", type=name_text, default=None, metavar="NAME",
                    help="only this recipe (its name) or bench/model command ('bench overhead')")
-    g.add_argument("--framework", default=None, metavar="FW",
+    g.add_argument("--framework", type=name_text, default=None, metavar="FW",
                    help="only this framework or variant (torch, torch:compile)")
-    g.add_argument("--machine", default=None, metavar="NAME", help="only runs on this machine (see `db list`)")
+    g.add_argument("--machine", type=name_text, default=None, metavar="NAME", help="only runs on this machine (see `db list`)")
     if label:
-        g.add_argument("--label", dest="label_filter", default=None, metavar="NAME", help="only runs with this label")
+        g.add_argument("--label", dest="label_filter", type=name_text, default=None, metavar="NAME", help="only runs with this label")
 
 
 def filters_of(args) -> dict:

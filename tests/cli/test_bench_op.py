@@ -165,6 +165,7 @@ def test_custom_case_from_a_file(tmp_path):
         "class Neg(d5.CustomPythonOp):\n"
         "    def forward(self, x):\n        return -x\n"
         "    def backward(self, g, i, o):\n        return -g[0]\n"
+        "@d5.factory\n"
         "def cases(size):\n"
         "    n = 1000 if size == 'small' else 10**6\n"
         "    d = d5.tensordesc(np.float32, [n])\n"
@@ -180,6 +181,13 @@ def test_custom_case_from_a_file(tmp_path):
     assert res.roofline.fraction_of_attainable == pytest.approx(1000 / seconds / (1000 / 8000 * 10e9))
     with pytest.raises(UserError, match="has no 'nothing'"):
         op.load_custom_cases(f"{tmp_path / 'myops.py'}:nothing")
+    # a function not marked @d5.factory is never called, whatever it is (os.getcwd would fit no argument)
+    (tmp_path / "unmarked.py").write_text("import os\ndef cases(size):\n    os.mkdir('called')\n")
+    with pytest.raises(UserError, match=r"not declared for this use.*@d5.factory"):
+        op.load_custom_cases(f"{tmp_path / 'unmarked.py'}:cases")
+    assert not (tmp_path / "called").exists()
+    with pytest.raises(UserError, match=r"built-in that is not declared"):
+        op.load_custom_cases("os:getcwd")
 
 
 def _torch_has_cuda():

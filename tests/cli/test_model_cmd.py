@@ -89,7 +89,7 @@ def test_bad_input_is_one_line_with_exit_2(argv, allowed, capsys):
     rc = main(["model", "scaling", *argv])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1, err
-    assert err.startswith("deep500lite model: error:") and allowed in err and "Received:" in err, err
+    assert err.startswith("deep500lite model scaling: error:") and allowed in err and "Received:" in err, err
 
 
 def test_the_console_command_exits_2_on_bad_input():
@@ -211,4 +211,4 @@ def test_bad_scheme_input_is_one_line_with_exit_2(argv, allowed, capsys):
     rc = main(["model", "scaling", "alexnet", *argv])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1, err
-    assert err.startswith("deep500lite model: error:") and allowed in err and "Received:" in err, err
+    assert err.startswith("deep500lite model scaling: error:") and allowed in err and "Received:" in err, err

@@ -38,8 +38,10 @@ def _user_folder(tmp_path):
             return d5.compile_custom_cppop("swish", os.path.join(os.path.dirname(__file__), "swish.cpp"), [d], [d])
     """))
     (folder / "op.py").write_text(textwrap.dedent("""
+        import deep500lite as d5
         from kernels import swish  # a neighbour of this file
 
+        @d5.factory
         def make():
             return swish(1024)
     """))
