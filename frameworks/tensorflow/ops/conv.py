@@ -94,9 +94,12 @@ def _conv(ctx, x, w, b=None):
             return tf.nn.conv2d(xx, ww, run_strides, padding, dilations=dilations)
         return tf.nn.convolution(xx, ww, strides=run_strides, padding=padding, dilations=dilations)
 
-    if group == 1:
+    depthwise = group > 1 and n in (1, 2) and w.shape[-2] == 1
+    if n == 2 and not depthwise and any(d > 1 for d in dilations):
+        y = _dilated_conv2d(x if padding == "VALID" else _pad_spatial(x, pads), w, group, dilations)
+    elif group == 1:
         y = conv(x, w)
-    elif n in (1, 2) and w.shape[-2] == 1:
+    elif depthwise:
         y = _depthwise(x, w, group, kernel, run_strides, padding, pads, dilations)
     elif n == 2:
         y = _grouped_conv2d(x, w, group, run_strides, padding, dilations)
@@ -112,6 +115,22 @@ def _conv(ctx, x, w, b=None):
 
 
 _conv.weight_layout = channels_last_filter  # build_node hands w over in this layout (HWIO for 2-D)
+
+
+def _dilated_conv2d(x, w, group, dilations):
+    """A dilated 2-D convolution of the padded ``x``, stride 1, as ``tf.nn.convolution`` computes one:
+    an undilated convolution of ``tf.space_to_batch_nd(x)`` (``tf.nn.with_space_to_batch``).
+
+    Conv2D's own ``dilations`` run forward everywhere, but its gradient kernels on CPU refuse
+    dilation rates above 1 unless oneDNN runs them (TensorFlow leaves oneDNN off on CPUs without
+    AVX-512), and refuse them with explicit padding even then. Space-to-batch needs neither.
+    """
+    def undilated(xx, _rank, _padding):
+        if group == 1:
+            return tf.nn.conv2d(xx, w, 1, "VALID")
+        return _grouped_conv2d(xx, w, group, [1, 1], "VALID", [1, 1])
+
+    return tf.nn.with_space_to_batch(x, dilations, "VALID", undilated)
 
 
 def _grouped_conv2d(x, w, group, strides, padding, dilations):

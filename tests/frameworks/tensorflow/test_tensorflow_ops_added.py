@@ -24,6 +24,12 @@ CONV_CASES = {
     "depthwise_dilated_strided": (4, 4, 4, (3, 3), dict(dilations=[2, 1], strides=[2, 2], pads=[1, 1, 1, 1])),
     "depthwise_same_upper": (3, 6, 3, (5, 5), dict(auto_pad="SAME_UPPER", strides=[2, 2])),
     "grouped_dilated": (4, 4, 2, (3, 3), dict(dilations=[2, 2])),
+    # Dilated 2-D convolutions train with oneDNN off too (TensorFlow's CPU Conv2D gradients refuse dilations
+    # then), and with explicit padding, which Conv2D's gradients refuse with oneDNN on as well.
+    "dilated_asymmetric_pads": (3, 5, 1, (3, 3), dict(dilations=[2, 3], pads=[1, 2, 3, 0])),
+    "dilated_strided": (3, 4, 1, (3, 2), dict(dilations=[2, 2], strides=[2, 3], pads=[1, 1, 1, 1])),
+    "grouped_dilated_padded_strided": (6, 4, 2, (2, 3), dict(dilations=[3, 2], strides=[1, 2], pads=[2, 0, 1, 2])),
+    "dilated_same_upper": (3, 4, 1, (3, 3), dict(dilations=[2, 2], auto_pad="SAME_UPPER")),
     "depthwise_1d": (4, 8, 4, (3,), dict(pads=[1, 2], strides=[2])),
     "grouped_3d": (4, 6, 2, (2, 2, 2), dict(pads=[0, 1, 0, 1, 0, 1])),
 }
