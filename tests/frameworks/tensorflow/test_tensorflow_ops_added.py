@@ -1,6 +1,6 @@
 """TensorFlow converters added for real models: grouped and depthwise convolutions with bias,
 forward against onnx.reference and backward against torch autograd in float64; a small CNN through
-GroupNormalization and Resize; gradients of the added indexing ops against finite differences. Their
+GroupNormalization and Resize; gradients of the added indexing ops and of fmod against finite differences. Their
 forward passes are also checked by ONNX's node tests in test_conformance_tensorflow.py."""
 
 import numpy as np
@@ -155,6 +155,11 @@ _GRAD_CASES = {
     "Einsum": (lambda: helper.make_node("Einsum", ["p", "p"], ["o"], equation="ij,kj"), {}),
     "TopK": (lambda: helper.make_node("TopK", ["p", "k"], ["o", "idx"], axis=0, largest=0), {"k": np.array([2])}),
     "Trilu": (lambda: helper.make_node("Trilu", ["p"], ["o"], upper=0), {}),
+    # fmod: TensorFlow registers no gradient for TruncateMod; p as the dividend, then as a broadcast divisor
+    "Mod_fmod_dividend": (lambda: helper.make_node("Mod", ["p", "d"], ["o"], fmod=1),
+                          {"d": np.array([0.7, -0.9, 1.3, -0.45])}),
+    "Mod_fmod_divisor": (lambda: helper.make_node("Mod", ["u", "p"], ["o"], fmod=1),
+                         {"u": np.linspace(-9.3, 8.9, 24).reshape(2, 3, 4)}),
 }
 
 
