@@ -269,13 +269,32 @@ def _pool_geometry(ctx, x):
 
 
 def _run_pool(x, kind, kernel, strides, dilations, n):
+    no_3d_kernel = n == 3 and x.dtype in (tf.float16, tf.float64)
     if all(d == 1 for d in dilations):
+        if no_3d_kernel:
+            return _pool3d_as_2d(x, kind, kernel, strides)
         f = tf.nn.max_pool if kind == "MAX" else tf.nn.avg_pool
         return f(x, kernel, strides, "VALID")
-    y = tf.nn.pool(x, kernel, kind, strides=[1] * n, padding="VALID", dilations=dilations)
+    if no_3d_kernel:
+        y = tf.nn.with_space_to_batch(x, dilations, "VALID", lambda xx, _n, _p: _pool3d_as_2d(xx, kind, kernel,
+                                                                                              [1, 1, 1]))
+    else:
+        y = tf.nn.pool(x, kernel, kind, strides=[1] * n, padding="VALID", dilations=dilations)
     if any(s > 1 for s in strides):
         y = y[(slice(None),) + tuple(slice(None, None, s) for s in strides)]
     return y
+
+
+def _pool3d_as_2d(x, kind, kernel, strides):
+    """A 3-D pooling without padding as two 2-D poolings, for the dtypes TensorFlow has no CPU
+    MaxPool3D/AvgPool3D kernels for (float16, float64; the 2-D ones exist): the window is a box, so
+    pooling over height and width, then over depth, gives the same maximum (or mean) exactly."""
+    f = tf.nn.max_pool2d if kind == "MAX" else tf.nn.avg_pool2d
+    n, d, c = tf.shape(x)[0], tf.shape(x)[1], tf.shape(x)[4]
+    hw = f(tf.reshape(x, tf.concat([[-1], tf.shape(x)[2:]], 0)), kernel[1:], strides[1:], "VALID")
+    h, w = tf.shape(hw)[1], tf.shape(hw)[2]
+    y = f(tf.reshape(hw, tf.stack([n, d, h * w, c])), [kernel[0], 1], [strides[0], 1], "VALID")
+    return tf.reshape(y, tf.stack([n, tf.shape(y)[1], h, w, c]))
 
 
 @op("MaxPool", kind=SPATIAL)
@@ -283,10 +302,7 @@ def _max_pool(ctx, x):
     n, kernel, strides, dilations, pads, extra = _pool_geometry(ctx, x)
     total = [(b, e + ex) for (b, e), ex in zip(pads, extra)]
     padded = _pad_spatial(x, total, _lowest(x.dtype))
-    if x.dtype == tf.float64 and n == 3:
-        y = tf.cast(_run_pool(tf.cast(padded, tf.float32), "MAX", kernel, strides, dilations, n), x.dtype)
-    else:
-        y = _run_pool(padded, "MAX", kernel, strides, dilations, n)
+    y = _run_pool(padded, "MAX", kernel, strides, dilations, n)
     if ctx.n_outputs < 2:
         return y
     if n != 2 or any(d != 1 for d in dilations):

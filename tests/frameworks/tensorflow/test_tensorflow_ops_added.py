@@ -194,3 +194,65 @@ def test_added_op_gradients_match_finite_differences(op):
         lo[idx] -= eps
         expected[idx] = (loss_at(hi) - loss_at(lo)) / (2 * eps)
     np.testing.assert_allclose(grad, expected, rtol=1e-5, atol=1e-6)
+
+
+# TensorFlow has no CPU MaxPool3D/AvgPool3D kernels for float16 and float64: the converter pools twice in 2-D
+POOL3D_CASES = {
+    "max_strided_padded": ("MaxPool", dict(kernel_shape=[2, 3, 2], strides=[2, 1, 2], pads=[1, 1, 0, 0, 1, 1])),
+    "max_dilated": ("MaxPool", dict(kernel_shape=[2, 2, 2], dilations=[2, 1, 2])),
+    "avg_strided": ("AveragePool", dict(kernel_shape=[3, 2, 2], strides=[1, 2, 2])),
+    "avg_padded_exclusive": ("AveragePool", dict(kernel_shape=[2, 2, 3], pads=[1, 0, 1, 0, 1, 1], count_include_pad=0)),
+}
+
+
+def _pool3d_model(case, dtype, x=None):
+    op_type, attrs = POOL3D_CASES[case]
+    onnx_type = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    nodes = [helper.make_node(op_type, ["x"], ["y"], **attrs)]
+    if x is None:
+        graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", onnx_type, [2, 3, 5, 6, 7])],
+                                  [helper.make_tensor_value_info("y", onnx_type, None)])
+    else:  # x a parameter, with a loss whose gradient differs per output element
+        nodes += [helper.make_node("Sigmoid", ["y"], ["s"]), helper.make_node("Mul", ["s", "y"], ["p"]),
+                  helper.make_node("ReduceSum", ["p"], ["loss"], keepdims=0)]
+        graph = helper.make_graph(nodes, "g", [], [helper.make_tensor_value_info("loss", onnx_type, [])],
+                                  initializer=[numpy_helper.from_array(x, "x")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float64])
+@pytest.mark.parametrize("case", sorted(POOL3D_CASES))
+def test_3d_pooling_without_a_tensorflow_kernel_matches_onnx_reference(case, dtype):
+    x = np.random.default_rng(3).standard_normal((2, 3, 5, 6, 7)).astype(dtype)
+    model = _pool3d_model(case, dtype)
+    expected = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    got = d5.executor(d5.load_model(model, check=False), "tensorflow").inference({"x": x})["y"]
+    assert got.shape == expected.shape and got.dtype == expected.dtype
+    tol = 1e-3 if dtype == np.float16 else 1e-12
+    np.testing.assert_allclose(got, expected, rtol=tol, atol=tol)
+
+
+@pytest.mark.requires("torch")
+@pytest.mark.parametrize("case", sorted(POOL3D_CASES))
+def test_3d_pooling_without_a_tensorflow_kernel_gradients_match_torch(case):
+    import torch
+
+    x = np.random.default_rng(4).standard_normal((2, 3, 5, 6, 7))
+    net = d5.load_model(_pool3d_model(case, np.float64, x), check=False)
+    d5.executor(net, "tensorflow").inference_and_backprop({}, "loss")
+    (got,) = net.fetch_tensors(["x_grad"])
+    op_type, attrs = POOL3D_CASES[case]
+    xt = torch.from_numpy(x).requires_grad_()
+    pads = attrs.get("pads", [0] * 6)
+    fill = -np.inf if op_type == "MaxPool" else 0.0
+    padded = torch.nn.functional.pad(xt, [p for i in (2, 1, 0) for p in (pads[i], pads[i + 3])], value=fill)
+    if op_type == "MaxPool":
+        y = torch.nn.functional.max_pool3d(padded, attrs["kernel_shape"], attrs.get("strides", 1),
+                                           dilation=attrs.get("dilations", 1))
+    else:  # count_include_pad=0: the mean over the window's cells inside x
+        ones = torch.nn.functional.pad(torch.ones_like(xt), [p for i in (2, 1, 0) for p in (pads[i], pads[i + 3])])
+        size, stride = attrs["kernel_shape"], attrs.get("strides", 1)
+        y = (torch.nn.functional.avg_pool3d(padded, size, stride) /
+             torch.nn.functional.avg_pool3d(ones, size, stride))
+    (torch.sigmoid(y) * y).sum().backward()
+    np.testing.assert_allclose(got, xt.grad.numpy(), rtol=1e-10, atol=1e-12)
