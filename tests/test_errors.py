@@ -126,7 +126,8 @@ def test_every_exception_class_lives_in_errors_py():
 
 # Errors about a value the caller gave: every raise of one says what it received.
 VALUE_ERRORS = frozenset({"UserError", "UserTypeError", "UserKeyError", "UserAttributeError", "FeedError",
-                          "DeviceError", "ModelError", "UnsupportedOperatorError", "NetemMissing"})
+                          "DeviceError", "ModelError", "UnsupportedOperatorError", "NetemMissing",
+                          "UserIndexError"})
 # Errors about a file's contents, the environment or a failed run, where no value was passed in.
 EXEMPT_ERRORS = {
     "CorruptFileError": "describes a file's bytes (path, offset and fault), not a value the caller passed",

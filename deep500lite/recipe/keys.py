@@ -79,7 +79,7 @@ def _check_value(key: str, value) -> None:
         try:
             KEY_TYPES[key].check(value, f"'{key}'")
         except UserTypeError as exc:  # a float, a string: still the value's fault, said as a ValueError too
-            raise UserError(str(exc)) from None
+            raise UserError(f"{exc}") from None
     elif key.endswith("_args"):
         if not isinstance(value, (list, tuple)):
             raise UserError(f"'{key}' must be a list or tuple of positional arguments. Received: "
