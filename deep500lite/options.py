@@ -315,21 +315,68 @@ class Text(ValueType):
 class Path(Text):
     """A file or folder path: non-empty, no NUL byte or other control character, at most 4,096 characters.
 
-    Nothing is opened here: :mod:`deep500lite.input_files` checks an input when it is read.
+    When the path already exists, what it is must fit its role, checked with ``os.stat`` as the
+    option is parsed (nothing is opened, so a FIFO never blocks here): an input that is a FIFO, a
+    device or a socket, an output that is a folder, a folder that is a file are refused at once,
+    naming the option. A missing input is left to the command, which says what it expected there;
+    :mod:`deep500lite.input_files` checks every input again when it is read.
 
     Args:
-        role: ``"input"`` (a file that is read), ``"output"`` (a file that is written), ``"folder"``
-            (a folder read or written), ``"input-or-name"`` (a file or a bundled name, such as a recipe).
+        role: ``"input"`` (a file that is read), ``"input-or-folder"`` (a file, or a folder of
+            files), ``"input-or-name"`` (a file, a folder or a bundled name, such as a recipe),
+            ``"program"`` (an executable file or a name on PATH), ``"output"`` (a file that is
+            written; ``/dev/null``, ``/dev/stdout`` and ``/dev/stderr`` are allowed), ``"folder"``
+            (a folder read or written).
     """
 
     kind = "path"
+    ROLES = ("input", "input-or-folder", "input-or-name", "program", "output", "folder")
+    #: Special files an output may name.
+    STREAMS = ("/dev/null", "/dev/stdout", "/dev/stderr")
 
     def __init__(self, role: str = "input"):
         super().__init__()
+        if role not in self.ROLES:
+            raise ValueError(f"role must be one of {self.ROLES}. Received: {role!r}")
         self.role = role
 
     def describe(self) -> str:
-        return "a non-empty path without control characters, at most 4,096 characters"
+        what = {"input": "a regular file", "input-or-folder": "a regular file or a folder",
+                "input-or-name": "a name, a regular file or a folder", "program": "an executable file or a name",
+                "output": "the path of a file to write (not a folder)", "folder": "a folder path (not a file)"}
+        return f"{what[self.role]}: a non-empty path without control characters, at most 4,096 characters"
+
+    def parse(self, text: str) -> str:
+        text = super().parse(text)
+        self.check_kind(text)
+        return text
+
+    def check_kind(self, text: str) -> None:
+        """Refuse an existing ``text`` that is not what :attr:`role` allows (see the class documentation)."""
+        import os
+        import stat
+
+        try:
+            mode = os.stat(text).st_mode
+        except (OSError, ValueError):
+            mode = None
+        if mode is None:
+            parent = os.path.dirname(os.path.abspath(text))
+            if self.role in ("output", "folder") and os.path.exists(parent) and not os.path.isdir(parent):
+                raise UserError(f"must be a path inside a folder, but {short(parent)} is a file. Received: "
+                                f"{short(text)}")
+            return
+        kind = ("a folder" if stat.S_ISDIR(mode) else "a regular file" if stat.S_ISREG(mode)
+                else "a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a character device" if stat.S_ISCHR(mode)
+                else "a block device" if stat.S_ISBLK(mode) else "a socket")
+        allowed = {"input": ("a regular file",), "program": ("a regular file",),
+                   "input-or-folder": ("a regular file", "a folder"), "input-or-name": ("a regular file", "a folder"),
+                   "output": ("a regular file",), "folder": ("a folder",)}[self.role]
+        if kind in allowed or (self.role == "output" and os.path.realpath(text) in
+                               {os.path.realpath(s) for s in self.STREAMS}) or text in self.STREAMS:
+            return
+        why = "" if kind in ("a folder", "a regular file") else "; a pipe or a device may block or never end"
+        raise UserError(f"must be {' or '.join(allowed)}, but {short(text)} is {kind}{why}. Received: {short(text)}")
 
 
 class Choice(ValueType):

@@ -54,7 +54,7 @@ def add_subparser(sub):
                         "it (default 120)")
     add_job_limit_options(p, job_flag="--job-timeout")
     add_host_options(p)
-    p.add_argument("--mpiexec", type=Path("input"), default=None, help="the MPI launcher (default: the one beside this Python, else PATH)")
+    p.add_argument("--mpiexec", type=Path("program"), default=None, help="the MPI launcher (default: the one beside this Python, else PATH)")
     p.add_argument("--model", type=Path("input"), default=None, metavar="FILE",
                    help="use this calibration file (from --save-model) instead of calibrating first")
     p.add_argument("--save-model", type=Path("output"), default=None, metavar="FILE",

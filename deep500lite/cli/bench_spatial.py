@@ -47,7 +47,7 @@ def add_subparser(sub):
                         "(allreduced over the ranks) or running statistics in the spatial modes (default: none)")
     p.add_argument("--threads", type=Integer(minimum=1, maximum=4096), default=None,
                    help="intra-op threads per rank (default: CPU count // ranks)")
-    p.add_argument("--mpiexec", type=Path("input"), default=None, help="the MPI launcher (default: the one beside this Python, else PATH)")
+    p.add_argument("--mpiexec", type=Path("program"), default=None, help="the MPI launcher (default: the one beside this Python, else PATH)")
     add_host_options(p)
     p.add_argument("--json", type=Path("output"), default=None, metavar="FILE", help="write every row and step time here")
     p.set_defaults(func=run)

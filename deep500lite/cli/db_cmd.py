@@ -21,7 +21,7 @@ def add_parser(subparsers):
     i = sub.add_parser("import", help="record existing results folders and benchmark JSON files",
                        description="Record results.json files (folders are searched recursively) and the JSON files "
                                    "of bench/model commands in the database. Importing a file twice updates its run.")
-    i.add_argument("paths", type=Path("input"), nargs="+", metavar="PATH",
+    i.add_argument("paths", type=Path("input-or-folder"), nargs="+", metavar="PATH",
                    help="results.json files, folders holding them, bench JSON files")
     i.add_argument("--machine", type=Text(max_length=256), default=None, metavar="NAME",
                    help="the machine of files that do not name one (older files; default: their CPU model)")

@@ -52,7 +52,7 @@ def add_parser(subparsers):
     p.add_argument("--comm-timeout", type=positive_seconds, default=None, metavar="SECONDS",
                    help="set DEEP500LITE_COMM_TIMEOUT: a communication of deep500lite's communicator waiting longer "
                         "raises an error naming the rank and operation (default: none)")
-    p.add_argument("--mpiexec", type=Path("input"), default=None, metavar="PATH",
+    p.add_argument("--mpiexec", type=Path("program"), default=None, metavar="PATH",
                    help="the MPI launcher (default: the mpiexec beside this Python, else on PATH)")
     add_host_options(p)
     # -m MODULE takes the rest of the line, so 'launch -n 2 -m pkg.mod --flag' needs no '--'.

@@ -16,7 +16,7 @@ def add_parser(subparsers):
         "report", help="tables and plots from results files",
         description="Read results files (or folders holding them, searched recursively), print the comparison "
                     "table and the significance of step-time differences, and optionally write plots.")
-    p.add_argument("results", type=Path("input"), nargs="+", metavar="RESULTS", help="results.json files or folders holding them")
+    p.add_argument("results", type=Path("input-or-folder"), nargs="+", metavar="RESULTS", help="results.json files or folders holding them")
     p.add_argument("--format", choices=TABLE_FORMATS, default="table", help="table format (default table)")
     from deep500lite.recipe.compare import GROUP_BY
 

@@ -59,7 +59,7 @@ def add_parser(subparsers):
                         "DIR/results.json: compute/communication split, bytes per step, scaling efficiency")
     d.add_argument("--no-baseline", action="store_true",
                    help="with -n N > 1: skip the 1-rank baseline run (no speedup or scaling efficiency)")
-    d.add_argument("--mpiexec", type=Path("input"), default=None, metavar="PATH",
+    d.add_argument("--mpiexec", type=Path("program"), default=None, metavar="PATH",
                    help="with -n: the MPI launcher (default: the mpiexec beside this Python, else on PATH)")
     add_job_limit_options(d, when="with -n: ")
     add_host_options(d, when="with -n: ")

@@ -79,8 +79,10 @@ def nesterov_variant(momentum_class: type, name: str = "NesterovOptimizer") -> t
     @deep500_arguments(["learning_rate", "momentum", "dampening", "weight_decay"])
     def __init__(self, executor, learning_rate: float = 0.1, momentum: float = 0.9, loss: str = "loss",
                  gradient_modifier=None, dampening: float = 0.0, weight_decay: float = 0.0):
-        momentum_class.__init__(self, executor, learning_rate, momentum, True, loss, gradient_modifier,
-                                dampening=dampening, weight_decay=weight_decay)
+        # keywords only: a positional str would read as Deep500's (executor, loss, ...) form
+        momentum_class.__init__(self, executor, learning_rate=learning_rate, momentum=momentum, nesterov=True,
+                                loss=loss, gradient_modifier=gradient_modifier, dampening=dampening,
+                                weight_decay=weight_decay)
 
     doc = f":class:`{momentum_class.__name__}` with ``nesterov=True`` (the reference's class name)."
     return type(name, (momentum_class,), {"__init__": __init__, "__doc__": doc,

@@ -112,7 +112,7 @@ class TensorFlowOptimizer(Optimizer):
         super().__init__(executor, loss, gradient_modifier)
         self.learning_rate = _number(type(self).__name__, "learning_rate", learning_rate)
         for name, value in hyper.items():
-            setattr(self, name, value if isinstance(value, bool) else _number(type(self).__name__, name, value))
+            setattr(self, name, _number(type(self).__name__, name, value))
         self._keras = None
         self._pairs = None
         self._variables = []
@@ -267,7 +267,7 @@ class MomentumOptimizer(TensorFlowOptimizer):
     def __init__(self, executor, learning_rate: float = 0.1, momentum: float = 0.9, nesterov: bool = False,
                  loss: str = "loss", gradient_modifier=None):
         super().__init__(executor, learning_rate, loss, gradient_modifier, momentum=momentum,
-                         nesterov=bool(nesterov))
+                         nesterov=nesterov)
 
     def make_keras_optimizer(self):
         return keras.optimizers.SGD(learning_rate=self.learning_rate, momentum=self.momentum,
@@ -280,7 +280,8 @@ class NesterovOptimizer(MomentumOptimizer):
     @deep500_arguments(["learning_rate", "momentum"])
     def __init__(self, executor, learning_rate: float = 0.1, momentum: float = 0.9, loss: str = "loss",
                  gradient_modifier=None):
-        super().__init__(executor, learning_rate, momentum, True, loss, gradient_modifier)
+        super().__init__(executor, learning_rate=learning_rate, momentum=momentum, nesterov=True, loss=loss,
+                         gradient_modifier=gradient_modifier)
 
 
 class AdamOptimizer(TensorFlowOptimizer):
