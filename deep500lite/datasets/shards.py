@@ -34,7 +34,7 @@ import numpy as np
 
 from deep500lite.datasets.common import CorruptFileError, missing_file_error
 from deep500lite.datasets.schemas import MAX_SHARD_HEADER_BYTES, SHARD_HEADER_SCHEMA
-from deep500lite.errors import MissingDatasetError, UserError, UserIndexError, format_choices
+from deep500lite.errors import MissingDatasetError, UserError, UserIndexError, UserTypeError, format_choices
 from deep500lite.input_files import input_path, open_input
 from deep500lite.lv2.dataset import Dataset
 from deep500lite.utils import check_schema
@@ -98,6 +98,10 @@ def write_shards(dataset: Dataset, path, batch_size: int = 1024, image_dtype: st
         raise UserError(f"batch_size must be a positive integer. Received: {batch_size!r}")
     if limit is not None and (not isinstance(limit, (int, np.integer)) or isinstance(limit, bool)):
         raise UserError(f"limit must be None or a positive integer. Received: limit={limit!r}")
+    if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
+        raise UserTypeError(f"write_shards takes a dataset (a d5.Dataset: len() and dataset[i]). Received: "
+                            f"{type(dataset).__name__}")
+    input_path(path, "write_shards's path")
     count = len(dataset) if limit is None else min(int(limit), len(dataset))
     if count < 1:
         raise UserError("Cannot write a shard of an empty dataset: give a dataset with samples, and limit None "

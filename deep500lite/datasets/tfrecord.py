@@ -41,7 +41,7 @@ from deep500lite.datasets.common import CorruptFileError
 from deep500lite.errors import ExampleParseError  # noqa: F401 - defined in errors, re-exported here
 from deep500lite.errors import MissingDatasetError, UserError, UserTypeError, format_choices
 from deep500lite.input_files import input_path, open_input
-from deep500lite.options import Flag
+from deep500lite.options import Flag, short
 from deep500lite.utils import check_allocation
 
 __all__ = ["crc32c", "masked_crc32c", "read_tfrecord", "write_tfrecord", "parse_example", "serialize_example",
@@ -477,6 +477,9 @@ def parse_example(record) -> dict[str, np.ndarray]:
     Raises:
         ExampleParseError: the bytes are not a valid ``tf.train.Example``.
     """
+    if not isinstance(record, (bytes, bytearray, memoryview)):
+        raise UserTypeError(f"parse_example takes the bytes of one serialized tf.train.Example (a record of "
+                            f"read_tfrecord). Received: {type(record).__name__} {short(record)}")
     buf = bytes(record)
     entries: dict[str, list] = {}
     for field, wire, value in _fields(buf, 0, len(buf)):

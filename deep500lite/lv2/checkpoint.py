@@ -50,7 +50,9 @@ _SKIP = {"executor", "network", "gradient_modifier", "loss"}
 
 
 def _paths(path) -> tuple[str, str]:
-    path = os.fspath(path)
+    from deep500lite.input_files import input_path
+
+    path = input_path(path, "The checkpoint path")
     for ext in (".json", ".npz"):
         if path.endswith(ext):
             path = path[: -len(ext)]

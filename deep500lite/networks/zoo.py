@@ -114,12 +114,13 @@ def _lookup(name):
 def _check_args(name, batch_size, classes, shape, seed, kwargs):
     fn = _lookup(name)
     if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer))
-                                   or batch_size < 1):
-        raise UserError(f"batch_size must be a positive integer or None. Received: {batch_size!r}")
+                                   or not 1 <= batch_size <= 2**31 - 1):
+        raise UserError(f"batch_size must be an integer from 1 to 2,147,483,647 (2**31 - 1) or None. Received: "
+                        f"{batch_size!r}")
     if isinstance(classes, bool) or not isinstance(classes, (int, np.integer)) or classes < 2:
         raise UserError(f"classes must be an integer >= 2. Received: {classes!r}")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise UserError(f"seed must be an integer >= 0. Received: {seed!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed <= 2**32 - 1:
+        raise UserError(f"seed must be an integer from 0 to 4,294,967,295 (2**32 - 1). Received: {seed!r}")
     try:
         dims = tuple(shape)
     except TypeError:
