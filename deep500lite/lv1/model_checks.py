@@ -77,6 +77,15 @@ def check_versions(proto: onnx.ModelProto, where: str) -> None:
     if ir > onnx.IR_VERSION or ir < MIN_IR_VERSION:
         raise ModelError(f"{where} has IR version {ir}; this installation (onnx {onnx.__version__}) reads IR "
                          f"versions {MIN_IR_VERSION} to {onnx.IR_VERSION}. Received: ir_version {ir}")
+    imports: dict[str, list[int]] = {}
+    for o in proto.opset_import:
+        imports.setdefault("" if o.domain == "ai.onnx" else o.domain, []).append(o.version)
+    twice = {d: v for d, v in imports.items() if len(v) > 1}
+    if twice:
+        domain, versions = next(iter(twice.items()))
+        raise ModelError(f"{where} imports the opset of domain {domain or 'ai.onnx (default)'!r} "
+                         f"{len(versions)} times; a model imports each domain once, so which operator versions "
+                         f"apply is undefined. Received: versions {versions}")
     opset = _default_opset(proto)
     if opset is not None and not 1 <= opset <= newest_opset():
         raise ModelError(f"{where} imports ONNX opset {opset}; the installed onnx {onnx.__version__} defines "
