@@ -177,9 +177,10 @@ def _decode(data: bytes, shown: str, what: str, error) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise error(f"{what} {shown} is not UTF-8 text: byte 0x{data[exc.start]:02x} at offset {exc.start} "
-                    f"cannot be decoded; give a UTF-8 file. Received: {data[max(0, exc.start - 8):exc.start + 8]!r}"
-                    ) from None
+        line = data[:exc.start].count(b"\n") + 1
+        raise error(f"{what} {shown} is not UTF-8 text: byte 0x{data[exc.start]:02x} on line {line} (offset "
+                    f"{exc.start}) cannot be decoded; give a UTF-8 file. Received: "
+                    f"{data[max(0, exc.start - 8):exc.start + 8]!r}") from None
 
 
 def parse_json_text(text: str, what: str, error=UserError, constants: bool = False):
@@ -200,7 +201,8 @@ def parse_json_text(text: str, what: str, error=UserError, constants: bool = Fal
     def constant(name: str):
         if constants:
             return float(name.replace("Infinity", "inf"))
-        raise error(f"{what} holds the literal {name}, which is not JSON; write null or a number. Received: {name}")
+        raise error(f"{what} is not valid JSON: it holds the literal {name}; write null or a number. Received: "
+                    f"{name}")
 
     try:
         return json.loads(text, parse_int=number, parse_constant=constant)
@@ -208,8 +210,8 @@ def parse_json_text(text: str, what: str, error=UserError, constants: bool = Fal
         raise error(f"{what} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}. Received: "
                     f"{text[max(0, exc.pos - 20):exc.pos + 20]!r}") from None
     except RecursionError:
-        raise error(f"{what} nests arrays or objects too deeply to be read; no deep500lite file does. Received: "
-                    "a deeply nested value") from None
+        raise error(f"{what} is not valid JSON for deep500lite: arrays or objects nested too deeply to be read; no "
+                    "deep500lite file does. Received: a deeply nested value") from None
 
 
 def read_input_json(path, what: str = "file", *, limit: int = JSON_LIMIT, error=UserError, missing=None,

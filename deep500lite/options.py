@@ -363,8 +363,8 @@ class Path(Text):
         if mode is None:
             parent = os.path.dirname(os.path.abspath(text))
             if self.role in ("output", "folder") and os.path.exists(parent) and not os.path.isdir(parent):
-                raise UserError(f"must be a path inside a folder, but {short(parent)} is a file. Received: "
-                                f"{short(text)}")
+                raise UserError(f"{short(parent)} is a file, not a folder, so nothing can be written inside it. "
+                                f"Received: {short(text)}")
             return
         kind = ("a folder" if stat.S_ISDIR(mode) else "a regular file" if stat.S_ISREG(mode)
                 else "a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a character device" if stat.S_ISCHR(mode)
@@ -376,7 +376,13 @@ class Path(Text):
                                {os.path.realpath(s) for s in self.STREAMS}) or text in self.STREAMS:
             return
         why = "" if kind in ("a folder", "a regular file") else "; a pipe or a device may block or never end"
-        raise UserError(f"must be {' or '.join(allowed)}, but {short(text)} is {kind}{why}. Received: {short(text)}")
+        if self.role == "folder":
+            what = "a file, not a folder" if kind == "a regular file" else f"{kind}, not a folder"
+        elif self.role == "output":
+            what = f"{kind}, not a file to write"
+        else:
+            what = f"{kind}, not a regular file" + (" or a folder" if "a folder" in allowed else "")
+        raise UserError(f"{short(text)} is {what}{why}; give {' or '.join(allowed)}. Received: {short(text)}")
 
 
 class Choice(ValueType):

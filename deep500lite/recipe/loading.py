@@ -113,8 +113,10 @@ def load_recipe(path_or_name) -> Recipe:
     except UserError as exc:
         raise UserError(f"Recipe '{path}' failed while loading: {exc}") from exc
     except UnicodeDecodeError as exc:
-        raise UserError(f"Recipe '{path}' is not UTF-8 text (byte {exc.start} cannot be decoded); a recipe is a "
-                        f"Python source file. Received: the byte {exc.object[exc.start:exc.start + 1]!r}") from exc
+        line = bytes(exc.object[:exc.start]).count(b"\n") + 1
+        raise UserError(f"Recipe '{path}' is not UTF-8 text (line {line}, byte {exc.start} cannot be decoded); a "
+                        f"recipe is a Python source file. Received: the byte {exc.object[exc.start:exc.start + 1]!r}"
+                        ) from exc
     except SystemExit as exc:
         line = _user_line(exc, path)
         raise UserError(f"Recipe '{path}' exited while loading{line} (sys.exit or exit() at module level); a recipe "
