@@ -17,6 +17,7 @@ temporary folder, so that ``test.model`` is a file path, as in Deep500. ``'Real'
 
 from __future__ import annotations
 
+import io
 import functools
 import glob
 import os
@@ -29,6 +30,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from deep500lite.input_files import read_input_bytes
 from deep500lite.errors import MissingDatasetError
 
 __all__ = ["OnnxTestParser", "OnnxTest", "OnnxTestData"]
@@ -124,7 +126,8 @@ def _numpy_data_sets(model_dir: str) -> list[OnnxTestData]:
     """Older test folders: ``test_data_*.npz`` with positional ``inputs`` and ``outputs``."""
     sets = []
     for path in sorted(glob.glob(os.path.join(model_dir, "test_data_*.npz"))):
-        with np.load(path, encoding="bytes", allow_pickle=False) as data:
+        with np.load(io.BytesIO(read_input_bytes(path, "ONNX test data file")), encoding="bytes",
+                     allow_pickle=False) as data:
             sets.append(OnnxTestData({str(i): v for i, v in enumerate(data["inputs"])},
                                      {str(i): v for i, v in enumerate(data["outputs"])}))
     return sets
@@ -132,8 +135,7 @@ def _numpy_data_sets(model_dir: str) -> list[OnnxTestData]:
 
 def _read_tensor(path: str) -> onnx.TensorProto:
     tensor = onnx.TensorProto()
-    with open(path, "rb") as f:
-        tensor.ParseFromString(f.read())
+    tensor.ParseFromString(read_input_bytes(path, "ONNX test tensor file"))
     return tensor
 
 
