@@ -153,6 +153,9 @@ def run_spatial_benchmark(ranks=(2, 4), batch: int | None = None, size: int = 25
         if len(grid) != 2 or min(grid) < 1 or ranks != [grid[0] * grid[1]]:
             raise UserError(f"A grid of ranks needs one rank count equal to rows x columns. "
                             f"Received: grid {grid} with ranks {ranks}")
+    from deep500lite.registry import import_framework
+
+    import_framework(framework)  # unknown or not installed: one line here, not one traceback per rank
     launcher = find_mpiexec(mpiexec, "bench spatial")
     if hosts is not None:
         from deep500lite.lv3.launch import check_ranks

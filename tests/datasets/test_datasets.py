@@ -382,7 +382,7 @@ def test_readers_name_a_missing_or_unreadable_file(tmp_path):
         with pytest.raises(MissingDatasetError, match=f"'{missing}' does not exist.*Received: '{missing}'") as err:
             read(missing)
         assert isinstance(err.value, FileNotFoundError)
-        with pytest.raises(UserError, match=f"Cannot read dataset file '{tmp_path}'"):
+        with pytest.raises(UserError, match=f"Dataset file '{tmp_path}' is a folder, not a regular file"):
             read(tmp_path)  # a folder
     with pytest.raises(MissingDatasetError, match="Image folder '.*nope' does not exist"):
         datasets.formats.scan_image_folder(str(tmp_path / "nope"))
