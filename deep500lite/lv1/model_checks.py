@@ -302,4 +302,8 @@ def check_model_proto(proto: onnx.ModelProto, where: str) -> None:
     except onnx.checker.ValidationError as exc:
         raise ModelError(f"{where} is not a valid ONNX model: onnx.checker rejects it; fix the model (or load it "
                          f"with check=False). Received: {one_line(exc)}") from None
+    except UnicodeDecodeError as exc:  # onnx's C++ checker reads every name as UTF-8
+        raise ModelError(f"{where} holds a name or string that is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} "
+                         f"cannot be decoded); ONNX names are UTF-8. Received: "
+                         f"{bytes(exc.object[max(0, exc.start - 8):exc.start + 8])!r}") from None
     check_inferred(proto, where)

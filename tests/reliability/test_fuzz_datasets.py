@@ -233,3 +233,52 @@ def test_fuzz_synthetic_tokens_options(options):
         batch = train[np.arange(len(train))]
         assert batch["x"].dtype == np.int64 and (batch["x"][:, 0] == 0).all()
         assert batch["y"].min() >= 0 and batch["y"].max() < options.get("classes", 2)
+
+
+# ------------------------------------------------------------------------ writers and indexing
+_ANY = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(), st.text(max_size=8),
+                              st.binary(max_size=8), st.complex_numbers(allow_nan=True)),
+                    lambda inner: st.lists(inner, max_size=4) | st.tuples(inner, inner), max_leaves=8)
+
+
+@given(st.dictionaries(st.one_of(st.text(max_size=6), st.integers(), st.binary(max_size=4)), _ANY, max_size=3)
+       | _ANY)
+def test_fuzz_serialize_example_any_value(features):
+    out = _outcome(serialize_example, features)
+    if isinstance(out, bytes):  # written: it reads back with the same feature names
+        assert set(parse_example(out)) == set(features)
+
+
+@given(st.lists(_ANY | st.binary(max_size=16), max_size=4) | _ANY)
+def test_fuzz_write_tfrecord_any_records(records):
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "w.tfrecord")
+        out = _outcome(write_tfrecord, path, records)
+        if not isinstance(out, Deep500Error):
+            assert [bytes(r) for r in records] == list(read_tfrecord(path))
+
+
+_SHARD_DATASET = None
+
+
+def _shard_dataset():
+    global _SHARD_DATASET
+    if _SHARD_DATASET is None:
+        folder = tempfile.mkdtemp()
+        path = os.path.join(folder, "s.d5shard")
+        with open(path, "wb") as f:
+            f.write(_SHARD)
+        _SHARD_DATASET = ShardDataset(path, "input", "label")
+    return _SHARD_DATASET
+
+
+@given(st.one_of(st.integers(-2**70, 2**70), st.floats(), st.text(max_size=4), st.none(), st.booleans(),
+                 st.lists(st.one_of(st.integers(-10, 10), st.floats(-10, 10)), max_size=6),
+                 st.builds(slice, st.one_of(st.none(), st.integers(-8, 8)), st.one_of(st.none(), st.integers(-8, 8))),
+                 st.builds(np.array, st.lists(st.integers(-2**40, 2**40), max_size=4))))
+def test_fuzz_shard_dataset_index(index):
+    ds = _shard_dataset()
+    out = _outcome(ds.__getitem__, index)
+    if not isinstance(out, Deep500Error):
+        assert set(out) == {"input", "label"}
+        assert np.ndim(out["label"]) in (0, 1) and np.ndim(out["input"]) == np.ndim(out["label"]) + 3

@@ -9,7 +9,11 @@ to 4, a few hundred bytes), so nothing allocates more than a few kB. The "ci" pr
 tests/conftest.py runs each test on a fixed, seeded set of examples; ``--fuzz-long`` runs longer.
 """
 
+import os
+import tempfile
+
 import numpy as np
+import onnx
 from hypothesis import example, given
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
@@ -138,3 +142,50 @@ def test_fuzz_built_models_load_and_run_or_raise_clean_errors(model):
     net = _loads_or_clean_error(model.SerializeToString())
     if net is not None:
         _run_or_clean_error(net)
+
+
+@given(st.one_of(st.text(max_size=12), st.binary(max_size=12)))
+@example(b"\xff\xfe")  # an attribute name that is not UTF-8
+@example("alpha\x1b[2J\n")
+def test_fuzz_attribute_names_load_or_raise_model_error(name):
+    model = onnx.load_from_string(VALID)
+    attr = model.graph.node[1].attribute.add()
+    # protobuf keeps str fields as UTF-8: raw bytes go in over a placeholder of the same length
+    placeholder = "\u00a7" * len(name) if isinstance(name, bytes) else None
+    attr.name = name if placeholder is None else "Q" * len(name)
+    attr.type = onnx.AttributeProto.FLOAT
+    attr.f = 1.0
+    data = model.SerializeToString()
+    if placeholder is not None and name:
+        data = data.replace(b"\x0a" + bytes([len(name)]) + b"Q" * len(name), b"\x0a" + bytes([len(name)]) + name, 1)
+    net = _loads_or_clean_error(data)
+    if net is not None:
+        assert "\x1b" not in str(getattr(net, "name", ""))
+
+
+@given(st.dictionaries(st.sampled_from(["location", "offset", "length", "checksum", "other"]),
+                       st.text(max_size=12), min_size=1, max_size=4))
+@example({"location": "w.bin", "offset": "abc"})
+@example({"location": "a\x00b"})
+@example({"location": "../../../etc/passwd"})
+@example({"location": "/dev/zero", "length": "99999999999"})
+def test_fuzz_external_data_fields_load_or_raise_model_error(fields):
+    model = onnx.load_from_string(VALID)
+    init = model.graph.initializer[0]
+    init.data_location = TensorProto.EXTERNAL
+    init.ClearField("raw_data")
+    init.ClearField("float_data")
+    for key, value in fields.items():
+        entry = init.external_data.add()
+        entry.key, entry.value = key, value
+    with tempfile.TemporaryDirectory() as folder:
+        with open(os.path.join(folder, "w.bin"), "wb") as f:
+            f.write(np.arange(6, dtype=np.float32).tobytes())
+        path = os.path.join(folder, "m.onnx")
+        with open(path, "wb") as f:
+            f.write(model.SerializeToString())
+        try:
+            d5.load_model(path)
+        except Deep500Error as exc:
+            assert_clean_message(str(exc))
+            assert "\n" not in str(exc), str(exc)
