@@ -17,7 +17,7 @@ import math
 import numpy as np
 
 from deep500lite.errors import UserError, UserTypeError, format_choices
-from deep500lite.options import Integer, check_no_control
+from deep500lite.options import Integer, check_no_control, short
 
 __all__ = ["RECIPE_KEYS", "COMPONENT_KEYS", "REQUIRED_KEYS", "MAX_EPOCHS", "MAX_BATCH_SIZE", "KEY_TYPES"]
 
@@ -106,13 +106,7 @@ def _check_value(key: str, value) -> None:
             check_no_control(value, f"'{key}'")
 
 
-def _short(value, limit: int = 80) -> str:
-    """``repr(value)`` cut to ``limit`` characters (an integer with thousands of digits stays readable)."""
-    try:
-        text = repr(value)
-    except Exception:  # noqa: BLE001 - a user object whose repr fails (or an int past the digit limit)
-        text = f"a {type(value).__name__}"
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+_short = short  # the one cut-down repr (deep500lite.options.short)
 
 
 def _qualified(obj) -> str:
