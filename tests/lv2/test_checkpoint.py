@@ -136,7 +136,7 @@ def test_missing_and_corrupt_files_are_named(tmp_path):
     with pytest.raises(CheckpointError, match=r"c\.npz does not match .*c\.json \(SHA-256 differs\)"):
         load_checkpoint(json_path, target)
     open(json_path, "w").write("{not json")
-    with pytest.raises(CheckpointError, match=r"c\.json is not valid JSON"):
+    with pytest.raises(CheckpointError, match=r"c\.json' is not valid JSON"):
         load_checkpoint(npz_path, target)
     open(json_path, "w").write(json.dumps({"format": "something else"}))
     with pytest.raises(CheckpointError, match="is not a deep500lite checkpoint"):
