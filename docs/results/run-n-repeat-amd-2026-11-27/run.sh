@@ -1,5 +1,5 @@
 #!/bin/bash
-# Issue 18 item 5 with repeated runs: calibrate the allreduce model once at 2 and 4 ranks, then run
+# the scaling check of run -n P with repeated runs: calibrate the allreduce model once at 2 and 4 ranks, then run
 # the recipe RUNS times on 1, 2 and 4 ranks in alternation (auto choosing by the model), and check the
 # prediction against every run; `--check` groups the runs of each rank count (their spread and the
 # prediction's error against their median). SET names a set; CAL= (empty) calibrates interleaved.
@@ -15,10 +15,10 @@ done
 checks=()
 for i in $(seq 1 $RUNS); do
   for n in 1 2 4; do
-    rm -rf /tmp/item5rep-$S-$n-$i
+    rm -rf /tmp/runn-repeat-$S-$n-$i
     DEEP500LITE_ALLREDUCE_MODEL=$PWD/ar-$S.json $D5 run digits_mlp_distributed -n $n \
-      --set distributed_kwargs.algorithm=auto --out /tmp/item5rep-$S-$n-$i > run-$S-n$n-$i.txt 2>&1
-    cp /tmp/item5rep-$S-$n-$i/results.json results-$S-n$n-$i.json
+      --set distributed_kwargs.algorithm=auto --out /tmp/runn-repeat-$S-$n-$i > run-$S-n$n-$i.txt 2>&1
+    cp /tmp/runn-repeat-$S-$n-$i/results.json results-$S-n$n-$i.json
     checks+=(--check results-$S-n$n-$i.json)
   done
 done
