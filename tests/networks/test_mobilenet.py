@@ -136,8 +136,8 @@ def test_forward_and_backward_agree_with_the_reference(framework, reference_step
 @pytest.mark.parametrize("kwargs,match", [
     (dict(shape=(3, 16, 16)), r"at least 32x32 pixels \(it downsamples by 32\). Received: shape=\(3, 16, 16\)"),
     (dict(shape=(64,)), r"mobilenet_v2 takes samples shaped \(C, H, W\)"),
-    (dict(shape=(3, 32, 32), width=0), r"mobilenet_v2 option width must be a number > 0. Received: width=0"),
-    (dict(shape=(3, 32, 32), dropout=-0.1), r"dropout must be a number >= 0 and < 1. Received: dropout=-0.1"),
+    (dict(shape=(3, 32, 32), width=0), r"mobilenet_v2 option 'width' must be a finite number > 0 and <= 1e\+06. Received: 0"),
+    (dict(shape=(3, 32, 32), dropout=-0.1), r"option 'dropout' must be a dropout probability in \[0, 1\). Received: -0.1"),
     (dict(shape=(3, 32, 32), depth=3), r"mobilenet_v2 has no option 'depth'. Its options: 'width', 'dropout'"),
 ])
 def test_bad_arguments_are_user_errors(kwargs, match):

@@ -114,9 +114,9 @@ def test_input_is_int64_token_ids():
     (dict(shape=(3, 8, 8)), r"bert takes samples of token ids shaped \(seq_len,\). Received: shape=\(3, 8, 8\)"),
     (dict(shape=(8,), hidden=10, heads=4), r"hidden must be a multiple of heads. Received: hidden=10, heads=4"),
     (dict(shape=(600,)), r"at most max_positions=512. Received: shape=\(600,\)"),
-    (dict(shape=(8,), layers=0), r"bert option layers must be an integer >= 1. Received: layers=0"),
-    (dict(shape=(8,), dropout=1), r"bert option dropout must be a number >= 0 and < 1. Received: dropout=1"),
-    (dict(shape=(8,), pooler="yes"), r"pooler must be one of True, False. Received: pooler='yes'"),
+    (dict(shape=(8,), layers=0), r"bert option 'layers' must be an integer from 1 to 2,147,483,647. Received: 0"),
+    (dict(shape=(8,), dropout=1), r"bert option 'dropout' must be a dropout probability in \[0, 1\). Received: 1"),
+    (dict(shape=(8,), pooler="yes"), r"bert option 'pooler' must be True or False. Received: str 'yes'"),
     (dict(shape=(8,), depth=3), r"bert has no option 'depth'"),
 ])
 def test_bad_arguments_are_user_errors(kwargs, match):
