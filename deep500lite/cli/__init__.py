@@ -50,6 +50,12 @@ class _Parser(argparse.ArgumentParser):
         self._negative_number_matcher = re.compile(r"^-\.?\d")
 
     def error(self, message):
+        # argparse's own wording for a closed set, in the project's: what is allowed, then what was received
+        import re
+
+        choice = re.fullmatch(r"(argument [^:]+: )invalid choice: (.*) \(choose from (.*)\)", message, re.S)
+        if choice:
+            message = f"{choice.group(1)}must be one of {choice.group(3)}. Received: {choice.group(2)}"
         self.exit(EXIT_USAGE, f"{one_line(self.prog)}: error: {one_line(message)} (see '{one_line(self.prog)} "
                               "--help')\n")
 

@@ -140,7 +140,7 @@ def test_bad_values_are_user_errors(call, message):
 
 def test_cli_bad_values_one_line_exit_2():
     for args, message in ((("--size", "huge"), "Received: 'huge'"), (("--suite", "fft"), "unknown: 'fft'"),
-                          (("--format", "html"), "argument --format: invalid choice: 'html'")):
+                          (("--format", "html"), "argument --format: must be one of 'table', 'markdown', 'csv'. Received: 'html'")):
         proc = run_cli("bench", "op", *args)
         assert proc.returncode == 2, proc.stderr
         assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1

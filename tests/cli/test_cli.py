@@ -23,7 +23,7 @@ def test_no_subcommand_prints_help_and_exits_2():
 
 
 def test_unknown_subcommand():
-    _one_line_error(run_cli("frobnicate"), "invalid choice: 'frobnicate'", "'env', 'list', 'infer'")
+    _one_line_error(run_cli("frobnicate"), "Received: 'frobnicate'", "'env', 'list', 'infer'")
 
 
 def test_env_reports_versions_and_machine():
@@ -63,7 +63,7 @@ def test_list_names_everything():
     for word in ("frameworks:", "reference", "torch", "datasets:", "digits", "networks:", "lenet", "recipes:"):
         assert word in proc.stdout
     assert run_cli("list", "networks").stdout.splitlines()[0] == "networks:"
-    _one_line_error(run_cli("list", "models"), "invalid choice: 'models'")
+    _one_line_error(run_cli("list", "models"), "must be one of", "Received: 'models'")
 
 
 def test_infer_reference_prints_outputs_and_latency(lenet_file):
