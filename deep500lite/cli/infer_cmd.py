@@ -128,7 +128,7 @@ def run(args) -> int:
         return 0
 
     results = _run_all(d5, network, frameworks, feeds, args.device)
-    print(terminal(_comparison(results, frameworks, feeds, args)))
+    print("\n".join(terminal(line) for line in _comparison(results, frameworks, feeds, args).split("\n")))
     return 2 if any(results[fw][2] is not None for fw in frameworks) else 0
 
 
