@@ -81,9 +81,9 @@ def test_the_first_allreduce_after_compute_costs_what_the_model_measured_for_a_c
     (["no_such_recipe"], "built-in network ('alexnet'"),
     (["alexnet", "--nodes", "8..2"], "LOW..HIGH"),
     (["alexnet", "--io", "tape"], "one of 'packed', 'small-files'"),
-    (["alexnet", "--format", "pdf"], "--format must be one of"),
-    (["alexnet", "--batch", "0"], "at least 1 sample"),
-    (["alexnet", "--algorithm", "fastest"], "Allowed values are 'auto'"),
+    (["alexnet", "--format", "pdf"], "--format: must be one of"),
+    (["alexnet", "--batch", "0"], "--batch: must be a finite number >= 1 (samples)"),
+    (["alexnet", "--algorithm", "fastest"], "--algorithm: must be one of 'auto'"),
 ])
 def test_bad_input_is_one_line_with_exit_2(argv, allowed, capsys):
     rc = main(["model", "scaling", *argv])
@@ -197,14 +197,14 @@ def test_scheme_spatial_and_tensor_equal_the_formulas(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv,allowed", [
-    (["--scheme", "pipe"], "--scheme must be one of 'data', 'pipeline', 'spatial', 'tensor'"),
-    (["--scheme", "pipeline", "--micro-batches", "0"], "--micro-batches must be an integer >= 1"),
+    (["--scheme", "pipe"], "--scheme: must be one of 'data', 'pipeline', 'spatial', 'tensor'"),
+    (["--scheme", "pipeline", "--micro-batches", "0"], "--micro-batches: must be an integer from 1 to"),
     (["--micro-batches", "4"], "--micro-batches belongs to --scheme pipeline"),
     (["--scheme", "tensor", "--halo-bytes", "10"], "--halo-bytes belongs to --scheme spatial"),
     (["--scheme", "spatial"], "--scheme spatial needs --halo-bytes"),
     (["--scheme", "spatial", "--halo-bytes", "10,x"], "--halo-bytes must be comma-separated finite numbers"),
     (["--scheme", "tensor", "--weak"], "strong scaling"),
-    (["--scheme", "pipeline", "--activation-bytes", "-1"], "--activation-bytes must be a finite number >= 0"),
+    (["--scheme", "pipeline", "--activation-bytes", "-1"], "--activation-bytes: must be a finite number >= 0"),
     (["--scheme", "pipeline", "--nodes", "64"], "at most 11 stages"),
 ])
 def test_bad_scheme_input_is_one_line_with_exit_2(argv, allowed, capsys):

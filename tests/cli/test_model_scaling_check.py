@@ -85,8 +85,8 @@ def test_bad_check_input_is_one_line_with_exit_2(tmp_path, capsys):
     data["distributed"]["aggregate"]["step_time"]["median"] = 0.0
     zero.write_text(json.dumps(data))
     cases = [
-        (["--check", str(tmp_path / "missing.json")], "cannot be read as JSON"),
-        (["--check", str(broken)], "cannot be read as JSON"),
+        (["--check", str(tmp_path / "missing.json")], "does not exist"),
+        (["--check", str(broken)], "is not valid JSON"),
         (["--check", str(no_steps)], "no summaries.step_time with median"),
         (["--check", str(zero)], "median step must be positive"),
         (["--nodes", "1,2", "--check", str(RUNS[4])], "a run on 4 ranks, which this sweep does not predict"),
