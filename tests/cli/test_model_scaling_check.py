@@ -90,8 +90,8 @@ def test_bad_check_input_is_one_line_with_exit_2(tmp_path, capsys):
         (["--check", str(no_steps)], "no summaries.step_time with median"),
         (["--check", str(zero)], "median step must be positive"),
         (["--nodes", "1,2", "--check", str(RUNS[4])], "a run on 4 ranks, which this sweep does not predict"),
-        (["--check", str(RUNS[2]), "--tolerance", "0"], "--tolerance must be a positive fraction"),
-        (["--check", str(RUNS[2]), "--tolerance", "nan"], "--tolerance must be a positive fraction"),
+        (["--check", str(RUNS[2]), "--tolerance", "0"], "--tolerance: must be a fraction > 0"),
+        (["--check", str(RUNS[2]), "--tolerance", "nan"], "--tolerance: must be a fraction > 0"),
     ]
     for extra, expected in cases:
         rc = main([*BASE, *extra])
