@@ -31,8 +31,9 @@ Hierarchy::
     ├── ModelExportError (RuntimeError)    a framework's ONNX exporter that failed on a model
     ├── NonFiniteLossError (FloatingPointError)
     ├── CommunicationTimeout (TimeoutError)
-    └── JobTimeout (RuntimeError)          an MPI job killed at its time limit
-        └── StartupTimeout                 a rank that never reached MPI initialisation
+    ├── JobTimeout (RuntimeError)          an MPI job killed at its time limit
+    │   └── StartupTimeout                 a rank that never reached MPI initialisation
+    └── RankFailure (RuntimeError)         a rank that exited, raised, crashed or was killed: the job was ended
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ __all__ = [
     "CommunicationTimeout",
     "JobTimeout",
     "StartupTimeout",
+    "RankFailure",
     "format_choices",
 ]
 
@@ -239,6 +241,21 @@ class JobTimeout(Deep500Error, RuntimeError):
 
 class StartupTimeout(JobTimeout):
     """A rank of an MPI job did not reach MPI initialisation in time; the job was killed."""
+
+
+class RankFailure(Deep500Error, RuntimeError):
+    """A rank of an MPI job exited early or with an error status, raised, or was killed by a signal; the
+    whole job was ended. The message names the rank and the cause.
+
+    Attributes:
+        status: the exit status that stands for the rank's end (a signal N as 128 + N), for a
+            command that passes it on (``deep500lite launch``).
+        traceback: the rank's traceback, when an exception ended it (else None).
+    """
+
+    def __init__(self, message: str, status: int = 1, traceback: str | None = None):
+        super().__init__(message)
+        self.status, self.traceback = status, traceback
 
 
 def format_choices(choices) -> str:

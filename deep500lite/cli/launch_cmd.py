@@ -15,10 +15,11 @@ import argparse
 import importlib.util
 import os
 import shutil
+import stat
 import sys
 
 from deep500lite.cli.args import add_host_options, hosts_from_args, positive_int, positive_seconds
-from deep500lite.errors import Deep500Error, StartupTimeout, UserError
+from deep500lite.errors import Deep500Error, RankFailure, StartupTimeout, UserError
 from deep500lite.lv3.hosts import launcher_args
 from deep500lite.lv3.launch import (DEFAULT_JOB_TIMEOUT, DEFAULT_STARTUP_TIMEOUT, JOB_TIMEOUT_ENV, STARTUP_TIMEOUT_ENV,
                                     JobTimeout, check_ranks, find_mpiexec, oversubscription_note, resolve_timeouts,
@@ -144,6 +145,17 @@ def check_command(command: list[str]) -> None:
     if not os.path.exists(rest[0]):
         raise UserError(f"launch cannot find the script {rest[0]!r} (relative paths start at {os.getcwd()}); no "
                         f"rank was started. Received: {rest[0]!r}")
+    if os.path.isdir(rest[0]):
+        if not os.path.isfile(os.path.join(rest[0], "__main__.py")):
+            raise UserError(f"launch runs a Python script, but {rest[0]!r} is a folder without a __main__.py (Python "
+                            f"runs a folder only through its __main__.py); no rank was started. Received: a folder "
+                            f"{rest[0]!r}")
+    elif not stat.S_ISREG(os.stat(rest[0]).st_mode):
+        raise UserError(f"launch runs a Python script, a regular file, but {rest[0]!r} is not one (a pipe, a device "
+                        f"or a socket); no rank was started. Received: {rest[0]!r}")
+    elif not os.access(rest[0], os.R_OK):
+        raise UserError(f"launch cannot read the script {rest[0]!r} (no read permission); no rank was started. "
+                        f"Received: {rest[0]!r}")
 
 
 def run(args) -> int:
@@ -169,6 +181,10 @@ def run(args) -> int:
         return run_job(cmd, timeout=job_timeout, env=env, startup_timeout=startup_timeout, hosts=hosts)
     except StartupTimeout:
         raise
+    except RankFailure as exc:
+        # the rank's exit status is the job's, as mpiexec would give it; the cause in one line
+        print(f"deep500lite launch: error: {exc}", file=sys.stderr)
+        return exc.status
     except JobTimeout:
         print(f"deep500lite launch: the job did not end within {job_timeout:g} s and was killed: {' '.join(cmd)}",
               file=sys.stderr)

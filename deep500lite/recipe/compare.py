@@ -4,8 +4,11 @@
 executor=FW`` (:mod:`deep500lite.recipe.worker`), once per framework (``repeats`` times each,
 interleaved: all frameworks once, then again; or ``runs`` times each with the seeds ``seed``,
 ``seed + 1``, ...), every run in a new Python process, so no framework's threads, caches or
-allocator state touch another's measurement. Each run writes its results file;
-:func:`compare_results` reads them back and computes, per framework:
+allocator state touch another's measurement. Each run writes its folder whole: into a staging
+folder swapped in at its end (:mod:`deep500lite.recipe.staging`), so a run that fails or is
+interrupted leaves the framework's previous results as they were; the worker dies with the
+comparison (Ctrl-C, SIGTERM, even SIGKILL of it). :func:`compare_results` reads the results files
+back and computes, per framework:
 
 - final test accuracy, time to the recipe's target accuracy (compilation left out) and, over
   three or more seeds, MLPerf's score of it (the fastest and slowest runs dropped, the mean of
@@ -33,6 +36,7 @@ p-values than more steps.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -198,26 +202,67 @@ def _child_command(recipe_path: str, framework: str, out: str, sets: Sequence[st
 
 
 def _run_child(cmd: list[str], out: str, prefix: str, stream) -> tuple[int, str]:
-    """Run one child, streaming its stdout with ``prefix``; stderr goes to ``out/stderr.log``."""
-    os.makedirs(out, exist_ok=True)
+    """Run one worker, streaming its stdout with ``prefix``; stderr goes to ``out/stderr.log``.
+
+    The worker runs in a session of its own and dies with this process (``PR_SET_PDEATHSIG``):
+    whatever ends this function (Ctrl-C, SIGTERM, SIGHUP, an error) kills the worker and every
+    process below it, and ``kill -9`` of this process kills the worker.
+    """
+    from deep500lite.processes import die_with_parent, kill_tree, signals_held
+
     log_path = os.path.join(out, "stderr.log")
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     with open(log_path, "w", encoding="utf-8") as log:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, env=env, bufsize=1)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, env=env, bufsize=1,
+                                start_new_session=True, preexec_fn=die_with_parent())
         try:
             for line in proc.stdout:
                 stream.write(prefix + line.rstrip("\n") + "\n")
                 stream.flush()
+            code = proc.wait()
+        except BaseException:
+            with signals_held():
+                kill_tree(proc.pid)
+                proc.wait()
+            raise
         finally:
             proc.stdout.close()
-            code = proc.wait()
     last = ""
     if code != 0:
         with open(log_path, encoding="utf-8", errors="replace") as f:
             lines = [ln.strip() for ln in f if ln.strip()]
         last = lines[-1] if lines else f"exit status {code}"
     return code, last
+
+
+class _RunFailed(Exception):  # noqa: N818 - internal: discards a staging folder, never leaves this module
+    pass
+
+
+def _run_staged(cmd_for, folder: str, prefix: str, stream) -> tuple[int, str, str | None]:
+    """One worker run into a staging folder that replaces ``folder`` whole when the run wrote its results.
+
+    A failed or interrupted run leaves ``folder`` as it was; a failed run's log is kept beside it
+    (``FOLDER.stderr.log``, which a later successful run removes).
+
+    Returns:
+        ``(exit status, last line of stderr, the failed run's log or None)``.
+    """
+    from deep500lite.recipe.staging import staged_folder
+
+    failed_log = os.path.normpath(folder) + ".stderr.log"
+    try:
+        with staged_folder(folder) as work:
+            code, last = _run_child(cmd_for(work), work, prefix, stream)
+            if code not in (0, 1) or not os.path.isfile(os.path.join(work, "results.json")):
+                shutil.copyfile(os.path.join(work, "stderr.log"), failed_log)
+                raise _RunFailed
+    except _RunFailed:
+        return code, last or f"exit status {code} and no results.json", failed_log
+    if os.path.exists(failed_log):
+        os.remove(failed_log)
+    return code, last, None
 
 
 def run_comparison(recipe, frameworks: Sequence[str], repeats: int = 1, out: str | None = None,
@@ -300,15 +345,15 @@ def run_comparison(recipe, frameworks: Sequence[str], repeats: int = 1, out: str
             stream.write(f"{prefix}starting{tag} in a new process\n")
             stream.flush()
             started = time.perf_counter()
-            cmd = _child_command(loaded.path, fw, folder, sets, run_seed, divergence=(r == 0))
-            code, last = _run_child(cmd, folder, prefix, stream)
-            results_file = os.path.join(folder, "results.json")
-            if code in (0, 1) and os.path.isfile(results_file):
-                paths.append(results_file)
+            code, last, failed_log = _run_staged(
+                lambda work, fw=fw, run_seed=run_seed, r=r: _child_command(loaded.path, fw, work, sets, run_seed,
+                                                                            divergence=(r == 0)),
+                folder, prefix, stream)
+            if failed_log is None:
+                paths.append(os.path.join(folder, "results.json"))
                 state = "done" if code == 0 else "done (an acceptable metric failed)"
             else:
-                failures.append({"framework": fw, "run": r + 1, "status": code, "error": last,
-                                 "log": os.path.join(folder, "stderr.log")})
+                failures.append({"framework": fw, "run": r + 1, "status": code, "error": last, "log": failed_log})
                 state = f"FAILED (exit status {code}): {last}"
             stream.write(f"{prefix}{state} in {time.perf_counter() - started:.1f} s\n")
             stream.flush()

@@ -14,9 +14,9 @@ set or the new complete set, never a mix, whatever moment the run is interrupted
 - a target that holds files other than a run's outputs (``--out .``), or is a symbolic link, is
   never swapped or deleted: the new files are moved into it one by one, ``results.json`` last.
 
-An exception (Ctrl-C included) removes the staging folder and leaves the old set as it was;
-SIGINT and SIGTERM are held back during the renames themselves, so they never stop a swap
-half-way.
+An exception (Ctrl-C, and SIGTERM or SIGHUP in the CLI, included) removes the staging folder and
+leaves the old set as it was; SIGINT, SIGTERM and SIGHUP are held back during the renames and the
+removal themselves, so they never stop either half-way.
 A process killed outright (SIGKILL) leaves its staging folder behind: the next run into the
 same target removes staging folders whose process is gone, and ``deep500lite report`` skips
 every staging folder (:func:`is_staging_name`).
@@ -32,6 +32,7 @@ import secrets
 import shutil
 
 from deep500lite.errors import UserError
+from deep500lite.processes import signals_held
 
 __all__ = ["staged_folder", "recover", "restore_aside", "is_staging_name", "published_path", "RUN_OUTPUTS"]
 
@@ -186,28 +187,12 @@ def staged_folder(target):
                             f"folder for --out. Received: {target!r}") from exc
         yield work
         try:
-            with _signals_held():
+            with signals_held():
                 _commit(work, target, token)
         except OSError as exc:
             raise UserError(f"Cannot move the new results into '{target}' ({exc.strerror or exc}); the old results "
                             f"are left as they were. Received: {target!r}") from exc
     finally:
         if os.path.exists(work):
-            shutil.rmtree(work, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def _signals_held():
-    """Hold SIGINT and SIGTERM back while the folders are renamed (delivered right after)."""
-    import signal
-    import threading
-
-    held = {signal.SIGINT, signal.SIGTERM}
-    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+            with signals_held():  # a second Ctrl-C does not leave half a staging folder behind
+                shutil.rmtree(work, ignore_errors=True)
