@@ -46,6 +46,8 @@ if TYPE_CHECKING:  # pragma: no cover - for annotations only
 
 __all__ = [
     "Deep500Error",
+    "NetemMissing",
+    "SignalReceived",
     "UserError",
     "UserTypeError",
     "UserAttributeError",
@@ -256,6 +258,22 @@ class RankFailure(Deep500Error, RuntimeError):
     def __init__(self, message: str, status: int = 1, traceback: str | None = None):
         super().__init__(message)
         self.status, self.traceback = status, traceback
+
+
+class NetemMissing(UserError):
+    """``--latency`` asked of a kernel without the netem queueing discipline."""
+
+
+class SignalReceived(Deep500Error):
+    """A signal (SIGINT, SIGTERM, ...) that a command turned into an exception to clean up before it ends.
+
+    Attributes:
+        signum: the signal's number.
+    """
+
+    def __init__(self, signum: int):
+        super().__init__(f"stopped by signal {signum}")
+        self.signum = signum
 
 
 def format_choices(choices) -> str:
