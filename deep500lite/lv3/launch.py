@@ -28,6 +28,7 @@ SIGKILL.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import shutil
@@ -41,7 +42,7 @@ from deep500lite.errors import JobTimeout  # noqa: F401 - defined in errors, re-
 from deep500lite.errors import RankFailure, StartupTimeout, UserError
 from deep500lite.lv3.job_watch import JobChannel, describe_failures
 from deep500lite.lv3.rank_start import CHANNEL_ENV, EXEC_FLAG, REPORT_ENV
-from deep500lite.processes import descendants, die_with_parent, kill_pids, kill_tree, signals_held
+from deep500lite.processes import descendants, die_with_parent, kill_pids, kill_tree, signals_held, wait_gone
 
 __all__ = ["find_mpiexec", "run_job", "JobTimeout", "StartupTimeout", "resolve_timeouts", "check_ranks",
            "usable_cores", "oversubscription_note", "max_sensible_ranks", "DEFAULT_JOB_TIMEOUT",
@@ -194,6 +195,17 @@ def check_ranks(ranks, flag: str = "-n", oversubscribe: bool = False, hosts=None
     return ranks
 
 
+@functools.lru_cache(maxsize=8)
+def _is_hydra(mpiexec: str) -> bool:
+    """Whether ``mpiexec`` is MPICH's hydra (it says so in ``--version``)."""
+    try:
+        out = subprocess.run([mpiexec, "--version"], capture_output=True, text=True, timeout=30,
+                             stdin=subprocess.DEVNULL).stdout
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return "HYDRA" in out
+
+
 def _watched(cmd: list[str], programs: bool = True) -> tuple[list[str], int | None, bool]:
     """``cmd`` with every rank under a supervisor (:mod:`~deep500lite.lv3.rank_start`), its rank count, and
     whether the ranks are Python (``python -m mpi4py`` becomes ``python RANK_START``; with ``programs``, any
@@ -257,6 +269,8 @@ def run_job(cmd: list[str], timeout: float | None = None, env: dict | None = Non
         startup_timeout = _seconds(startup_timeout, "startup_timeout", "startup_timeout=")
     given = list(cmd)
     cmd, ranks, python = _watched(given, programs=hosts is None)
+    if ranks and _is_hydra(cmd[0]):
+        cmd.insert(1, "-disable-auto-cleanup")
     sys.stdout.flush()
     sys.stderr.flush()
     grace = KILL_GRACE if hosts is not None else 0.0
@@ -366,6 +380,7 @@ def _end(proc: subprocess.Popen, channel: JobChannel | None, ranks: int | None, 
     # too, so that no rank outlives the job (a process still in its tree was stopped and killed above).
     kill_pids(below)
     proc.wait()
+    wait_gone(below, _SOFT_END)  # SIGKILL is delivered at once, but a process takes a moment to be gone
 
 
 def _who(ranks, total: int) -> str:

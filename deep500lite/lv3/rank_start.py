@@ -14,9 +14,11 @@ program that is not Python. With the launcher's address in the environment (:dat
    initialisation (its first import of ``mpi4py.MPI``), the end of its code with the exit status,
    or the exception that ended it with its traceback (which the launcher prints once, instead of
    every rank printing the same one); :func:`report_failure` gives the launcher a one-line cause;
-4. the supervisor reports how the child ended (its exit status, or the signal that killed it), then
-   exits with that status, a signal N as 128 + N, so that MPICH's launcher does not print its
-   multi-line "BAD TERMINATION" block (the launcher names the rank and the signal in one line). It
+4. the supervisor reports how the child ended (its exit status, or the signal that killed it). After
+   a failure it waits for the launcher's ``end`` and then exits with status 0, so that MPICH's
+   launcher neither kills the other ranks itself nor prints its multi-line "BAD TERMINATION" block
+   (the launcher names the rank and the cause in one line); otherwise (and when the launcher is
+   gone) it exits with the rank's status, a signal N as 128 + N. It
    passes the signals it gets (SIGINT, SIGTERM, SIGHUP, SIGUSR1, ...) on to the child, and kills the
    child's process group when the launcher says ``end`` or the connection closes (the launcher died).
 
@@ -278,6 +280,7 @@ def _supervise(conn, child: int, events: int) -> None:
     selector.register(events, selectors.EVENT_READ, "rank")
     pending = b""
     status = None
+    told_end = False
     while status is None:
         for key, _ in selector.select(_POLL_SECONDS):
             if key.data == "rank":
@@ -296,7 +299,9 @@ def _supervise(conn, child: int, events: int) -> None:
             if not data:  # the launcher is gone: so is the job
                 launcher_up = False
                 selector.unregister(conn)
-            if not data or b"end" in data:
+            if data and b"end" in data:
+                told_end = True
+            if not data or told_end:
                 _kill_group(child)
         pid, status = os.waitpid(child, os.WNOHANG)
         if pid == 0:
@@ -315,11 +320,38 @@ def _supervise(conn, child: int, events: int) -> None:
     else:
         code = os.waitstatus_to_exitcode(status) if hasattr(os, "waitstatus_to_exitcode") else status >> 8
         send((json.dumps({"event": "exit", "status": code}) + "\n").encode())
+    if code and launcher_up and not told_end:
+        told_end = _hold(conn)
     try:
         conn.close()
     except OSError:
         pass
-    os._exit(code)
+    os._exit(0 if told_end else code)
+
+
+def _hold(conn, within: float = 60.0) -> bool:
+    """After a failed rank: wait (up to ``within`` seconds) until the launcher says ``end`` or goes away.
+
+    The launcher ends the job itself; a supervisor that exited with the failure at once would race
+    it, and MPICH's launcher would kill the other ranks and print its "BAD TERMINATION" block.
+
+    Returns:
+        True when the launcher said ``end`` (the job's end is its to report: the supervisor exits 0).
+    """
+    import time
+
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        conn.settimeout(max(0.01, deadline - time.monotonic()))
+        try:
+            data = conn.recv(4096)
+        except (TimeoutError, OSError):
+            return False
+        if not data:
+            return False
+        if b"end" in data:
+            return True
+    return False
 
 
 def main() -> None:
