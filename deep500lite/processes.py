@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 
-__all__ = ["die_with_parent", "descendants", "kill_pids", "kill_tree", "signals_unwind", "signals_held",
+__all__ = ["die_with_parent", "descendants", "identify", "kill_pids", "kill_tree", "signals_unwind", "signals_held",
            "terminated_by", "wait_gone", "UNWIND_SIGNALS", "signal_name"]
 
 #: The signals :func:`signals_unwind` turns into :class:`SystemExit` (SIGINT raises KeyboardInterrupt already).
@@ -108,12 +108,32 @@ def descendants(pid: int) -> list[int]:
 
 
 def kill_pids(pids, signum: int = signal.SIGKILL) -> None:
-    """Send ``signum`` (SIGKILL) to each process of ``pids``; those already gone (or not ours) are skipped."""
+    """Send ``signum`` (SIGKILL) to each process of ``pids``; those already gone (or not ours) are skipped.
+
+    ``pids`` may be a mapping from :func:`identify`: a process is then signalled only while it is
+    still the one seen then (same start time), never another that was given its number since.
+    """
     for pid in pids:
+        if isinstance(pids, dict) and _started(pid) != pids[pid]:
+            continue
         try:
             os.kill(pid, signum)
         except (ProcessLookupError, PermissionError):
             pass
+
+
+def _started(pid: int) -> int | None:
+    """The process's start time (clock ticks after boot, /proc/PID/stat field 22), None when gone or unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def identify(pids) -> dict[int, int | None]:
+    """``{pid: start time}`` of ``pids``, for :func:`kill_pids` to tell them from later processes of the same numbers."""
+    return {pid: _started(pid) for pid in pids}
 
 
 def kill_tree(pid: int, include_root: bool = True) -> list[int]:
@@ -182,15 +202,39 @@ def signals_unwind():
 
 @contextlib.contextmanager
 def signals_held():
-    """Hold SIGINT, SIGTERM and SIGHUP back while inside (delivered right after); main thread only."""
-    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+    """Hold SIGINT, SIGTERM and SIGHUP back while inside (delivered right after); main thread only.
+
+    The signals are taken by a handler that notes them and raised again on the way out, with the
+    handlers of before in place. (Blocking them with ``pthread_sigmask`` would not do: it blocks
+    them in the calling thread only, and a process-wide signal then goes to another thread, a
+    BLAS pool's say, and Python still runs its handler in the main thread.)
+    """
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
+    pending: list[int] = []
+
+    def note(signum, frame):
+        pending.append(signum)
+
+    previous = {}
+    for signum in _HELD:
+        before = signal.getsignal(signum)
+        if before is None:  # a handler not installed from Python: left alone
+            continue
+        try:
+            signal.signal(signum, note)
+        except (ValueError, OSError):
+            continue
+        previous[signum] = before
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        for signum, handler in previous.items():
+            with contextlib.suppress(ValueError, OSError, TypeError):
+                signal.signal(signum, handler)
+        for signum in dict.fromkeys(pending):
+            signal.raise_signal(signum)
 
 
 def wait_gone(pids, within: float) -> list[int]:

@@ -42,7 +42,7 @@ from deep500lite.errors import JobTimeout  # noqa: F401 - defined in errors, re-
 from deep500lite.errors import RankFailure, StartupTimeout, UserError
 from deep500lite.lv3.job_watch import JobChannel, describe_failures
 from deep500lite.lv3.rank_start import CHANNEL_ENV, EXEC_FLAG, REPORT_ENV
-from deep500lite.processes import descendants, die_with_parent, kill_pids, kill_tree, signals_held, wait_gone
+from deep500lite.processes import descendants, die_with_parent, identify, kill_pids, kill_tree, signals_held, wait_gone
 
 __all__ = ["find_mpiexec", "run_job", "JobTimeout", "StartupTimeout", "resolve_timeouts", "check_ranks",
            "usable_cores", "oversubscription_note", "max_sensible_ranks", "DEFAULT_JOB_TIMEOUT",
@@ -360,7 +360,7 @@ def _end(proc: subprocess.Popen, channel: JobChannel | None, ranks: int | None, 
     if proc.poll() is not None:
         proc.wait()
         return
-    below = descendants(proc.pid)
+    below = identify(descendants(proc.pid))
     if channel is not None and ranks and channel.all_connected(ranks):
         channel.end_ranks()
         deadline = time.monotonic() + _SOFT_END + grace
@@ -375,7 +375,8 @@ def _end(proc: subprocess.Popen, channel: JobChannel | None, ranks: int | None, 
         except (subprocess.TimeoutExpired, ProcessLookupError):
             pass
     if proc.poll() is None:
-        below += kill_tree(proc.pid)
+        for pid, started in identify(kill_tree(proc.pid)).items():
+            below.setdefault(pid, started)
     # MPICH's hydra starts its proxy and every rank in sessions of their own: what the tree had is killed by pid
     # too, so that no rank outlives the job (a process still in its tree was stopped and killed above).
     kill_pids(below)
