@@ -96,9 +96,9 @@ def _children_table() -> dict[int, list[int]]:
     return children
 
 
-def descendants(pid: int) -> list[int]:
-    """The processes below ``pid`` (from /proc; empty where there is none, or no /proc)."""
-    children = _children_table()
+def descendants(pid: int, children: dict[int, list[int]] | None = None) -> list[int]:
+    """The processes below ``pid`` (from /proc, or the ``children`` table given; empty where there is none)."""
+    children = _children_table() if children is None else children
     found, todo = [], [pid]
     while todo:
         for child in children.get(todo.pop(), []):
@@ -149,13 +149,7 @@ def kill_tree(pid: int, include_root: bool = True) -> list[int]:
     seen: list[int] = [pid] if include_root else []
     kill_pids(seen, signal.SIGSTOP)
     for _ in range(20):
-        children = _children_table()
-        found, todo = [], [pid]
-        while todo:
-            for child in children.get(todo.pop(), []):
-                found.append(child)
-                todo.append(child)
-        new = [p for p in found if p not in seen]
+        new = [p for p in descendants(pid, _children_table()) if p not in seen]
         if not new:
             break
         kill_pids(new, signal.SIGSTOP)
@@ -186,18 +180,29 @@ def signals_unwind():
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    with _handled(UNWIND_SIGNALS, _raise):
+        yield
+
+
+@contextlib.contextmanager
+def _handled(signums, handler):
+    """``handler`` for ``signums`` while inside (those with a handler not installed from Python are left alone)."""
     previous = {}
-    for signum in UNWIND_SIGNALS:
+    for signum in signums:
+        before = signal.getsignal(signum)
+        if before is None:
+            continue
         try:
-            previous[signum] = signal.signal(signum, _raise)
+            signal.signal(signum, handler)
         except (ValueError, OSError):
-            pass
+            continue
+        previous[signum] = before
     try:
         yield
     finally:
-        for signum, handler in previous.items():
+        for signum, before in previous.items():
             with contextlib.suppress(ValueError, OSError, TypeError):
-                signal.signal(signum, handler)
+                signal.signal(signum, before)
 
 
 @contextlib.contextmanager
@@ -217,22 +222,10 @@ def signals_held():
     def note(signum, frame):
         pending.append(signum)
 
-    previous = {}
-    for signum in _HELD:
-        before = signal.getsignal(signum)
-        if before is None:  # a handler not installed from Python: left alone
-            continue
-        try:
-            signal.signal(signum, note)
-        except (ValueError, OSError):
-            continue
-        previous[signum] = before
     try:
-        yield
+        with _handled(_HELD, note):
+            yield
     finally:
-        for signum, handler in previous.items():
-            with contextlib.suppress(ValueError, OSError, TypeError):
-                signal.signal(signum, handler)
         for signum in dict.fromkeys(pending):
             signal.raise_signal(signum)
 
@@ -252,12 +245,16 @@ def _running(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
             state = f.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return not os.path.isdir("/proc")
+    except (OSError, IndexError):  # gone, or a system without /proc: ask the kernel
+        return not os.path.isdir("/proc") and _exists(pid)
     return state not in ("Z", "X")
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        pass
+    return True
