@@ -265,8 +265,48 @@ def _run_staged(cmd_for, folder: str, prefix: str, stream) -> tuple[int, str, st
     return code, last, None
 
 
+#: Files of a comparison folder besides the frameworks' folders (``compare`` writes them when runs succeeded).
+COMPARISON_FILES = ("comparison.md", "comparison.csv", "comparison.json", "step_times.png", "loss.png",
+                    "accuracy.png")
+
+
+def _is_comparison_folder(path: str) -> bool:
+    """Whether ``path`` holds only what a comparison writes (so it may be replaced whole)."""
+    from deep500lite.recipe.staging import RUN_OUTPUTS, is_staging_name
+
+    def framework_folder(folder: str) -> bool:
+        return all(n in RUN_OUTPUTS or n.startswith(("run-", "seed-", ".tmp-")) or is_staging_name(n)
+                   for n in os.listdir(folder))
+
+    for name in os.listdir(path):
+        full = os.path.join(path, name)
+        if name in COMPARISON_FILES or name.endswith(".stderr.log") or name.startswith(".tmp-") \
+                or is_staging_name(name):
+            continue
+        if not (os.path.isdir(full) and not os.path.islink(full) and framework_folder(full)):
+            return False
+    return True
+
+
+def _carry_kept(old: str, new: str) -> None:
+    """Into the new comparison folder: the old folders of frameworks whose run failed this time (nothing computed
+    is lost), and the old comparison files when the new comparison has none (every run failed)."""
+    from deep500lite.recipe.staging import is_staging_name
+
+    compared = os.path.exists(os.path.join(new, "comparison.json"))
+    for name in os.listdir(old):
+        if os.path.lexists(os.path.join(new, name)) or is_staging_name(name) or name.startswith(".tmp-"):
+            continue
+        if compared and name in COMPARISON_FILES:
+            continue
+        if name.endswith(".stderr.log") and os.path.isdir(os.path.join(new, name[:-len(".stderr.log")])):
+            continue  # that framework's run succeeded this time
+        os.rename(os.path.join(old, name), os.path.join(new, name))
+
+
 def run_comparison(recipe, frameworks: Sequence[str], repeats: int = 1, out: str | None = None,
-                   sets: Sequence[str] = (), seed: int = 0, stream=None, runs: int = 1, plots: bool = True) -> dict:
+                   sets: Sequence[str] = (), seed: int = 0, stream=None, runs: int = 1, plots: bool = True,
+                   finish=None) -> dict:
     """Run a recipe on several frameworks, each run in a fresh process, and compare the results.
 
     Everything the comparison needs is checked before the first run starts: the frameworks, the
@@ -288,6 +328,13 @@ def run_comparison(recipe, frameworks: Sequence[str], repeats: int = 1, out: str
             score of the time to accuracy (:func:`deep500lite.recipe.mlperf.mlperf_score`); at least
             3 when more than 1. Not with ``repeats``.
         plots: the caller will draw plots (matplotlib is then checked up front).
+        finish: ``finish(outcome)``, called with the outcome (its ``out`` the staging folder)
+            before the comparison's folder is swapped in, to write the tables and plots into it.
+
+    The whole comparison folder is one set: it is written into a staging folder that replaces
+    ``out`` when every run has ended and ``finish`` has returned (:mod:`deep500lite.recipe.staging`),
+    so an interrupted comparison leaves the previous one whole. The old folder of a framework
+    whose run failed this time is kept in the new set (and its log beside it).
 
     Returns:
         ``{"comparison": compare_results(...), "results": [results dicts], "failures":
@@ -300,7 +347,7 @@ def run_comparison(recipe, frameworks: Sequence[str], repeats: int = 1, out: str
     """
     from deep500lite.recipe.loading import load_recipe, parse_set
     from deep500lite.recipe.requirements import dataset_name, missing_parts, require_parts
-    from deep500lite.recipe.results import find_results, read_results
+    from deep500lite.recipe.staging import published_path, staged_folder
     from deep500lite.registry import FRAMEWORKS, canonical_executor_spelling
 
     stream = stream if stream is not None else sys.stdout
@@ -322,14 +369,31 @@ def run_comparison(recipe, frameworks: Sequence[str], repeats: int = 1, out: str
         raise UserError(f"--frameworks needs at least one framework: {format_choices(FRAMEWORKS)}. "
                         f"Received: {list(frameworks or [])!r}")
     keys = list(dict.fromkeys(canonical_executor_spelling(f) for f in frameworks))
+    seeds = [seed + k for k in range(runs)]
     require_parts("deep500lite compare", missing_parts(frameworks=keys, dataset=dataset_name(resolved.config),
                                                        stats=len(keys) > 1, plots=plots, plots_flag="the plots"),
                   hint="Or compare the installed frameworks only, and pass --no-plots to skip the plots.")
     out = out or os.path.join("d5-results", loaded.name, "compare")
+    with staged_folder(out, ours=_is_comparison_folder, carry=_carry_kept) as work:
+        outcome = _run_all(loaded, keys, work, sets, seeds, repeats, runs, stream)
+        if finish is not None:
+            finish(outcome)
+    final = os.path.abspath(out)
+    outcome["out"] = final
+    for failure in outcome["failures"]:
+        if failure.get("log"):
+            failure["log"] = published_path(failure["log"])
+    return outcome
+
+
+def _run_all(loaded, keys, out, sets, seeds, repeats, runs, stream) -> dict:
+    """Every run of a comparison into ``out``, then the comparison of their results."""
+    from deep500lite.recipe.results import find_results, read_results
+
+    seed = seeds[0]
     t0 = time.perf_counter()
     failures, paths = [], []
     width = max(len(k) for k in keys)
-    seeds = [seed + k for k in range(runs)]
     rounds = [(r, seed) for r in range(repeats)] if runs == 1 else [(k, s_) for k, s_ in enumerate(seeds)]
     total = len(rounds)
     for r, run_seed in rounds:

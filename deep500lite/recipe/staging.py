@@ -132,13 +132,13 @@ def _is_run_folder(path: str) -> bool:
                for name in os.listdir(path))
 
 
-def _commit(work: str, target: str, token: str) -> None:
+def _commit(work: str, target: str, token: str, ours=_is_run_folder, carry=None) -> None:
     if not os.path.lexists(target):
         os.rename(work, target)
         return
     if not os.path.isdir(target):
         raise UserError(f"The results folder '{target}' is a file; give a folder for --out. Received: {target!r}")
-    if os.path.islink(target) or not _is_run_folder(target):
+    if os.path.islink(target) or not ours(target):
         # Someone else's folder: never swapped or deleted; the new outputs are moved in one by one.
         names = sorted(os.listdir(work), key=lambda n: n == "results.json")
         for name in names:
@@ -149,21 +149,29 @@ def _commit(work: str, target: str, token: str) -> None:
         os.rmdir(work)
         return
     if _exchange(work, target):
-        shutil.rmtree(work, ignore_errors=True)  # now the old set
+        if carry is not None:
+            carry(work, target)  # work is now the old set
+        shutil.rmtree(work, ignore_errors=True)
         return
     parent, base = os.path.split(target)
     aside = os.path.join(parent, f".{base}.d5-old-{os.getpid()}-{token}")
     os.rename(target, aside)
     os.rename(work, target)
+    if carry is not None:
+        carry(aside, target)
     shutil.rmtree(aside, ignore_errors=True)
 
 
 @contextlib.contextmanager
-def staged_folder(target):
+def staged_folder(target, ours=None, carry=None):
     """Write a run's outputs into a staging folder that replaces ``target`` whole on success.
 
     Args:
         target: the results folder (made if missing).
+        ours: ``ours(path)`` says whether a folder holds only this kind of outputs (and may be
+            swapped whole); default: a run's (:data:`RUN_OUTPUTS`).
+        carry: ``carry(old, new)``, called right after the swap (signals held) with the old set's
+            folder and the new one, moves what the new set should keep of the old one.
 
     Yields:
         The staging folder's path (beside ``target``, on the same file system).
@@ -188,7 +196,7 @@ def staged_folder(target):
         yield work
         try:
             with signals_held():
-                _commit(work, target, token)
+                _commit(work, target, token, ours or _is_run_folder, carry)
         except OSError as exc:
             raise UserError(f"Cannot move the new results into '{target}' ({exc.strerror or exc}); the old results "
                             f"are left as they were. Received: {target!r}") from exc

@@ -145,3 +145,23 @@ def test_the_worker_of_a_killed_compare_dies_with_it(tmp_path):
         left = wait_untagged(tag, 15)  # PR_SET_PDEATHSIG: the worker gets SIGKILL when the command dies
         assert not left, f"left running 15 s after compare was killed:\n{describe(left)}"
     assert not (out / "reference").exists()  # a killed run's staging folder is never swapped in
+
+
+def test_a_failed_rerun_of_compare_keeps_the_earlier_framework_folder_and_tables(tmp_path):
+    recipe, out = tmp_path / "recipe.py", tmp_path / "cmp"
+    recipe.write_text(RECIPE.replace("'optimizer': 'GradientDescent', ", "").replace(
+        "MUTABLE = {", "MUTABLE = {'optimizer': 'GradientDescent', "))
+    argv = ("compare", str(recipe), "--frameworks", "reference", "--no-plots", "--out", str(out))
+    with process_tag() as tag:
+        rc, text = finish(start(tag, *argv))
+        assert rc in (0, 1), text
+        before = fingerprint(out)
+        assert {"reference/results.json", "comparison.json", "comparison.md"} <= set(before), before
+        rc, text = finish(start(tag, *argv, "--set", "optimizer=reference.NoSuchOptimizer"))
+    assert rc == 1 and "[reference] FAILED (exit status 2)" in text, text
+    after = fingerprint(out)
+    log = after.pop("reference.stderr.log")  # the failed run's log, beside the folder it did not replace
+    assert log and "has no native optimizer 'NoSuchOptimizer'" in (out / "reference.stderr.log").read_text()
+    assert after == before  # the earlier comparison whole: its framework folder and its tables
+    assert f"(log: {out / 'reference.stderr.log'})" in text, text
+    assert not staging(out) and not staging(tmp_path), (os.listdir(out), os.listdir(tmp_path))
