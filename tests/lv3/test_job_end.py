@@ -177,3 +177,29 @@ def test_sigkill_of_the_command_leaves_no_process(moment):
         # supervisor sees the command's connection close and kills its rank, and the ranks die with them.
         left = wait_untagged(tag, 15)
         assert not left, f"left running 15 s after the command was killed:\n{describe(left)}"
+
+
+def test_mpi_fork_raises_deep500s_error_naming_the_failed_rank(tmp_path):
+    script = tmp_path / "fork.py"
+    script.write_text(
+        "import subprocess\n"
+        "import deep500lite as d5\n"
+        "try:\n"
+        "    with d5.mpi_fork(2) as role:\n"
+        "        if role == 'child':\n"
+        "            comm = d5.CommunicationNetwork()\n"
+        "            if comm.rank == 1:\n"
+        "                raise SystemExit(5)\n"
+        "            comm.barrier()\n"
+        "except subprocess.CalledProcessError as exc:\n"
+        "    print('parent caught', exc.returncode, exc.stderr)\n")
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    for name in ("D500_IN_MPI", "PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"):
+        env.pop(name, None)
+    with process_tag() as tag:
+        env.update(tagged_env(tag))
+        out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=HANG)
+        left = tagged(tag)
+        assert not left, f"left running after the script ended:\n{describe(left)}"
+    assert out.returncode == 0, out.stderr
+    assert "parent caught 5 rank 1 of 2 exited with status 5 after MPI initialisation" in out.stdout, out
