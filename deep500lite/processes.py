@@ -24,8 +24,8 @@ import sys
 import threading
 import time
 
-__all__ = ["die_with_parent", "descendants", "identify", "kill_pids", "kill_tree", "signals_unwind", "signals_held",
-           "terminated_by", "wait_gone", "UNWIND_SIGNALS", "signal_name"]
+__all__ = ["die_with_parent", "descendants", "identify", "kill_identified", "kill_pids", "kill_tree", "signals_unwind",
+           "signals_held", "terminated_by", "wait_gone", "UNWIND_SIGNALS", "signal_name"]
 
 #: The signals :func:`signals_unwind` turns into :class:`SystemExit` (SIGINT raises KeyboardInterrupt already).
 UNWIND_SIGNALS = tuple(s for s in (getattr(signal, "SIGTERM", None), getattr(signal, "SIGHUP", None)) if s)
@@ -108,18 +108,19 @@ def descendants(pid: int, children: dict[int, list[int]] | None = None) -> list[
 
 
 def kill_pids(pids, signum: int = signal.SIGKILL) -> None:
-    """Send ``signum`` (SIGKILL) to each process of ``pids``; those already gone (or not ours) are skipped.
-
-    ``pids`` may be a mapping from :func:`identify`: a process is then signalled only while it is
-    still the one seen then (same start time), never another that was given its number since.
-    """
+    """Send ``signum`` (SIGKILL) to each process of ``pids``; those already gone (or not ours) are skipped."""
     for pid in pids:
-        if isinstance(pids, dict) and _started(pid) != pids[pid]:
-            continue
         try:
             os.kill(pid, signum)
         except (ProcessLookupError, PermissionError):
             pass
+
+
+def kill_identified(identified: dict[int, int | None], signum: int = signal.SIGKILL) -> None:
+    """:func:`kill_pids` for the processes :func:`identify` saw: each is signalled only while it is still the one
+    seen then (the same start time), never a later process given its number since."""
+    kill_pids([pid for pid, started in identified.items() if started is not None and _started(pid) == started],
+              signum)
 
 
 def _started(pid: int) -> int | None:
@@ -132,7 +133,8 @@ def _started(pid: int) -> int | None:
 
 
 def identify(pids) -> dict[int, int | None]:
-    """``{pid: start time}`` of ``pids``, for :func:`kill_pids` to tell them from later processes of the same numbers."""
+    """``{pid: start time}`` of ``pids``, for :func:`kill_identified` to tell them from later processes of the same
+    numbers."""
     return {pid: _started(pid) for pid in pids}
 
 

@@ -109,15 +109,15 @@ def test_signals_held_delivers_a_signal_after_the_block():
     assert out.splitlines() == ["block finished", "interrupted after the block"], out
 
 
-def test_kill_pids_spares_a_process_that_is_not_the_one_identified():
+def test_kill_identified_spares_a_process_that_is_not_the_one_identified():
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
     try:
         seen = processes.identify([proc.pid])
         assert seen[proc.pid] is not None
-        processes.kill_pids({proc.pid: seen[proc.pid] + 1})  # another start time: another process with that pid
+        processes.kill_identified({proc.pid: seen[proc.pid] + 1})  # another start time: another process with that pid
         time.sleep(0.2)
         assert proc.poll() is None
-        processes.kill_pids(seen)
+        processes.kill_identified(seen)
         assert proc.wait(timeout=30) == -signal.SIGKILL
     finally:
         proc.kill()

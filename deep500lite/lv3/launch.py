@@ -42,7 +42,8 @@ from deep500lite.errors import JobTimeout  # noqa: F401 - defined in errors, re-
 from deep500lite.errors import RankFailure, StartupTimeout, UserError
 from deep500lite.lv3.job_watch import JobChannel, describe_failures
 from deep500lite.lv3.rank_start import CHANNEL_ENV, EXEC_FLAG, REPORT_ENV
-from deep500lite.processes import descendants, die_with_parent, identify, kill_pids, kill_tree, signals_held, wait_gone
+from deep500lite.processes import (descendants, die_with_parent, identify, kill_identified, kill_pids, kill_tree,
+                                  signals_held, wait_gone)
 
 __all__ = ["find_mpiexec", "run_job", "JobTimeout", "StartupTimeout", "resolve_timeouts", "check_ranks",
            "usable_cores", "oversubscription_note", "max_sensible_ranks", "DEFAULT_JOB_TIMEOUT",
@@ -379,7 +380,7 @@ def _end(proc: subprocess.Popen, channel: JobChannel | None, ranks: int | None, 
             below.setdefault(pid, started)
     # MPICH's hydra starts its proxy and every rank in sessions of their own: what the tree had is killed by pid
     # too, so that no rank outlives the job (a process still in its tree was stopped and killed above).
-    kill_pids(below)
+    kill_identified(below)
     proc.wait()
     wait_gone(below, _SOFT_END)  # SIGKILL is delivered at once, but a process takes a moment to be gone
 
