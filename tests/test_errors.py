@@ -142,6 +142,7 @@ EXEMPT_ERRORS = {
     "CommunicationTimeout": "a collective that waited too long for a peer",
     "JobTimeout": "an MPI job killed at its time limit",
     "StartupTimeout": "an MPI job killed because a rank did not reach MPI initialisation (names the ranks)",
+    "RankFailure": "an MPI job ended because one of its ranks failed (names the rank and how it ended)",
     "SignalReceived": "a signal that stops a command, caught to clean up; never shown as an error",
 }
 RECEIVED = "Received:"
@@ -352,6 +353,7 @@ def test_errors_module_classes_are_all_deep500errors_and_exported():
     (errors.NonFiniteLossError, FloatingPointError),
     (errors.CommunicationTimeout, TimeoutError),
     (errors.JobTimeout, RuntimeError),
+    (errors.RankFailure, RuntimeError),
 ], ids=lambda c: c.__name__)
 def test_hierarchy(cls, builtin):
     assert issubclass(cls, builtin)

@@ -236,10 +236,6 @@ def _run_child(cmd: list[str], out: str, prefix: str, stream) -> tuple[int, str]
     return code, last
 
 
-class _RunFailed(Exception):  # noqa: N818 - internal: discards a staging folder, never leaves this module
-    pass
-
-
 def _run_staged(cmd_for, folder: str, prefix: str, stream) -> tuple[int, str, str | None]:
     """One worker run into a staging folder that replaces ``folder`` whole when the run wrote its results.
 
@@ -252,14 +248,12 @@ def _run_staged(cmd_for, folder: str, prefix: str, stream) -> tuple[int, str, st
     from deep500lite.recipe.staging import staged_folder
 
     failed_log = os.path.normpath(folder) + ".stderr.log"
-    try:
-        with staged_folder(folder) as work:
-            code, last = _run_child(cmd_for(work), work, prefix, stream)
-            if code not in (0, 1) or not os.path.isfile(os.path.join(work, "results.json")):
-                shutil.copyfile(os.path.join(work, "stderr.log"), failed_log)
-                raise _RunFailed
-    except _RunFailed:
-        return code, last or f"exit status {code} and no results.json", failed_log
+    with staged_folder(folder) as work:
+        code, last = _run_child(cmd_for(work), work, prefix, stream)
+        if code not in (0, 1) or not os.path.isfile(os.path.join(work, "results.json")):
+            shutil.copyfile(os.path.join(work, "stderr.log"), failed_log)
+            shutil.rmtree(work)  # the failed run is dropped: nothing is swapped in
+            return code, last or f"exit status {code} and no results.json", failed_log
     if os.path.exists(failed_log):
         os.remove(failed_log)
     return code, last, None

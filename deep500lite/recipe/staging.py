@@ -174,7 +174,8 @@ def staged_folder(target, ours=None, carry=None):
             folder and the new one, moves what the new set should keep of the old one.
 
     Yields:
-        The staging folder's path (beside ``target``, on the same file system).
+        The staging folder's path (beside ``target``, on the same file system). A caller that
+        removes it drops its run: nothing is swapped in, and ``target`` stays as it was.
 
     Raises:
         UserError: the folder beside ``target`` cannot be written, or ``target`` is a file.
@@ -194,6 +195,8 @@ def staged_folder(target, ours=None, carry=None):
             raise UserError(f"Cannot write the results folder '{target}' ({exc.strerror or exc}); give a writable "
                             f"folder for --out. Received: {target!r}") from exc
         yield work
+        if not os.path.isdir(work):  # the caller removed it: its run is dropped, the old set stays
+            return
         try:
             with signals_held():
                 _commit(work, target, token, ours or _is_run_folder, carry)
