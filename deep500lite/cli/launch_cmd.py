@@ -1,8 +1,8 @@
 """``deep500lite launch -n N [--] COMMAND ...``: run a command on N MPI ranks (mpiexec underneath).
 
-Python scripts and modules run under ``python -m mpi4py``, so an uncaught exception on any rank
-aborts the whole job instead of leaving the other ranks waiting. The exit status of the job is
-returned; ``--timeout`` ends a job that runs too long (status 124, default 6 hours), and
+Python scripts and modules run under ``python -m mpi4py``; a rank that raises, exits early or is
+killed ends the whole job in one line naming it (:mod:`deep500lite.lv3.job_watch`), and launch
+exits with that rank's status, else the job's; ``--timeout`` ends a job that runs too long (status 124, default 6 hours), and
 ``--startup-timeout`` one where a rank does not reach MPI initialisation in time (status 2, the
 rank named; default 120 s). Before any rank starts, the script, module or program is checked.
 ``--hosts``/``--hostfile`` (or ``$DEEP500LITE_HOSTFILE``, or a Slurm allocation) start the ranks on
@@ -36,8 +36,11 @@ def add_parser(subparsers):
         "launch", help="run a command or Python script on N MPI ranks (mpiexec underneath)",
         description=("Run COMMAND on N MPI ranks with mpiexec (the one beside this Python, else on PATH). A Python "
                      "script (SCRIPT.py ...), module (-m MODULE ...) or 'python ...' command runs under "
-                     "'python -m mpi4py', so an exception on any rank ends the whole job. The job's exit status is "
-                     "returned. Put '--' before COMMAND when it starts with another option. "
+                     "'python -m mpi4py'. A rank that raises, exits early or with a status other than 0, or is "
+                     "killed (a segfault included), before or after MPI initialisation, ends the whole job within "
+                     "seconds with one line naming the rank and the cause, and launch exits with that rank's status; "
+                     "otherwise the job's exit status is returned. Ctrl-C, SIGTERM and SIGHUP end every process of "
+                     "the job. Put '--' before COMMAND when it starts with another option. "
                      "See docs/distributed.md."))
     p.add_argument("-n", "--ranks", type=positive_int, required=True, help="number of MPI ranks")
     p.add_argument("--timeout", type=positive_seconds, default=None, metavar="SECONDS",
