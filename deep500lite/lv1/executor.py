@@ -25,7 +25,9 @@ class GraphExecutor(abc.ABC):
 
     Args:
         network: a Network, a path to an ONNX file or an ``onnx.ModelProto``. A Network already
-            attached to another executor is copied, so each executor owns its own values.
+            attached to another executor is copied with the values it was built or loaded with (not
+            what that executor trained since), so each executor owns its own values and starts from
+            the same weights.
         device: ``None``/``"cpu"``, ``"gpu:N"`` or a :class:`~deep500lite.Device`.
 
     Attributes:

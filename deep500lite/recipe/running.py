@@ -218,7 +218,11 @@ def train_recipe(recipe, seed: int | None = None, *, events: Sequence = (), prog
                 "breakdown": StepTimeBreakdown(warmup=1), "memory": PeakMemory()}
     if target is not None:
         internal["time_to_accuracy"] = TimeToAccuracy(target)
-    run_events = list(parts.events) + _progress_events(progress) + list(events)
+    # a recipe that asks for Deep500's TerminalBarEvent already shows progress: no second display
+    from deep500lite.lv2.events import TerminalBarEvent
+
+    shown = any(isinstance(e, TerminalBarEvent) for e in parts.events)
+    run_events = list(parts.events) + ([] if shown else _progress_events(progress)) + list(events)
     writer = None
     if mllog is not None:
         writer = res.MLLogEvent(mllog, recipe, parts, seed)
@@ -237,7 +241,7 @@ def train_recipe(recipe, seed: int | None = None, *, events: Sequence = (), prog
     try:
         values = test_training(parts.executor, parts.train_sampler, parts.validation_sampler, parts.optimizer,
                                int(cfg["epochs"]), int(cfg["batch_size"]), parts.output_node, metrics=metrics,
-                               events=run_events)
+                               events=run_events, verbose=False)
         stats = values.stats
     except NonFiniteLossError as exc:
         error, stats = str(exc), exc.stats
