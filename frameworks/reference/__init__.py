@@ -45,6 +45,9 @@ from deep500lite.frameworks.reference.transforms import Crop, RandomFlip  # noqa
 __all__ += ["Crop", "RandomFlip"]
 # [/data-metrics]
 # [ops-custom]
+from deep500lite.frameworks.reference.custom import desc_from_tensor  # noqa: E402
+
+__all__ += ["desc_from_tensor"]
 # [/ops-custom]
 # [graph-executors]
 from deep500lite.frameworks.reference.executor import from_onnx  # noqa: E402
