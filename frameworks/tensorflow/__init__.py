@@ -45,6 +45,8 @@ Role modules (the same names in every framework package; see ``docs/architecture
 - ``models.py``: ``lenet``, ``resnet20`` (Keras, NHWC ``input_shape``) and ``export_onnx``, with
   the same names as :mod:`deep500lite.frameworks.torch.models`.
 - ``layout.py`` (TensorFlow only): the NCHW/NHWC layout propagation of the converter.
+- ``native_graph.py`` (TensorFlow only): Deep500's ``TensorflowNativeGraphExecutor``, for
+  TensorFlow 1 graphs run in graph mode.
 """
 
 try:
@@ -92,9 +94,10 @@ __all__ += ["desc_from_tensor", "custom_op_from_native", "test_nativeop_forward"
 # [/ops-custom]
 # [graph-executors]
 from deep500lite.frameworks.tensorflow.executor import from_onnx  # noqa: E402
+from deep500lite.frameworks.tensorflow.native_graph import TensorflowNativeGraphExecutor  # noqa: E402
 
 TensorflowGraphExecutor = TensorFlowExecutor  # Deep500's name of the ONNX-converting executor
-__all__ += ["from_onnx", "TensorflowGraphExecutor"]
+__all__ += ["from_onnx", "TensorflowGraphExecutor", "TensorflowNativeGraphExecutor"]
 # [/graph-executors]
 # [distributed]
 from deep500lite.frameworks.tensorflow.distributed import HorovodDistributedOptimizer  # noqa: E402
