@@ -49,6 +49,11 @@ class EpochLines:
     def before_training(self, trainer, stats):
         self._write(f"training: {trainer.total_epochs} epochs x {trainer.steps_per_epoch} steps")
 
+    def before_epoch(self, trainer, stats, epoch):
+        first = stats.initial_test
+        if epoch == 0 and not stats.epochs and first and first.get("test_accuracy") is not None:
+            self._write(f"before training  test acc {first['test_accuracy']:.2f}%")
+
     def after_epoch(self, trainer, stats, epoch):
         rec = stats.epochs[-1]
         parts = [f"epoch {epoch + 1}/{trainer.total_epochs}", f"loss {rec['train_loss']:.4g}"]
