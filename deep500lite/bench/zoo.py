@@ -44,6 +44,7 @@ import numpy as np
 
 from deep500lite.bench.zoo_model import ZooModel
 from deep500lite.errors import Deep500Error, ModelExportError, UserError, format_choices
+from deep500lite.registry import FrameworkNames
 
 __all__ = [
     "PRODUCERS", "EXECUTORS", "INFERENCE_TOLERANCE", "GRADIENT_TOLERANCE", "GRADIENT_FLOOR", "PRODUCER_FACTOR",
@@ -53,8 +54,10 @@ __all__ = [
 ]
 
 #: Frameworks whose ``zoo`` module builds models, in the order their cases are listed.
-PRODUCERS = ("torch", "tensorflow")
-EXECUTORS = ("reference", "torch", "tensorflow", "onnxruntime")
+#: Frameworks that export the zoo's models (a ``zoo`` role module; from the specs).
+PRODUCERS = FrameworkNames(zoo_export=True)
+#: Frameworks that run the zoo's cells by default.
+EXECUTORS = FrameworkNames(inference=True, zoo_cells=True)
 INFERENCE_TOLERANCE = 1e-4
 GRADIENT_TOLERANCE = 1e-3
 GRADIENT_FLOOR = 1e-3
@@ -156,9 +159,9 @@ class ZooResult:
 
 
 def _zoo_module(producer: str):
-    from deep500lite.registry import framework_module
+    from deep500lite.registry import spec
 
-    return framework_module(producer, "zoo")
+    return spec(producer).role("zoo")
 
 
 def _split(value: str | Sequence[str] | None) -> list[str] | None:
