@@ -210,7 +210,7 @@ class InconsistentParameterServer(DistributedOptimizer):
     A worker's gradient was taken on parameters that ``root`` has updated since; its
     *staleness* is the number of updates ``root`` applied between sending those parameters and
     applying the gradient (0 when a fast worker is served twice within one of ``root``'s steps;
-    its first request always waits for ``root``'s own first update, so it is at least 1).
+    with ``root_trains`` a first request waits for ``root``'s own first update, so it is at least 1).
     :attr:`staleness` keeps it for every served request (on ``root``). There is no bound: a
     worker that is slower than the others sees larger staleness (use :class:`StaleSynchronous`
     for a bound). Momentum-type base optimizers are sensitive to it (asynchrony acts like extra
@@ -224,6 +224,12 @@ class InconsistentParameterServer(DistributedOptimizer):
     With two ranks the order is fixed: ``root`` applies its own gradient, then the worker's,
     which was taken on the parameters of one update before.
 
+    With ``root_trains=False`` (Deep500's scheme, and the default of Deep500's import path
+    ``deep500lite.frameworks.reference.InconsistentParameterServer``) ``root`` only serves: it
+    still runs its forward and backward pass (its step returns those outputs, for the metrics),
+    but never applies its own gradient, so a step makes ``size - 1`` updates and, on two ranks,
+    the worker's gradient is never stale (plain sequential training on the worker's batches).
+
     Args:
         optimizer: the base :class:`~deep500lite.lv2.optimizer.ThreeStepOptimizer` (its state
             lives on ``root``; every served gradient is one base update, with ``new_input``).
@@ -233,17 +239,23 @@ class InconsistentParameterServer(DistributedOptimizer):
             gradients workers send.
         error_feedback: with a compressor, keep and re-add what compression dropped (per worker).
         tag: the message tag (gradients; parameters use ``tag + 1``).
+        root_trains: whether ``root`` applies its own gradient each step (``False``: it only
+            serves the workers, as in Deep500).
 
     Attributes:
         staleness: on ``root``, the staleness of every served gradient, in serving order.
         served_ranks: on ``root``, the worker of every served gradient, in serving order.
-        updates: on ``root``, the base updates applied so far (``size`` per step).
+        updates: on ``root``, the base updates applied so far (``size`` per step; ``size - 1``
+            when ``root_trains`` is False).
     """
 
     def __init__(self, optimizer: Optimizer, comm: CommunicationNetwork | None = None, root: int = 0, compressor=None,
-                 error_feedback: bool = True, tag: int = ASYNC_PS_TAG):
+                 error_feedback: bool = True, tag: int = ASYNC_PS_TAG, *, root_trains: bool = True):
+        if not isinstance(root_trains, (bool, np.bool_)):
+            raise UserError(f"root_trains must be True or False. Received: root_trains={root_trains!r}")
         super().__init__(optimizer, comm)
         self._three_step()
+        self.root_trains = bool(root_trains)
         self.root = _check_root(root, self.communication)
         self.tag = _check_tag(tag, span=2)
         self.compressor, self.feedback = _check_compressor(compressor, error_feedback)
@@ -272,8 +284,9 @@ class InconsistentParameterServer(DistributedOptimizer):
             for name, value in zip(names, unflatten(new, params)):
                 self.network.feed_tensor(name, value)
         else:
-            self._apply(names, params, grads)
-            self.updates += 1
+            if self.root_trains:
+                self._apply(names, params, grads)
+                self.updates += 1
             like = self.compressor.encode(np.zeros_like(flat)) if self.compressor is not None else (flat,)
             for _ in range(comm.size - 1):
                 first, source = comm.recv_any(like[0], self.tag)

@@ -120,7 +120,8 @@ def run_jobs(tmp_path, kinds, p, steps=STEPS) -> dict[str, list[dict]]:
 
 # Three jobs (2, 3 and 4 ranks) run every kind in turn (starting a job costs more than the
 # training); "elastic:1" takes one step.
-JOBS = {2: ["decentralized", "parameter_server", "compressed_topk_all", "async_ps", "async_ps_topk_all", "ssp0",
+JOBS = {2: ["decentralized", "parameter_server", "compressed_topk_all", "async_ps", "async_ps_serving",
+            "async_ps_topk_all", "ssp0",
             "ps_topk_all", "ps_sign", "bucketed_topk_all", "bucketed_sign", "decentralized_torch",
             "bucketed_topk_all_torch", "bad_input"],
         3: ["decentralized", "decentralized_ring", "parameter_server", "model_average", "compressed_sign",
@@ -302,6 +303,40 @@ def test_async_parameter_server_on_two_ranks_follows_the_sequential_order(jobs):
     for name, value in zip(names, x):
         np.testing.assert_allclose(topk[1][name], value, rtol=1e-4, atol=2e-6, err_msg=name)
     assert [g["bytes"].tolist() for g in topk] == [[2 * n] * STEPS, [n] * STEPS]
+
+
+@pytest.mark.mpi
+@requires_mpi
+def test_deep500s_async_parameter_server_root_only_serves(jobs):
+    """d5ref's default (Deep500's scheme): root (rank 1) applies only the worker's gradients, which on
+    two ranks are never stale, so the run is sequential training on the worker's half-batches."""
+    ranks = jobs(2)["async_ps_serving"]
+    opt = make_optimizer("momentum")
+    net, ex = opt.network, opt.executor
+    names = [n for n, _ in net.gradient(opt.loss)]
+    grads = [g for _, g in net.gradient(opt.loss)]
+    local = GLOBAL_BATCH // 2
+    x = net.fetch_tensors(names)
+    for k in range(STEPS):
+        for name, value in zip(names, x):
+            net.feed_tensor(name, value)
+        ex.inference_and_backprop({n: v[:local] for n, v in global_batch(k).items()}, opt.loss)
+        x = [np.asarray(opt.update_rule(g, xi, name), dtype=xi.dtype)
+             for g, xi, name in zip(net.fetch_tensors(grads), x, names)]
+    root = ranks[1]
+    assert root["staleness"].tolist() == [0] * STEPS and int(root["updates"]) == STEPS
+    _assert_moved(root)
+    for name, value in zip(names, x):
+        np.testing.assert_allclose(root[name], value, rtol=1e-4, atol=2e-6, err_msg=name)
+        np.testing.assert_array_equal(ranks[0][name], root[name])  # after finalize
+
+
+def test_root_trains_takes_a_boolean():
+    import deep500lite.frameworks.reference as d5ref
+
+    base = make_optimizer("sgd")
+    with pytest.raises(UserError, match="root_trains must be True or False. Received: root_trains='no'"):
+        d5ref.InconsistentParameterServer(base, None, root_trains="no")
 
 
 @pytest.mark.mpi

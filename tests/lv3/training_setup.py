@@ -9,7 +9,8 @@ from deep500lite.frameworks import reference as d5ref
 
 GLOBAL_BATCH = 24  # divisible by 2, 3 and 4
 BUCKET_BYTES = 800  # the mlp's gradients (4096, 64, 640, 40 bytes) in 2 buckets: fc1.weight; the other three
-MOMENTUM_KINDS = ("parameter_server", "decentralized_ring", "async_ps", "async_ps_topk_all", "ps_topk_all")
+MOMENTUM_KINDS = ("parameter_server", "decentralized_ring", "async_ps", "async_ps_serving", "async_ps_topk_all",
+                  "ps_topk_all")
 #: Kinds whose base is torch's native momentum optimizer on the torch executor (not a ThreeStepOptimizer).
 TORCH_KINDS = ("decentralized_torch", "bucketed_topk_all_torch")
 
