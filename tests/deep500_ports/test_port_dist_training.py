@@ -51,9 +51,8 @@ def one_mode(mode):
     comm = None if WRAPPERS[mode] is None else d5.CommunicationNetwork()
     rank = 0 if comm is None else comm.rank  # without communication every process is a rank 0
     tag = int(os.environ.get("PMI_RANK", "0")) if comm is None else comm.rank
-    classes, c, h, w = data.dataset_shape("mnist")
-    net = d5.parser.load_and_parse_model(zoo.export_network("simple_cnn", BATCH, classes=classes, channels=c,
-                                                            height=h, width=w))
+    dims = dict(zip(("classes", "channels", "height", "width"), data.dataset_shape("mnist")))
+    net = d5.parser.load_and_parse_model(zoo.export_network("simple_cnn", BATCH, **dims))
     x_name, scores = net.get_input_nodes()[0].name, net.get_output_nodes()[0].name
     learn, check = data.load_dataset("mnist", x_name, "y")
     net.add_operation(d5.ops.LabelCrossEntropy([scores, "y"], "loss"))

@@ -262,16 +262,13 @@ def test_ssp0_compressed_ps_and_bucketed_topk_all_equal_one_rank(jobs, p, kind):
         assert [int(g["bytes"][-1]) for g in ranks] == [2 * n] * (p - 1) + [(p - 1) * n]
 
 
-@pytest.mark.mpi
-@requires_mpi
-def test_async_parameter_server_on_two_ranks_follows_the_sequential_order(jobs):
-    """Root (rank 1) applies its own gradient, then the worker's, taken one update earlier."""
-    ranks = jobs(2)["async_ps"]
+def _one_rank_momentum():
+    """The momentum optimizer the checks use, on one rank: its parameter names, their initial
+    values, ``gradient_at(params, batch)`` and ``update(params, grads)`` (one base update)."""
     opt = make_optimizer("momentum")
     net, ex = opt.network, opt.executor
     names = [n for n, _ in net.gradient(opt.loss)]
     grads = [g for _, g in net.gradient(opt.loss)]
-    local = GLOBAL_BATCH // 2
 
     def gradient_at(params, batch):
         for name, value in zip(names, params):
@@ -282,7 +279,16 @@ def test_async_parameter_server_on_two_ranks_follows_the_sequential_order(jobs):
     def update(params, g):
         return [np.asarray(opt.update_rule(gi, xi, name), dtype=xi.dtype) for gi, xi, name in zip(g, params, names)]
 
-    x = net.fetch_tensors(names)
+    return names, net.fetch_tensors(names), gradient_at, update
+
+
+@pytest.mark.mpi
+@requires_mpi
+def test_async_parameter_server_on_two_ranks_follows_the_sequential_order(jobs):
+    """Root (rank 1) applies its own gradient, then the worker's, taken one update earlier."""
+    ranks = jobs(2)["async_ps"]
+    names, x, gradient_at, update = _one_rank_momentum()
+    local = GLOBAL_BATCH // 2
     worker = x
     for k in range(STEPS):
         batch = global_batch(k)
@@ -311,18 +317,10 @@ def test_deep500s_async_parameter_server_root_only_serves(jobs):
     """d5ref's default (Deep500's scheme): root (rank 1) applies only the worker's gradients, which on
     two ranks are never stale, so the run is sequential training on the worker's half-batches."""
     ranks = jobs(2)["async_ps_serving"]
-    opt = make_optimizer("momentum")
-    net, ex = opt.network, opt.executor
-    names = [n for n, _ in net.gradient(opt.loss)]
-    grads = [g for _, g in net.gradient(opt.loss)]
+    names, x, gradient_at, update = _one_rank_momentum()
     local = GLOBAL_BATCH // 2
-    x = net.fetch_tensors(names)
     for k in range(STEPS):
-        for name, value in zip(names, x):
-            net.feed_tensor(name, value)
-        ex.inference_and_backprop({n: v[:local] for n, v in global_batch(k).items()}, opt.loss)
-        x = [np.asarray(opt.update_rule(g, xi, name), dtype=xi.dtype)
-             for g, xi, name in zip(net.fetch_tensors(grads), x, names)]
+        x = update(x, gradient_at(x, {n: v[:local] for n, v in global_batch(k).items()}))
     root = ranks[1]
     assert root["staleness"].tolist() == [0] * STEPS and int(root["updates"]) == STEPS
     _assert_moved(root)
