@@ -17,7 +17,9 @@ uses to overlap communication with the backward pass, as PyTorch's DistributedDa
   written back into the gradients the executor handed over.
 
 An executor that cannot report gradients during the backward pass gets the same buckets after it
-(:meth:`GradientBuckets.average`): the same flat messages, so the same results.
+(:meth:`GradientBuckets.average`), and so does an exchange that is not to overlap (``blocking=True``:
+one blocking allreduce per bucket, with any algorithm): the same flat messages, so the same results,
+bit for bit, whatever the communication library's order of summation.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from deep500lite.errors import UserError
+from deep500lite.lv3.communication import CompletedRequest
 from deep500lite.lv3.optimizer import fuse_buckets
 
 __all__ = ["GradientBuckets", "gradient_order"]
@@ -111,6 +114,7 @@ class GradientBuckets:
         self.overlapped = 0
         self.averages = {}
         self._write_back = True
+        self._algorithm = None
         self.armed = True
 
     def on_gradient(self, name: str, grad: np.ndarray) -> None:
@@ -160,7 +164,11 @@ class GradientBuckets:
                 part[...] = 0
             else:
                 part[...] = np.ravel(view)
-        self._requests[b] = self.comm.iallreduce(buf, "mean", out=buf)
+        if self._algorithm is None:
+            self._requests[b] = self.comm.iallreduce(buf, "mean", out=buf)
+        else:
+            buf[...] = self.comm.allreduce(buf, "mean", algorithm=self._algorithm)
+            self._requests[b] = CompletedRequest(self.comm, buf)
         self._next = b + 1
 
     def disarm(self) -> None:
@@ -169,8 +177,15 @@ class GradientBuckets:
         self._views = []
 
     # ----------------------------------------------------------- after backward
-    def average(self, names: list[str], grads: list[np.ndarray]) -> list[np.ndarray]:
+    def average(self, names: list[str], grads: list[np.ndarray], algorithm: str | None = None) -> list[np.ndarray]:
         """The same buckets for gradients known only after the backward pass: their averages, in ``names``' order.
+
+        Args:
+            names: the parameters (those of the layout, in any order).
+            grads: their gradients (not modified).
+            algorithm: None starts every bucket's non-blocking native allreduce and then waits;
+                an allreduce algorithm (``native``, ``ring``, ...) runs one blocking allreduce per
+                bucket, in bucket order.
 
         Raises:
             UserError: ``names`` are not the parameters the buckets were laid out for.
@@ -180,6 +195,7 @@ class GradientBuckets:
                             f"{sorted(self.names)}. Received: {sorted(names)}")
         self.start()
         self._write_back = False
+        self._algorithm = algorithm
         for name, grad in zip(names, grads):
             self.on_gradient(name, np.asarray(grad))
         self.overlapped = 0

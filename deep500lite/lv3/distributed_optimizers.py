@@ -114,17 +114,16 @@ class ConsistentDecentralized(DistributedOptimizer):
     Every rank ends each step with the same parameters. With a mean-reduction loss, ``P`` ranks
     with batches of ``B/P`` take the same steps as one rank with batch ``B``.
 
-    With ``overlap=True`` (the default) and the ``native`` algorithm, the gradients travel in
-    :class:`~deep500lite.lv3.buckets.GradientBuckets`: consecutive gradients, in the order the
-    backward pass finishes them, fused into buckets of at most ``bucket_bytes``, each bucket's
-    non-blocking allreduce started as soon as its gradients exist, while the backward pass goes on
-    (where the executor reports gradients during it:
+    The gradients travel in :class:`~deep500lite.lv3.buckets.GradientBuckets`: consecutive
+    gradients, in the order the backward pass finishes them, fused into buckets of at most
+    ``bucket_bytes``. With ``overlap=True`` (the default) and the ``native`` algorithm, each
+    bucket's non-blocking allreduce starts as soon as its gradients exist, while the backward pass
+    goes on (where the executor reports gradients during it:
     :meth:`~deep500lite.lv1.executor.GraphExecutor.set_gradient_hook`, the torch executor), or
-    all started after it (other executors). A base optimizer micro-batched with
-    ``d5.transforms.microbatch``, or another algorithm, exchanges after the backward pass, one
-    blocking allreduce per bucket (``overlap=False`` does that always). Either way the exchanged
-    gradients are the same averages (bitwise on two ranks; on more, up to the MPI library's order
-    of summation where the buckets differ).
+    all start right after it (other executors). With ``overlap=False``, another algorithm, or a
+    base optimizer micro-batched with ``d5.transforms.microbatch``, the same buckets are
+    exchanged after the backward pass, one blocking allreduce each. The buckets hold the same
+    bytes either way, so the averaged gradients are the same, bit for bit.
 
     Args:
         optimizer: any base :class:`~deep500lite.lv2.optimizer.Optimizer` (a framework's native one
@@ -141,6 +140,13 @@ class ConsistentDecentralized(DistributedOptimizer):
             ended (0 without overlap).
     """
 
+    @property
+    def bucket_layout(self) -> list[list[str]]:
+        """The parameters of each bucket, in the order the buckets start (empty before the first
+        overlapped step)."""
+        buckets = self._buckets
+        return [[buckets.names[i] for i in bucket] for bucket in buckets.buckets]
+
     def __init__(self, optimizer: Optimizer, comm: CommunicationNetwork | None = None,
                  bucket_bytes: int = DEFAULT_BUCKET_BYTES, algorithm: str = "native", overlap: bool = True):
         super().__init__(optimizer, comm)
@@ -154,20 +160,21 @@ class ConsistentDecentralized(DistributedOptimizer):
 
     def step(self, inputs):
         start = self._begin()
+        buckets = self._buckets
+        buckets.bucket_bytes = self.bucket_bytes
+        buckets.prepare(self.network, self.loss)
+        self.overlapped_buckets = 0
         if self.overlap and self.algorithm == "native" and not isinstance(self.base_optimizer, MicrobatchOptimizer):
             outputs = self._bucketed_step(inputs)
         else:
-            outputs = self._exchange_step(inputs, lambda names, params, grads: _fused_allreduce(
-                self.communication, grads, self.bucket_bytes, self.algorithm, "mean"))
+            outputs = self._exchange_step(inputs, lambda names, params, grads: buckets.average(
+                names, grads, self.algorithm))
         self._end(start)
         return outputs
 
     def _bucketed_step(self, inputs):
         buckets = self._buckets
-        buckets.bucket_bytes = self.bucket_bytes
-        buckets.prepare(self.network, self.loss)
         if not self.executor.set_gradient_hook(buckets):
-            self.overlapped_buckets = 0
             return self._exchange_step(inputs, lambda names, params, grads: buckets.average(names, grads))
         buckets.start()
         try:
