@@ -33,7 +33,7 @@ from deep500lite.registry import FrameworkNames
 __all__ = ["OpOverheadResult", "run_op_overhead", "swish_op", "graph_pair", "SWISH_CPP", "KINDS"]
 
 KINDS = ("cpp", "python")
-_FRAMEWORKS = FrameworkNames(bench="custom_op")
+OP_FRAMEWORKS = _FRAMEWORKS = FrameworkNames(bench="custom_op")  # frameworks whose spec runs custom ops
 
 SWISH_CPP = r"""
 #include <deep500lite/deep500lite.h>

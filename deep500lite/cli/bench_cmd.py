@@ -214,12 +214,12 @@ def _run_user_op_overhead(args) -> int:
 def _run_op_overhead(args) -> int:
     if args.op != BUILTIN_OP:
         return _run_user_op_overhead(args)
-    from deep500lite.bench.op_overhead import run_op_overhead
+    from deep500lite.bench.op_overhead import OP_FRAMEWORKS, run_op_overhead
 
     if args.framework:
         frameworks = [f.strip() for f in args.framework.split(",") if f.strip()]
-    else:
-        frameworks = [f for f in FRAMEWORKS if is_framework_available(f)]
+    else:  # every installed framework that runs custom operators (a plugin may not)
+        frameworks = [f for f in FRAMEWORKS if f in OP_FRAMEWORKS and is_framework_available(f)]
     kinds = [k.strip() for k in args.op_kinds.split(",") if k.strip()]
     results = run_op_overhead(frameworks, kinds, args.elements, args.max_time,
                               progress=lambda msg: print(f"... {msg}", file=sys.stderr, flush=True))

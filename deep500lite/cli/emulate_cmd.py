@@ -19,7 +19,7 @@ import subprocess
 import sys
 
 from deep500lite.cli.args import positive_int, positive_seconds
-from deep500lite.errors import UserError
+from deep500lite.errors import SignalReceived, UserError
 
 __all__ = ["add_parser", "run"]
 
@@ -52,14 +52,8 @@ def add_parser(subparsers):
     return p
 
 
-class _Stop(Exception):
-    def __init__(self, signum: int):
-        super().__init__(signum)
-        self.signum = signum
-
-
 def _raise(signum, frame):
-    raise _Stop(signum)
+    raise SignalReceived(signum)
 
 
 def run(args) -> int:
@@ -87,7 +81,7 @@ def run(args) -> int:
         proc = hosts.popen(command)
         rc = proc.wait()
         return 128 - rc if rc < 0 else rc
-    except _Stop as stop:
+    except SignalReceived as stop:
         rc = 128 + stop.signum
         if proc is not None:
             _end(proc, stop.signum, args.grace)
@@ -116,5 +110,5 @@ def _end(proc: subprocess.Popen, signum: int, grace: float) -> None:
         proc.wait(timeout=grace)
     except subprocess.TimeoutExpired:
         pass
-    except _Stop:  # a second signal while waiting: stop waiting
+    except SignalReceived:  # a second signal while waiting: stop waiting
         pass

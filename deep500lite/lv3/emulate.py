@@ -45,7 +45,7 @@ import subprocess
 import tempfile
 import time
 
-from deep500lite.errors import UserError
+from deep500lite.errors import NetemMissing, UserError
 from deep500lite.lv3.launch import kill_pids
 
 __all__ = ["EmulatedHosts", "NetemMissing", "parse_bandwidth", "parse_latency", "clean_stale", "live_namespaces",
@@ -64,10 +64,6 @@ _TAG = re.compile(rf"^({PREFIX}(\d+)-\d+)-(head|host\d+)$")
 _counter = itertools.count()
 
 _BIT_UNITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12}
-
-
-class NetemMissing(UserError):
-    """``--latency`` on a kernel without the netem queueing discipline."""
 
 
 def parse_bandwidth(text: str) -> int | None:

@@ -1,4 +1,4 @@
-"""ONNX Runtime executor.
+r"""ONNX Runtime executor.
 
 The network runs in an ``onnxruntime.InferenceSession`` with the execution provider of the
 device (``CPUExecutionProvider``; ``CUDAExecutionProvider`` for ``gpu:N`` when the installed
