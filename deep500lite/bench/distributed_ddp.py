@@ -88,7 +88,7 @@ def worker_main(config_path: str) -> int:
         raw = json.load(f)
     cfg = check_config({k: v for k, v in raw.items() if k != "output"})
     mpi = MPICommunicator()
-    p, rank = mpi.size, mpi.rank
+    rank = mpi.rank
     bench = spec("torch").role("bench")
     group, torch_comm = bench.gloo_group()
     comm = mpi if cfg["communicator"] == "mpi" else torch_comm

@@ -17,8 +17,8 @@ uses to overlap communication with the backward pass, as PyTorch's DistributedDa
   written back into the gradients the executor handed over.
 
 An executor that cannot report gradients during the backward pass gets the same buckets after it
-(:meth:`GradientBuckets.average`), and so does an exchange that is not to overlap (``blocking=True``:
-one blocking allreduce per bucket, with any algorithm): the same flat messages, so the same results,
+(:meth:`GradientBuckets.average`), and so does an exchange that is not to overlap
+(``average(..., algorithm=...)``: one blocking allreduce per bucket, with any algorithm): the same flat messages, so the same results,
 bit for bit, whatever the communication library's order of summation.
 """
 

@@ -18,7 +18,7 @@ from deep500lite.errors import UserError, UserTypeError
 from deep500lite.lv3 import ConsistentDecentralized
 from deep500lite.lv3.buckets import GradientBuckets, gradient_order
 from support import mpirun, requires_mpi
-from training_setup import global_batch, make_optimizer
+from training_setup import global_batch, make_optimizer, one_rank_parameters
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 STEPS = 3
@@ -43,15 +43,6 @@ def jobs(tmp_path_factory):
     return get
 
 
-def one_rank(kind: str) -> dict[str, np.ndarray]:
-    """One rank with the whole batch, the base optimizer's own steps."""
-    opt = make_optimizer(kind)
-    for k in range(STEPS):
-        opt.step(global_batch(k))
-    names = [p for p, _ in opt.network.gradient(opt.loss)]
-    return dict(zip(names, opt.network.fetch_tensors(names)))
-
-
 @pytest.mark.mpi
 @requires_mpi
 @pytest.mark.parametrize("p", [2, 3])
@@ -68,7 +59,7 @@ def test_overlapped_buckets_give_the_gradients_and_parameters_of_the_exchange_af
             np.testing.assert_array_equal(on, off, err_msg=f"rank {r} {key}")
             np.testing.assert_array_equal(on, ranks[0][f"on:{key}"], err_msg=f"rank {r} differs from rank 0: {key}")
         np.testing.assert_array_equal(got["on:bytes"], got["off:bytes"])
-    expected = one_rank(kind)
+    expected = one_rank_parameters(kind, STEPS)
     start = make_optimizer(kind)
     for pname, value in expected.items():
         assert not np.allclose(start.network.fetch_tensor(pname), value), f"{pname} did not move"

@@ -51,3 +51,12 @@ def global_batch(k: int) -> dict:
         _train, _ = load_dataset("digits", "input", "label")
     idx = np.arange(k * GLOBAL_BATCH, (k + 1) * GLOBAL_BATCH)
     return _train[idx]
+
+
+def one_rank_parameters(kind: str, steps: int) -> dict[str, np.ndarray]:
+    """One rank with the whole global batch: the parameters after ``steps`` of the base optimizer's own steps."""
+    opt = make_optimizer(kind)
+    for k in range(steps):
+        opt.step(global_batch(k))
+    names = [p for p, _ in opt.network.gradient(opt.loss)]
+    return dict(zip(names, opt.network.fetch_tensors(names)))
