@@ -182,19 +182,22 @@ def run_distributed_benchmark(rows=DEFAULT_ROWS, ranks: int | None = None, optio
         raise UserError(f"bench distributed needs at least 2 ranks (-n). Received: {ranks!r}")
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise UserError(f"--threads must be a whole number >= 1. Received: {threads!r}")
-    launcher = find_mpiexec(mpiexec, "bench distributed")
     options = dict(options or {})
+    configs = {}
+    for name in rows:  # bad options: one clear error before any job starts
+        row = ROWS[name]
+        configs[name] = {k: options[k] for k in row.options if options.get(k) is not None}
+        check = getattr(importlib.import_module(row.worker), "check_config", None)
+        if check is not None:
+            check(configs[name])
+    launcher = find_mpiexec(mpiexec, "bench distributed")
     results = []
     with tempfile.TemporaryDirectory(prefix="d5-distributed-") as tmp:
         for name in rows:
             row = ROWS[name]
             p = ranks or row.default_ranks
             output = os.path.join(tmp, f"{name}.json")
-            config = {k: options[k] for k in row.options if options.get(k) is not None}
-            check = getattr(importlib.import_module(row.worker), "check_config", None)
-            if check is not None:  # bad options: one clear error before any job starts
-                check(config)
-            config.update(output=output)
+            config = dict(configs[name], output=output)
             path = os.path.join(tmp, f"{name}-config.json")
             with open(path, "w") as f:
                 json.dump(config, f)

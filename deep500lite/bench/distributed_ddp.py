@@ -57,6 +57,9 @@ def check_config(config: dict) -> dict:
     if cfg["communicator"] not in COMMUNICATORS:
         raise UserError(f"The ddp row's deep500lite side communicates over {', '.join(COMMUNICATORS)}. "
                         f"Received: --communicator {cfg['communicator']!r}")
+    for key in ("bucket_mb", "batch_size", "min_pairs", "warmup", "max_time", "seed"):
+        if isinstance(cfg[key], bool) or not isinstance(cfg[key], (int, float)):
+            raise UserError(f"The ddp row's {key} must be a number. Received: {key}={cfg[key]!r}")
     if not 0 <= float(cfg["bucket_mb"]) <= 1 << 20:
         raise UserError(f"--bucket-mb must be from 0 to {1 << 20} MiB. Received: {cfg['bucket_mb']!r}")
     for key in ("batch_size", "min_pairs"):
