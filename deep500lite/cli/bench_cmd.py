@@ -20,7 +20,7 @@ BUILTIN_OP = "swish"
 
 
 def add_parser(subparsers):
-    p = subparsers.add_parser("bench", help="run a benchmark (overhead, op, dataset, allreduce, zoo, spatial, distributed)",
+    p = subparsers.add_parser("bench", help="run a benchmark",
                               description="Run a benchmark and print its table; --json keeps every raw sample.")
     sub = p.add_subparsers(dest="benchmark", metavar="BENCHMARK", parser_class=type(p))
     o = sub.add_parser("overhead", help="deep500lite executor vs the framework's own call",
