@@ -24,7 +24,7 @@ def add_subparser(sub):
         description=("Run each row as one MPI job on this machine: deep500lite's distributed step and the native "
                      "engine's, each warmed up, then timed in alternation (each step after a barrier, its time "
                      "the slowest rank's). Prints the median of the per-pair ratios deep500lite/native with its "
-                     "95%% CI against the row's target, after checking that both sides compute the same thing "
+                     "95% CI against the row's target, after checking that both sides compute the same thing "
                      "(verdict 'wrong' otherwise). Rows: " + "; ".join(f"{r.name}: {r.what} (target <= {r.target})"
                                                                      for r in ROWS.values())
                      + ". See docs/parallelism.md."))
