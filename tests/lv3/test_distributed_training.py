@@ -19,7 +19,7 @@ from deep500lite.errors import UserError
 from deep500lite.lv3 import DistributedSampler, PartitionedDistributedSampler, compression
 from deep500lite.lv3.optimizer import fuse_buckets
 from support import mpirun, requires_mpi
-from training_setup import BUCKET_BYTES, GLOBAL_BATCH, base_kind, global_batch, make_optimizer
+from training_setup import BUCKET_BYTES, GLOBAL_BATCH, base_kind, global_batch, make_optimizer, one_rank_parameters
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -102,11 +102,7 @@ STEPS = 3
 
 def reference_parameters(kind: str) -> dict[str, np.ndarray]:
     """One rank, batch GLOBAL_BATCH, the base optimizer's own step."""
-    opt = make_optimizer(kind)
-    for k in range(STEPS):
-        opt.step(global_batch(k))
-    names = [p for p, _ in opt.network.gradient(opt.loss)]
-    return dict(zip(names, opt.network.fetch_tensors(names)))
+    return one_rank_parameters(kind, STEPS)
 
 
 def run_jobs(tmp_path, kinds, p, steps=STEPS) -> dict[str, list[dict]]:
