@@ -28,7 +28,7 @@ import os
 import sys
 import tempfile
 
-from deep500lite.errors import JobTimeout, StartupTimeout, UserError, format_choices
+from deep500lite.errors import JobTimeout, RankFailure, StartupTimeout, UserError, format_choices
 from deep500lite.lv3.launch import find_mpiexec, run_job
 from deep500lite.metrics.timing import Measurement, PairedMeasurement
 
@@ -210,7 +210,7 @@ def run_distributed_benchmark(rows=DEFAULT_ROWS, ranks: int | None = None, optio
                 rc = run_job(cmd, timeout=job_timeout, env=env)
                 why = None if rc == 0 and os.path.exists(output) else (
                     f"exit status {rc} from {' '.join(cmd)} (its ranks' errors are printed above)")
-            except (JobTimeout, StartupTimeout) as exc:
+            except (JobTimeout, StartupTimeout, RankFailure) as exc:  # the row fails; the other rows still run
                 why = str(exc)
             if why is not None:
                 results.append(DistributedResult(row, p, None, False, "", "", {}, failed=why))
