@@ -30,7 +30,7 @@ __all__ = ["main", "build_parser", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
-SUBCOMMANDS = ("env", "list", "infer", "run", "compare", "report", "bench", "pack", "launch", "model")
+SUBCOMMANDS = ("env", "list", "infer", "run", "compare", "report", "bench", "pack", "launch", "model", "verify")
 
 
 class _Parser(argparse.ArgumentParser):
