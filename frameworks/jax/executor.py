@@ -11,6 +11,7 @@ import numpy as np
 
 from deep500lite.errors import Deep500Error, FeedError, ModelError, UserError, UserKeyError, UserTypeError
 from deep500lite.lv1.device import Device
+from deep500lite.lv1.control_flow import subgraph_captures
 from deep500lite.lv1.execution_errors import execution_error, shape_of
 from deep500lite.lv1.executor import GraphExecutor
 from deep500lite.lv1.network import FLOAT_DTYPES
@@ -165,6 +166,8 @@ class JaxExecutor(GraphExecutor):
                 del self._params[name]
         self._nodes = list(net.graph.node)
         self._attrs = [parse_attributes(node) for node in self._nodes]
+        # the outer values each node's subgraphs (If, Loop, Scan) read; the converters find them in ctx.outer
+        self._captures = [subgraph_captures(node) for node in self._nodes]
         self._custom = {k: _custom_converter(node) for k, node in enumerate(self._nodes)
                         if node.domain not in ("", "ai.onnx")}
         self._opset = net.opset
@@ -224,13 +227,15 @@ class JaxExecutor(GraphExecutor):
 
             ctx = NodeContext(node, self._opset, attrs, training=training, key=key, index=k, assign=assign)
             ctx.args = tuple(args)
+            ctx.outer = {name: env[name] for name in self._captures[k]}
             if node.op_type in _INDEXING and len(args) > 1 and node.input[1] in self.network.inputs \
                     and args[0] is not None and not is_static(args[1]):
                 self._index_checks.append(_index_check(node, attrs, args[0], args[1], training))
             error = None
             try:
                 fn = self._custom.get(k) or lookup(node.op_type, ctx.name)
-                if all(a is None or is_static(a) for a in args) and k not in self._custom and not (
+                if all(a is None or is_static(a) for a in list(args) + list(ctx.outer.values())) and \
+                        k not in self._custom and not (
                         training and node.op_type in ("Dropout", "BatchNormalization")):
                     with jax.ensure_compile_time_eval():
                         result = fn(ctx, *args)
@@ -284,6 +289,13 @@ class JaxExecutor(GraphExecutor):
         try:
             with jax.default_matmul_precision(self.options["matmul_precision"]):
                 compiled = jax.jit(fn, donate_argnums=donate).lower(*args).compile()
+        except ModelError as exc:
+            why = getattr(exc, "needs_eager", None)
+            if why is None:
+                raise
+            # an output shape that depends on the values: this graph runs op by op, without XLA
+            self.options["eager"] = why
+            compiled = fn
         except Deep500Error:
             raise
         except Exception as exc:  # noqa: BLE001 - XLA refusing to compile a node's attributes

@@ -9,7 +9,9 @@ the body. The executor delegates them to ``onnx.reference.ReferenceEvaluator``, 
 module names the converting frameworks use: :mod:`.conv` (``Conv`` and ``ConvTranspose``),
 :mod:`.gemm` (``Gemm``), :mod:`.pool` (``MaxPool`` and ``AveragePool``: ``onnx.reference`` gets
 some ``ceil_mode`` shapes wrong) and :mod:`.shape` (``GatherElements``: ``onnx.reference`` fails
-past 32 indices; ``ScatterElements``: a Python loop per update there).
+past 32 indices; ``ScatterElements``: a Python loop per update there) and :mod:`.control`
+(``Loop``: ``onnx.reference`` runs no iteration of a loop with a trip count and no condition, and
+concatenates scan outputs instead of stacking them).
 """
 
 from __future__ import annotations
@@ -17,13 +19,14 @@ from __future__ import annotations
 import onnx
 from onnx.reference.ops import _op_list
 
+from deep500lite.frameworks.reference.ops.control import Loop
 from deep500lite.frameworks.reference.ops.conv import Conv, ConvTranspose
 from deep500lite.frameworks.reference.ops.gemm import Gemm
 from deep500lite.frameworks.reference.ops.pool import AveragePool, MaxPool
 from deep500lite.frameworks.reference.ops.shape import GatherElements, ScatterElements
 
 __all__ = ["SUPPORTED_OPS", "FAST_OPS", "Conv", "ConvTranspose", "Gemm", "MaxPool", "AveragePool", "GatherElements",
-           "ScatterElements"]
+           "ScatterElements", "Loop"]
 
 
 def _reference_ops() -> frozenset:
@@ -37,5 +40,5 @@ def _reference_ops() -> frozenset:
 
 SUPPORTED_OPS: frozenset = _reference_ops()
 
-FAST_OPS = [Conv, ConvTranspose, Gemm, MaxPool, AveragePool, GatherElements, ScatterElements]
+FAST_OPS = [Conv, ConvTranspose, Gemm, MaxPool, AveragePool, GatherElements, ScatterElements, Loop]
 """``OpRun`` classes that replace ``onnx.reference``'s own implementation of the same operator."""
