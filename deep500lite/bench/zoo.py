@@ -86,6 +86,8 @@ class ZooCase:
     exporter: str
     producer: str
     source: str
+    #: ``"classifier"`` (a :class:`ZooModel`) or ``"graph"`` (a :class:`~deep500lite.bench.zoo_model.GraphModel`)
+    kind: str = "classifier"
 
     @property
     def key(self) -> str:
@@ -106,6 +108,8 @@ class Cell:
         floor: the rule's float32 noise floor for this cell: the reference executor's own error
             on it (None for the reference executor's own cells, judged by the producer's error).
         compile_seconds: the part of ``seconds`` the executor spent compiling.
+        extra: what a graph case records besides (the compile seconds each input shape added,
+            how many greedy tokens a decoder chose alike).
     """
 
     case: str
@@ -118,6 +122,7 @@ class Cell:
     seconds: float = 0.0
     floor: float | None = None
     compile_seconds: float = 0.0
+    extra: dict = dataclasses.field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -161,6 +166,12 @@ def _zoo_module(producer: str):
     return framework_module(producer, "zoo")
 
 
+def _graphs_module(producer: str):
+    from deep500lite.registry import framework_module
+
+    return framework_module(producer, "zoo_graphs")
+
+
 def _split(value: str | Sequence[str] | None) -> list[str] | None:
     if value is None:
         return None
@@ -190,6 +201,8 @@ def list_cases(models: str | Sequence[str] | None = None, exporters: str | Seque
         for name in module.model_names():
             for exporter in module.EXPORTERS:
                 cases.append(ZooCase(name, exporter, producer, module.model_source(name)))
+        for name, (_, source, exporter) in _graphs_module(producer).GRAPH_MODELS.items():
+            cases.append(ZooCase(name, exporter, producer, source, kind="graph"))
     known_models = list(dict.fromkeys(c.name for c in cases))
     known_exporters = list(dict.fromkeys(c.exporter for c in cases))
     wanted_models, wanted_exporters = _split(models), _split(exporters)
@@ -346,6 +359,9 @@ def run_zoo(cases: Iterable[ZooCase], executors: Sequence[str] = EXECUTORS, trai
     checks = ["inference", "training"] if training else ["inference"]
     result = ZooResult(cases, executors, checks)
     for case in cases:
+        if case.kind == "graph":
+            _run_graph_case(case, executors, checks, device, result, progress)
+            continue
         start = time.perf_counter()
         build = _zoo_module(case.producer).build
         try:
@@ -397,6 +413,39 @@ def run_zoo(cases: Iterable[ZooCase], executors: Sequence[str] = EXECUTORS, trai
             row = ", ".join(f"{c.executor} {c.check[:5]} {c.status}" for c in result.cells if c.case == case.key)
             progress(f"{case.key} ({result.build_seconds[case.key]:.1f} s to build): {row}")
     return result
+
+
+def _run_graph_case(case: ZooCase, executors, checks, device, result: ZooResult, progress) -> None:
+    """Build a graph case and its ground truth (the reference executor in float64), then check every executor."""
+    from deep500lite.bench.zoo_graphs import check_graph_inference, check_graph_training, graph_truth
+    from deep500lite.registry import is_framework_available
+
+    start = time.perf_counter()
+    try:
+        model = _graphs_module(case.producer).build_graph(case.name)
+        truth = graph_truth(model)
+    except Exception as exc:  # noqa: BLE001 - a model that cannot be built fails its row, not the run
+        status = "export" if isinstance(exc, ModelExportError) else "error"
+        result.cells.extend(Cell(case.key, ex, check, status, detail=_one_line(exc))
+                            for ex in executors for check in checks)
+        if progress:
+            progress(f"{case.key}: {status}: {_one_line(exc, 200)}")
+        return
+    result.build_seconds[case.key] = time.perf_counter() - start
+    result.op_types[case.key] = sorted({n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}::{n.op_type}"
+                                        for n in model.proto.graph.node})
+    result.notes[case.key] = model.notes
+    for ex in executors:
+        if not is_framework_available(ex):
+            result.cells.extend(Cell(case.key, ex, check, "error", detail=f"{ex} is not installed") for check in checks)
+            continue
+        ex_device = None if ex == "reference" else device
+        result.cells.append(check_graph_inference(model, truth, ex, ex_device))
+        if "training" in checks:
+            result.cells.append(check_graph_training(model, truth, ex, ex_device))
+    if progress:
+        row = ", ".join(f"{c.executor} {c.check[:5]} {c.status}" for c in result.cells if c.case == case.key)
+        progress(f"{case.key} ({result.build_seconds[case.key]:.1f} s to build): {row}")
 
 
 _MARK = {"pass": "ok", "fail": "FAIL", "error": "ERROR", "known": "known", "export": "no export", "skip": "-"}

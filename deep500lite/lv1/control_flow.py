@@ -27,7 +27,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-__all__ = ["SUBGRAPH_OPS", "subgraphs", "subgraph_captures", "host_kernel", "loop_trip_plan"]
+__all__ = ["SUBGRAPH_OPS", "REFERENCE_FIXES", "subgraphs", "subgraph_captures", "host_kernel", "loop_trip_plan"]
 
 #: ONNX operators whose attributes hold subgraphs
 SUBGRAPH_OPS = frozenset({"If", "Loop", "Scan"})
@@ -73,6 +73,32 @@ def subgraph_captures(node: onnx.NodeProto) -> list[str]:
     return list(found)
 
 
+def _nms_kernel():
+    """``onnx.reference``'s NonMaxSuppression, taking its scalar inputs as scalars too.
+
+    ONNX defines ``max_output_boxes_per_class``, ``iou_threshold`` and ``score_threshold`` as
+    scalars (tf2onnx writes them so); ``onnx.reference`` indexes them as 1-D tensors of one
+    element and fails on scalars.
+    """
+    from onnx.reference.ops.op_non_max_suppression import NonMaxSuppression as _Reference
+
+    class NonMaxSuppression(_Reference):
+        op_domain = ""
+
+        def _run(self, boxes, scores, max_output_boxes_per_class=None, iou_threshold=None, score_threshold=None,
+                 center_point_box=None):
+            def one(v):
+                return None if v is None else np.asarray(v).reshape(-1)[:1]
+            return super()._run(boxes, scores, one(max_output_boxes_per_class), one(iou_threshold),
+                                one(score_threshold), center_point_box=center_point_box)
+
+    return NonMaxSuppression
+
+
+#: ``OpRun`` classes that fix ``onnx.reference`` kernels (the reference executor uses them too)
+REFERENCE_FIXES = [_nms_kernel()]
+
+
 def host_kernel(node: onnx.NodeProto, opset: int) -> Callable:
     """``run(*numpy inputs) -> list of numpy outputs``: ``node`` evaluated by ``onnx.reference``.
 
@@ -92,7 +118,7 @@ def host_kernel(node: onnx.NodeProto, opset: int) -> Callable:
                               [helper.make_tensor_value_info(n, 0, None) for n in outs if n])
     domain = node.domain or ""
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid(domain, opset)])
-    evaluator = ReferenceEvaluator(model)
+    evaluator = ReferenceEvaluator(model, new_ops=REFERENCE_FIXES)
     wanted = [n for n in outs if n]
 
     def run(*values):

@@ -16,10 +16,11 @@ from deep500lite.lv1.verify.localize import Divergence, add_gradient_probes, exp
 from deep500lite.lv1.verify.rule import (FLOOR_FACTOR, GRADIENT_FLOOR, GRADIENT_TOLERANCE, INFERENCE_TOLERANCE,
                                          gradient_errors, gradient_scales, passes, relative_error, tensor_error,
                                          tolerance)
-from deep500lite.lv1.verify.run import (LOSSES, ExecutorReport, VerifyResult, default_executors, format_report,
-                                        verify_model)
+from deep500lite.lv1.verify.run import (LOSSES, ExecutorReport, GroundTruth, VerifyResult, build_executor,
+                                        default_executors, format_report, verify_model)
 
-__all__ = ["verify_model", "format_report", "VerifyResult", "ExecutorReport", "Divergence", "default_executors",
+__all__ = ["verify_model", "format_report", "VerifyResult", "ExecutorReport", "GroundTruth", "build_executor",
+           "Divergence", "default_executors",
            "LOSSES", "to_float64", "feeds_as_float64", "expose_intermediates", "add_gradient_probes", "localize",
            "relative_error", "tensor_error", "gradient_scales", "gradient_errors", "tolerance", "passes",
            "INFERENCE_TOLERANCE", "GRADIENT_TOLERANCE", "GRADIENT_FLOOR", "FLOOR_FACTOR"]

@@ -34,8 +34,8 @@ from deep500lite.lv1.verify.float64 import feeds_as_float64, to_float64
 from deep500lite.lv1.verify.localize import Divergence, localize
 from deep500lite.lv1.verify.rule import gradient_errors, gradient_scales, passes, tensor_error, tolerance
 
-__all__ = ["LOSSES", "ExecutorReport", "VerifyResult", "verify_model", "default_executors", "format_report",
-           "LABELS", "TARGET", "LOSS"]
+__all__ = ["LOSSES", "ExecutorReport", "VerifyResult", "GroundTruth", "verify_model", "default_executors",
+           "format_report", "build_executor", "LABELS", "TARGET", "LOSS"]
 
 #: the loss kinds ``verify`` can add
 LOSSES = ("cross_entropy", "mse")
@@ -261,11 +261,104 @@ def _grad_names(model: onnx.ModelProto, loss: str) -> dict[str, str]:
     return dict(load_model(model).gradient(loss))
 
 
-def _make(model: onnx.ModelProto, spelling: str, device):
+def build_executor(model: onnx.ModelProto, spelling: str, device=None):
+    """``d5.executor`` of a fresh Network of ``model`` (the reference always on the CPU)."""
     from deep500lite.lv1.network import load_model
     from deep500lite.registry import executor
 
     return executor(load_model(model), spelling, device=None if spelling == "reference" else device)
+
+
+class GroundTruth:
+    """The reference executor's float64 answers and float32 floors for one model and one set of feeds.
+
+    Built once, it judges any number of executors (:meth:`check_outputs`, :meth:`check_gradients`,
+    :meth:`report`); ``verify_model`` and the zoo's graph cases use it.
+
+    Args:
+        proto: the float32 model.
+        feeds: checked feeds, one per model input.
+        train: also compute the loss's gradients.
+        loss: the loss (see the module docs).
+        seed: seeds the loss's labels or target.
+
+    Attributes:
+        outputs: the model's output names.
+        want: output name -> float64 value; floors: output name -> the float32 floor.
+        train_model, train_feeds, loss_name, loss_text: the model with its loss (``train``).
+        grad_names: parameter -> gradient name; want_grads: parameter -> float64 gradient.
+        floor_gradients, floor_parameter: the float32 gradient floor and its parameter.
+    """
+
+    def __init__(self, proto: onnx.ModelProto, feeds: dict, train: bool = False, loss: str | None = None,
+                 seed: int = 0):
+        self.proto, self.feeds, self.train = proto, feeds, train
+        self.reference = _Reference()
+        self.outputs = [o.name for o in proto.graph.output]
+        self.want = self.reference.run(proto, feeds, False, None, (), True)
+        floor_values = self.reference.run(proto, feeds, False, None, (), False)
+        self.floors = {o: tensor_error(floor_values[o], self.want[o]) for o in self.outputs}
+        self.train_model, self.train_feeds, self.loss_name, self.loss_text = None, {}, "", ""
+        self.grad_names, self.want_grads, self.scales = {}, {}, {}
+        self.floor_gradients, self.floor_parameter = None, ""
+        if train:
+            self._gradients(loss, seed)
+
+    def _gradients(self, loss, seed) -> None:
+        kind, tensor = _parse_loss(loss, self.proto, self.want)
+        self.train_model, extra, self.loss_name = _with_loss(self.proto, kind, tensor, self.want, seed)
+        self.train_feeds = {**self.feeds, **extra}
+        self.loss_text = f"{kind} of '{tensor}'" if kind != "tensor" else f"the model's tensor '{tensor}'"
+        self.grad_names = _grad_names(self.train_model, self.loss_name)
+        if not self.grad_names:
+            raise UserError(f"The loss {self.loss_text} depends on no parameter (float initializer) of the model: "
+                            f"there is no gradient to check. Received: --loss {loss or 'default'}")
+        names = list(self.grad_names.values())
+        values64 = self.reference.run(self.train_model, self.train_feeds, True, self.loss_name, names, True)
+        values32 = self.reference.run(self.train_model, self.train_feeds, True, self.loss_name, names, False)
+        self.want_grads = {p: values64[g] for p, g in self.grad_names.items()}
+        self.scales = gradient_scales(self.want_grads)
+        floor_errors = gradient_errors({p: values32[g] for p, g in self.grad_names.items()}, self.want_grads,
+                                       self.scales)
+        self.floor_parameter, self.floor_gradients = max(floor_errors.items(), key=lambda kv: kv[1])
+        self.floors[self.loss_name] = tensor_error(values32[self.loss_name], values64[self.loss_name])
+
+    def check_outputs(self, got: dict) -> tuple[dict, bool]:
+        """``(output -> error, verdict)`` of an executor's outputs for these feeds."""
+        errors = {o: tensor_error(got[o], self.want[o]) if o in got else float("inf") for o in self.outputs}
+        return errors, all(passes(e, "inference", self.floors[o]) for o, e in errors.items())
+
+    def check_gradients(self, executor) -> tuple[dict, bool]:
+        """Run ``executor`` (built on :attr:`train_model`) forward and backward; ``(parameter -> error, verdict)``."""
+        executor.inference_and_backprop(dict(self.train_feeds), self.loss_name)
+        net = executor.network
+        have = dict(net.gradient(self.loss_name))
+        got = {p: net.fetch_tensor(have[p]) for p in self.grad_names if p in have}
+        errors = gradient_errors(got, self.want_grads, self.scales)
+        worst = max(errors.values(), default=0.0)
+        return errors, passes(worst, "gradient", self.floor_gradients)
+
+    def report(self, spelling: str, make: Callable, device=None, localize_failures: bool = True) -> ExecutorReport:
+        """The :class:`ExecutorReport` of one executor: its outputs, gradients (``train``) and verdicts."""
+        report = ExecutorReport(spelling)
+        start = time.perf_counter()
+        try:
+            ex = make(self.proto, spelling, device)
+            report.outputs, report.inference_ok = self.check_outputs(ex.inference(dict(self.feeds)))
+            compile_seconds = ex.compile_seconds
+            if self.train:
+                tex = make(self.train_model, spelling, device)
+                report.gradients, report.gradients_ok = self.check_gradients(tex)
+                compile_seconds += tex.compile_seconds
+            report.compile_seconds = compile_seconds
+            if not report.inference_ok or report.gradients_ok is False:
+                report.status = "fail"
+        except Exception as exc:  # noqa: BLE001 - one executor failing must not lose the others' rows
+            report.status, report.error = "error", _one_line(exc)
+        report.seconds = time.perf_counter() - start
+        if report.status == "fail" and localize_failures:
+            report.divergence = _localize(report, self, spelling, device, make)
+        return report
 
 
 def verify_model(model, frameworks: Sequence[str] | None = None, feeds: dict | None = None, train: bool = False,
@@ -277,7 +370,8 @@ def verify_model(model, frameworks: Sequence[str] | None = None, feeds: dict | N
     Args:
         model: an ONNX file path, an ``onnx.ModelProto`` or a :class:`~deep500lite.Network`.
         frameworks: executor spellings (``torch``, ``torch:compile``, ``onnxruntime:O0``, ...);
-            default :func:`default_executors`. ``reference`` in float32 is always run: it is the floor.
+            default :func:`default_executors`. The floor is always computed by the reference
+            executor in float32; ``reference`` in the list adds its row.
         feeds: one array per model input; default: seeded random feeds (normal floats, zero
             integers, open axes of size :data:`BATCH` for the first axis and 1 elsewhere).
         train: also add a loss and compare every parameter gradient.
@@ -308,77 +402,26 @@ def verify_model(model, frameworks: Sequence[str] | None = None, feeds: dict | N
     if feeds is None:
         feeds = net.random_feeds(BATCH, seed)
     feeds = net.check_feeds({k: np.asarray(v) for k, v in feeds.items()})
-    make = make_executor or _make
-    ref = _Reference()
-    outputs = [o.name for o in proto.graph.output]
-    want_out = ref.run(proto, feeds, False, None, (), True)
-    floor_out_values = ref.run(proto, feeds, False, None, (), False)
-    floor_outputs = {o: tensor_error(floor_out_values[o], want_out[o]) for o in outputs}
-
-    train_model, train_feeds, loss_name, loss_text = None, {}, "", ""
-    want_grads, floor_grads, grad_names, scales = {}, {}, {}, {}
-    floor_gradients, floor_param = None, ""
-    if train:
-        kind, tensor = _parse_loss(loss, proto, want_out)
-        train_model, extra, loss_name = _with_loss(proto, kind, tensor, want_out, seed)
-        train_feeds = {**feeds, **extra}
-        loss_text = f"{kind} of '{tensor}'" if kind != "tensor" else f"the model's tensor '{tensor}'"
-        grad_names = _grad_names(train_model, loss_name)
-        if not grad_names:
-            raise UserError(f"The loss {loss_text} depends on no parameter (float initializer) of the model: there is "
-                            f"no gradient to check. Received: --loss {loss or 'default'}")
-        values64 = ref.run(train_model, train_feeds, True, loss_name, list(grad_names.values()), True)
-        values32 = ref.run(train_model, train_feeds, True, loss_name, list(grad_names.values()), False)
-        want_grads = {p: values64[g] for p, g in grad_names.items()}
-        scales = gradient_scales(want_grads)
-        floor_errors = gradient_errors({p: values32[g] for p, g in grad_names.items()}, want_grads, scales)
-        floor_param, floor_gradients = max(floor_errors.items(), key=lambda kv: kv[1])
-        want_loss, floor_loss = values64[loss_name], values32[loss_name]
-        floor_outputs[loss_name] = tensor_error(floor_loss, want_loss)
-
+    truth = GroundTruth(proto, feeds, train, loss, seed)
     reports = []
     for spelling in spellings:
-        report = ExecutorReport(spelling)
-        start = time.perf_counter()
-        try:
-            ex = make(proto, spelling, device)
-            got = ex.inference(dict(feeds))
-            report.outputs = {o: tensor_error(got[o], want_out[o]) for o in outputs}
-            report.inference_ok = all(passes(e, "inference", floor_outputs[o]) for o, e in report.outputs.items())
-            compile_seconds = ex.compile_seconds
-            if train:
-                tex = make(train_model, spelling, device)
-                tex.inference_and_backprop(dict(train_feeds), loss_name)
-                tnet = tex.network
-                have = dict(tnet.gradient(loss_name))
-                got_grads = {p: tnet.fetch_tensor(have[p]) for p in grad_names if p in have}
-                report.gradients = gradient_errors(got_grads, want_grads, scales)
-                report.gradients_ok = passes(report.worst_gradient[1], "gradient", floor_gradients)
-                compile_seconds += tex.compile_seconds
-            report.compile_seconds = compile_seconds
-            if not report.inference_ok or report.gradients_ok is False:
-                report.status = "fail"
-        except Exception as exc:  # noqa: BLE001 - one executor failing must not lose the others' rows
-            report.status, report.error = "error", _one_line(exc)
-        report.seconds = time.perf_counter() - start
-        if report.status == "fail" and localize_failures:
-            report.divergence = _localize(report, proto, feeds, train_model, train_feeds, loss_name, spelling,
-                                          device, make, ref)
-        reports.append(report)
+        reports.append(truth.report(spelling, make_executor or build_executor, device, localize_failures))
         if progress:
-            progress(f"{spelling}: {report.status}")
+            progress(f"{spelling}: {reports[-1].status}")
     return VerifyResult(model=source, feeds={k: f"{np.asarray(v).dtype.name}{list(np.shape(v))}"
                                              for k, v in feeds.items()},
-                        train=train, loss=loss_text, floor_outputs=floor_outputs, floor_gradients=floor_gradients,
-                        floor_gradient_parameter=floor_param, reports=reports)
+                        train=train, loss=truth.loss_text, floor_outputs=truth.floors,
+                        floor_gradients=truth.floor_gradients, floor_gradient_parameter=truth.floor_parameter,
+                        reports=reports)
 
 
-def _localize(report, proto, feeds, train_model, train_feeds, loss_name, spelling, device, make, ref) -> Divergence:
+def _localize(report, truth: GroundTruth, spelling, device, make) -> Divergence:
     """Where the executor of ``report`` first diverges (a note when that cannot be found)."""
     training = report.inference_ok is not False
     try:
-        return localize(train_model if training else proto, train_feeds if training else feeds,
-                        lambda m: make(m, spelling, device), ref.both, training, loss_name if training else None)
+        return localize(truth.train_model if training else truth.proto, truth.train_feeds if training else truth.feeds,
+                        lambda m: make(m, spelling, device), truth.reference.both, training,
+                        truth.loss_name if training else None)
     except Exception as exc:  # noqa: BLE001 - the verdict stands without the node
         return Divergence("training forward" if training else "forward",
                           note=f"the diverging node could not be localized: {_one_line(exc, 300)}")

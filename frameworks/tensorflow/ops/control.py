@@ -149,7 +149,9 @@ def _loop(ctx, body, captured):
             return [i + 1, nxt] + new_state + stacks
 
         loop_vars = [tf.constant(0, tf.int64), going] + state + arrays
-        invariants = [tf.TensorShape([]), tf.TensorShape([])] + [tf.TensorShape(None)] * carried + [
+        # carried values may change size between iterations, not rank (converters need the rank)
+        invariants = [tf.TensorShape([]), tf.TensorShape([])] + [
+            tf.TensorShape(None if v.shape.rank is None else [None] * v.shape.rank) for v in state] + [
             tf.TensorShape(None)] * scans
         out = tf.while_loop(keep_going, step, loop_vars, shape_invariants=invariants)
         results = list(out[2:2 + carried]) + [a.stack() for a in out[2 + carried:]]
