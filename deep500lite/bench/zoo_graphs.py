@@ -98,7 +98,9 @@ def check_graph_inference(model: GraphModel, truth: GraphTruth, executor: str, d
                 shapes = ", ".join(f"{k} {list(np.shape(v))}" for k, v in feeds.items())
                 failures.append(f"{name} at {shapes}: {errors[name]:.2g} of its scale")
         if model.generate:
+            before = ex.compile_seconds
             got = decode(ex, model, truth.tokens)
+            extra["generation_compile_seconds"] = round(ex.compile_seconds - before, 3)
             step_errors = [tensor_error(g, w) for g, w in zip(got, truth.steps64)]
             bad = [i for i, (e, f) in enumerate(zip(step_errors, truth.floors)) if not passes(e, "inference", f)]
             worst_step = int(np.argmax(step_errors))
@@ -111,8 +113,10 @@ def check_graph_inference(model: GraphModel, truth: GraphTruth, executor: str, d
     except Exception as exc:  # noqa: BLE001 - every failure becomes the cell's reason
         return Cell(case, executor, "inference", "error", detail=_one_line(exc), seconds=time.perf_counter() - start)
     extra["compile_seconds"] = compile_per_set
+    if ex.options.get("eager"):
+        extra["eager"] = ex.options["eager"]  # the jax executor ran this graph op by op (see frameworks/jax)
     seconds = time.perf_counter() - start
-    detail = _sets_text(model, compile_per_set)
+    detail = _sets_text(model, compile_per_set, extra)
     if failures:
         return Cell(case, executor, "inference", "fail", worst, None, "; ".join(failures) + detail, seconds,
                     floor=worst_floor, compile_seconds=float(ex.compile_seconds), extra=extra)
@@ -120,7 +124,7 @@ def check_graph_inference(model: GraphModel, truth: GraphTruth, executor: str, d
                 compile_seconds=float(ex.compile_seconds), extra=extra)
 
 
-def _sets_text(model: GraphModel, compile_per_set: list) -> str:
+def _sets_text(model: GraphModel, compile_per_set: list, extra: dict) -> str:
     parts = []
     if len(model.feeds) > 1:
         rebuilt = [c for c in compile_per_set[1:] if c > 0.05]
@@ -129,6 +133,10 @@ def _sets_text(model: GraphModel, compile_per_set: list) -> str:
                         f"{sum(rebuilt):.1f} s compiling"))
     if model.generate:
         parts.append(f"{model.generate} tokens generated with the key/value cache")
+    if extra.get("generation_compile_seconds", 0) > 0.05:
+        parts.append(f"{extra['generation_compile_seconds']:.1f} s compiling a step for each new cache length")
+    if extra.get("eager"):
+        parts.append("run op by op, without XLA: " + extra["eager"])
     return "".join(f"; {p}" for p in parts)
 
 

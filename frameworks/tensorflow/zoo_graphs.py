@@ -59,7 +59,7 @@ def _detection(seed: int) -> GraphModel:
         offsets = tf.reshape(tf.matmul(features, box_w) + box_b, [cells * _ANCHORS, 4])
         scores = tf.reshape(tf.sigmoid(tf.matmul(features, cls_w) + cls_b), [cells * _ANCHORS])
         boxes = tf.constant(anchors) + 2.0 * offsets  # made in the function: a constant, not a captured input
-        kept = tf.image.non_max_suppression(boxes, scores, _KEEP, iou_threshold=0.3, score_threshold=0.2)
+        kept = tf.image.non_max_suppression(boxes, scores, _KEEP, iou_threshold=0.3, score_threshold=0.55)
         return {"boxes": tf.gather(boxes, kept), "scores": tf.gather(scores, kept)}
 
     proto = _convert("detection", detect, signature)
