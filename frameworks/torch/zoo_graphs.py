@@ -5,8 +5,9 @@ exporters and returns a :class:`~deep500lite.bench.zoo_model.GraphModel` (nothin
 
 - ``scan_if``: a recurrent encoder written with ``torch._higher_order_ops.scan`` and a head chosen
   by ``torch.cond`` on a computed value; the dynamo exporter writes ONNX ``Scan`` and ``If``.
-- ``loop``: a residual refinement ``for i in range(3)`` and a branch on the data, compiled by
-  ``torch.jit.script``; the TorchScript exporter writes ``Loop`` (a constant trip count) and ``If``.
+- ``loop``: a residual refinement ``for i in range(x.size(1) // 4)`` and a branch on the data,
+  compiled by ``torch.jit.script``; the TorchScript exporter writes ``Loop`` (its trip count a
+  constant of the exported graph) and ``If``.
 - ``bert_dynamic``: transformers' BERT classifier exported with dynamic batch and sequence axes,
   run at batches 1, 2 and 4 and sequences of 8 and 16 tokens.
 - ``gpt2_kv``: transformers' GPT-2 language model, one decoding step with its key/value cache as
@@ -63,7 +64,7 @@ class _ScanIf(nn.Module):
 
 
 class _Loop(nn.Module):
-    """Three residual refinements in a loop, then a branch on the data (scripted by torch.jit.script)."""
+    """Residual refinements in a loop (two for 8 features), then a branch on the data (scripted by torch.jit.script)."""
 
     def __init__(self, features: int = 8):
         super().__init__()
@@ -73,7 +74,8 @@ class _Loop(nn.Module):
 
     def forward(self, x):
         h = x
-        for _ in range(3):
+        # a trip count read from the input's shape, so torch.jit.script keeps the loop (it unrolls constant ranges)
+        for _ in range(x.size(1) // 4):
             h = h + torch.tanh(self.refine(h))
         if bool(h.sum() > 0):
             h = self.scale(h)
@@ -138,7 +140,7 @@ def _loop(seed: int) -> GraphModel:
         scripted = torch.jit.script(module)
     proto = _export("loop", scripted, (torch.from_numpy(x),), ["x"], ["logits"], dynamo=False)
     return GraphModel("loop", "torch (torch.jit.script)", "torchscript", proto, [{"x": x}], train=True,
-                      loss="cross_entropy", notes="for i in range(3) -> Loop, if on the data -> If")
+                      loss="cross_entropy", notes="for i in range(x.size(1) // 4) -> Loop, if on the data -> If")
 
 
 def _bert_dynamic(seed: int) -> GraphModel:

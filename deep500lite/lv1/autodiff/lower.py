@@ -119,16 +119,21 @@ def _lower_if(node, known, namer) -> list | None:
     return nodes
 
 
-def _passes_condition_on(body: onnx.GraphProto) -> bool:
-    """Whether the body's condition output is its condition input (directly or by Identity) or a constant true."""
+def _passes_condition_on(body: onnx.GraphProto, known: dict) -> bool:
+    """Whether the body's condition output is its condition input (directly or by Identity) or a constant true
+    (of the body, or of the outer graph: ``known``)."""
     cond_in, cond_out = body.input[1].name, body.output[0].name
     if cond_out == cond_in:
         return True
+    if cond_out in known:
+        return bool(np.asarray(known[cond_out]).reshape(-1)[0])
     producer = next((n for n in body.node if cond_out in n.output), None)
     if producer is None:
         return False
     if producer.op_type == "Identity" and producer.input[0] == cond_in:
         return True
+    if producer.op_type == "Identity" and producer.input[0] in known:
+        return bool(np.asarray(known[producer.input[0]]).reshape(-1)[0])
     if producer.op_type == "Constant" and producer.attribute and producer.attribute[0].type == onnx.AttributeProto.TENSOR:
         return bool(numpy_helper.to_array(producer.attribute[0].t).reshape(-1)[0])
     return False
@@ -157,7 +162,7 @@ def _lower_loop(node, known, namer) -> list | None:
         if cond not in known:
             return None
         going = bool(np.asarray(known[cond]).reshape(-1)[0])
-    if watch and not _passes_condition_on(body):
+    if watch and not _passes_condition_on(body, known):
         return None
     carried = len(body.input) - 2
     scans = len(body.output) - 1 - carried
