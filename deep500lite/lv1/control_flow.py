@@ -21,13 +21,15 @@ framework has no kernel of ONNX's semantics.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable
 
 import numpy as np
 import onnx
 from onnx import helper
 
-__all__ = ["SUBGRAPH_OPS", "REFERENCE_FIXES", "subgraphs", "subgraph_captures", "host_kernel", "loop_trip_plan"]
+__all__ = ["SUBGRAPH_OPS", "REFERENCE_FIXES", "ScanLayout", "scan_layout", "unrolled_scan", "subgraphs",
+           "subgraph_captures", "host_kernel", "loop_trip_plan"]
 
 #: ONNX operators whose attributes hold subgraphs
 SUBGRAPH_OPS = frozenset({"If", "Loop", "Scan"})
@@ -138,3 +140,58 @@ def loop_trip_plan(trip_count, has_condition: bool) -> tuple[int | None, bool]:
     limit = None if trip_count is None else int(np.asarray(trip_count).reshape(-1)[0])
     # ONNX: with M and no condition, the body's condition output is ignored (a for loop)
     return limit, has_condition or trip_count is None
+
+
+@dataclasses.dataclass(frozen=True)
+class ScanLayout:
+    """How a ``Scan`` node splits its body's inputs and outputs, and along which axes it scans.
+
+    Attributes:
+        n_scan: scan inputs; n_state: state values; n_out: scan outputs.
+        in_axes, in_dirs: per scan input, its scan axis and direction (1: from the end).
+        out_axes, out_dirs: per scan output, the axis its slices are stacked along and the direction.
+    """
+
+    n_scan: int
+    n_state: int
+    n_out: int
+    in_axes: list
+    in_dirs: list
+    out_axes: list
+    out_dirs: list
+
+
+def scan_layout(attr: Callable, body_inputs: int, body_outputs: int) -> ScanLayout:
+    """The :class:`ScanLayout` of a Scan node from its attribute getter ``attr(name, default)``.
+
+    Scan-8 names the input directions ``directions`` (and scans axis 1 of a batch: axis 0 of
+    each batch element).
+    """
+    n_scan = int(attr("num_scan_inputs", 0))
+    n_state = body_inputs - n_scan
+    n_out = body_outputs - n_state
+    return ScanLayout(n_scan, n_state, n_out, list(attr("scan_input_axes", [0] * n_scan)),
+                      list(attr("scan_input_directions", attr("directions", [0] * n_scan))),
+                      list(attr("scan_output_axes", [0] * n_out)), list(attr("scan_output_directions", [0] * n_out)))
+
+
+def unrolled_scan(step: Callable, state: list, xs: list, axes: list, length: int, layout: ScanLayout,
+                  take: Callable, stack: Callable) -> list:
+    """A Scan's outputs, its body run once per step in Python: the final state, then the stacked outputs.
+
+    Args:
+        step: ``step(state + slices) -> state + output slices`` (the body).
+        state, xs: the initial state and the scan inputs; axes: their scan axes (non-negative).
+        length: the number of steps.
+        take: ``take(x, axis, index)``, one slice of a scan input.
+        stack: ``stack(items, axis)``, the slices of one output stacked (``items`` may be empty).
+    """
+    outs: list[list] = [[] for _ in range(layout.n_out)]
+    for t in range(length):
+        slices = [take(x, a, length - 1 - t if d else t) for x, a, d in zip(xs, axes, layout.in_dirs)]
+        res = step(list(state) + slices)
+        state = list(res[:layout.n_state])
+        for k in range(layout.n_out):
+            outs[k].append(res[layout.n_state + k])
+    return list(state) + [stack(outs[k][::-1] if layout.out_dirs[k] else outs[k], layout.out_axes[k])
+                          for k in range(layout.n_out)]

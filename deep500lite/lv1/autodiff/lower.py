@@ -25,7 +25,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from deep500lite.lv1.control_flow import loop_trip_plan, subgraphs
+from deep500lite.lv1.control_flow import loop_trip_plan, scan_layout, subgraphs
 
 __all__ = ["lower_control_flow", "MAX_UNROLLED"]
 
@@ -198,13 +198,9 @@ def _lower_scan(node, shapes, opset, namer) -> list | None:
         return None
     body = next(a.g for a in node.attribute if a.name == "body")
     attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute if a.name != "body"}
-    n_scan = int(attrs["num_scan_inputs"])
-    n_state = len(body.input) - n_scan
-    n_out = len(body.output) - n_state
-    in_axes = list(attrs.get("scan_input_axes", [0] * n_scan))
-    in_dirs = list(attrs.get("scan_input_directions", [0] * n_scan))
-    out_axes = list(attrs.get("scan_output_axes", [0] * n_out))
-    out_dirs = list(attrs.get("scan_output_directions", [0] * n_out))
+    layout = scan_layout(attrs.get, len(body.input), len(body.output))
+    n_state, n_out = layout.n_state, layout.n_out
+    in_axes, in_dirs, out_axes, out_dirs = layout.in_axes, layout.in_dirs, layout.out_axes, layout.out_dirs
     xs = list(node.input[n_state:])
     if not xs or xs[0] not in shapes:
         return None

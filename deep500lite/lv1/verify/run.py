@@ -29,7 +29,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from deep500lite.errors import Deep500Error, FeedError, UserError, format_choices
+from deep500lite.errors import Deep500Error, UserError, format_choices
 from deep500lite.lv1.verify.float64 import feeds_as_float64, to_float64
 from deep500lite.lv1.verify.localize import Divergence, localize
 from deep500lite.lv1.verify.rule import gradient_errors, gradient_scales, passes, tensor_error, tolerance

@@ -34,7 +34,7 @@ from onnx import numpy_helper
 
 from deep500lite.errors import ModelError
 from deep500lite.frameworks.jax.ops._common import NodeContext, is_static, parse_attributes, registrar
-from deep500lite.lv1.control_flow import host_kernel, loop_trip_plan, subgraph_captures
+from deep500lite.lv1.control_flow import scan_layout, host_kernel, loop_trip_plan, subgraph_captures
 
 __all__ = ["CONVERTERS", "concrete", "needs_eager"]
 
@@ -207,13 +207,9 @@ def _python_loop(body, outer, state, limit, watch, going, scans) -> list:
 def _scan(ctx, *values):
     (body,) = _bodies(ctx, "body")
     outer = _outer(ctx)
-    n_scan = int(ctx.attr("num_scan_inputs"))
-    n_state = len(body.inputs) - n_scan
-    n_out = len(body.outputs) - n_state
-    in_axes = list(ctx.attr("scan_input_axes", [0] * n_scan))
-    in_dirs = list(ctx.attr("scan_input_directions", ctx.attr("directions", [0] * n_scan)))
-    out_axes = list(ctx.attr("scan_output_axes", [0] * n_out))
-    out_dirs = list(ctx.attr("scan_output_directions", [0] * n_out))
+    layout = scan_layout(ctx.attr, len(body.inputs), len(body.outputs))
+    n_state, n_out = layout.n_state, layout.n_out
+    in_axes, in_dirs, out_axes, out_dirs = layout.in_axes, layout.in_dirs, layout.out_axes, layout.out_dirs
 
     def scan(state, xs):
         seq = []

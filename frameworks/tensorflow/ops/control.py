@@ -30,7 +30,7 @@ from onnx import numpy_helper
 from deep500lite.frameworks.tensorflow.dtypes import tf_dtype
 from deep500lite.frameworks.tensorflow.layout import Value
 from deep500lite.frameworks.tensorflow.ops._common import PLAIN, Node, registrar
-from deep500lite.lv1.control_flow import loop_trip_plan, subgraph_captures
+from deep500lite.lv1.control_flow import scan_layout, unrolled_scan, loop_trip_plan, subgraph_captures
 
 __all__ = ["CONVERTERS", "SUBGRAPH_CONVERTERS", "build_control"]
 
@@ -170,13 +170,8 @@ def _in_xla() -> bool:
 
 
 def _scan(ctx, body, captured):
-    n_scan = int(ctx.get("num_scan_inputs"))
-    n_state = len(body.inputs) - n_scan
-    n_out = len(body.outputs) - n_state
-    in_axes = list(ctx.get("scan_input_axes", [0] * n_scan))
-    in_dirs = list(ctx.get("scan_input_directions", ctx.get("directions", [0] * n_scan)))
-    out_axes = list(ctx.get("scan_output_axes", [0] * n_out))
-    out_dirs = list(ctx.get("scan_output_directions", [0] * n_out))
+    layout = scan_layout(ctx.get, len(body.inputs), len(body.outputs))
+    n_state, in_axes = layout.n_state, layout.in_axes
 
     def scan(outer, state, xs):
         ranks = [x.shape.rank for x in xs]
@@ -184,19 +179,9 @@ def _scan(ctx, body, captured):
         length = xs[0].shape[axes[0]] if xs else 0
         if length is None:
             ctx.fail("the length of the scan axis must be known while tracing", "a length known only at run time")
-        outs = [[] for _ in range(n_out)]
-        for t in range(length):
-            slices = [tf.gather(x, length - 1 - t if d else t, axis=a) for x, a, d in zip(xs, axes, in_dirs)]
-            res = body(outer, state + slices)
-            state = list(res[:n_state])
-            for k in range(n_out):
-                outs[k].append(res[n_state + k])
-        stacked = []
-        for k in range(n_out):
-            items = outs[k][::-1] if out_dirs[k] else outs[k]
-            rank = items[0].shape.rank + 1
-            stacked.append(tf.stack(items, axis=out_axes[k] % rank))
-        return state + stacked
+        return unrolled_scan(lambda values: body(outer, values), state, xs, axes, length, layout,
+                             lambda x, a, i: tf.gather(x, i, axis=a),
+                             lambda items, axis: tf.stack(items, axis=axis % (items[0].shape.rank + 1)))
 
     def run(values):
         declared, outer = _split(None, values, captured)

@@ -24,7 +24,7 @@ from onnx import numpy_helper
 
 from deep500lite.frameworks.torch.dtypes import to_numpy, to_torch
 from deep500lite.frameworks.torch.ops._common import registrar
-from deep500lite.lv1.control_flow import host_kernel, loop_trip_plan, subgraph_captures
+from deep500lite.lv1.control_flow import scan_layout, unrolled_scan, host_kernel, loop_trip_plan, subgraph_captures
 
 __all__ = ["CONVERTERS"]
 
@@ -131,34 +131,19 @@ def _loop(spec):
 @_op("Scan")
 def _scan(spec):
     body = _Subgraph(spec.attr("body").g, spec)
-    n_scan = int(spec.attr("num_scan_inputs"))
-    n_state = len(body.inputs) - n_scan
-    n_out = len(body.outputs) - n_state
-    in_axes = list(spec.attr("scan_input_axes", [0] * n_scan))
-    # Scan-8 calls them "directions" (and scans axis 1 of a batch, axis 0 of each batch element)
-    in_dirs = list(spec.attr("scan_input_directions", spec.attr("directions", [0] * n_scan)))
-    out_axes = list(spec.attr("scan_output_axes", [0] * n_out))
-    out_dirs = list(spec.attr("scan_output_directions", [0] * n_out))
+    layout = scan_layout(spec.attr, len(body.inputs), len(body.outputs))
+    n_state, in_axes = layout.n_state, layout.in_axes
 
     def scan(outer, state, xs):
         axes = [a % x.dim() for a, x in zip(in_axes, xs)]
         length = int(xs[0].shape[axes[0]]) if xs else 0
-        outs: list[list] = [[] for _ in range(n_out)]
-        for t in range(length):
-            slices = [x.select(a, length - 1 - t if d else t) for x, a, d in zip(xs, axes, in_dirs)]
-            res = body(outer, state + slices)
-            state = list(res[:n_state])
-            for k in range(n_out):
-                outs[k].append(res[n_state + k])
-        stacked = []
-        for k in range(n_out):
-            items = outs[k][::-1] if out_dirs[k] else outs[k]
+
+        def stack(items, axis):
             if not items:
-                stacked.append(torch.zeros((0,), device=spec.device))
-                continue
-            rank = items[0].dim() + 1
-            stacked.append(torch.stack(items, dim=out_axes[k] % rank))
-        return state + stacked
+                return torch.zeros((0,), device=spec.device)
+            return torch.stack(items, dim=axis % (items[0].dim() + 1))
+        return unrolled_scan(lambda values: body(outer, values), state, xs, axes, length, layout,
+                             lambda x, a, i: x.select(a, i), stack)
 
     def run(*values):
         outer = _outer(spec, values)
