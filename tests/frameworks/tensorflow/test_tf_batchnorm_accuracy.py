@@ -18,11 +18,11 @@ pytest.importorskip("tensorflow", reason="needs tensorflow")
 torch = pytest.importorskip("torch", reason="needs torch")
 
 from deep500lite.frameworks.tensorflow.ops import normalization  # noqa: E402
-from deep500lite.lv1.verify import verify_model  # noqa: E402
+from deep500lite.lv1.verify import GroundTruth, build_executor  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def ghostnet():
+def truth():
     from deep500lite.frameworks.torch.zoo import _export
     from deep500lite.frameworks.torch.zoo_convnets import GhostNet
     from deep500lite.frameworks.torch.zoo_models import perturb
@@ -32,21 +32,21 @@ def ghostnet():
     perturb(module, 0)
     x = np.random.default_rng(1).standard_normal((2, 3, 32, 32)).astype(np.float32)
     proto = _export("ghostnet", copy.deepcopy(module), torch.from_numpy(x), "x", "torchscript", fold_constants=False)
-    return proto, {"x": x}
+    return GroundTruth(proto, {"x": x}, train=True)
 
 
-def _tensorflow(proto, feeds):
-    result = verify_model(proto, frameworks=["tensorflow"], feeds=feeds, train=True, localize_failures=False)
-    return result.reports[0], result.floor_gradients
+def _tensorflow(truth):
+    return truth.report("tensorflow", build_executor, localize_failures=False)
 
 
-def test_batchnorm_over_two_values_is_within_ten_times_the_reference_floor(ghostnet):
-    report, floor = _tensorflow(*ghostnet)
-    assert floor > 0.1  # ill-conditioned: the reference executor's own float32 error is large
-    assert report.gradients_ok, (report.worst_gradient, floor)
+def test_batchnorm_over_two_values_is_within_ten_times_the_reference_floor(truth):
+    report = _tensorflow(truth)
+    assert truth.floor_gradients > 0.1  # ill-conditioned: the reference executor's own float32 error is large
+    assert report.gradients_ok, (report.worst_gradient, truth.floor_gradients)
 
 
-def test_the_fused_kernel_would_not_be(ghostnet, monkeypatch):
+def test_the_fused_kernel_would_not_be(truth, monkeypatch):
     monkeypatch.setattr(normalization, "_FUSED_MIN_VALUES", 0)  # the fused kernel for every BatchNorm
-    report, floor = _tensorflow(*ghostnet)
+    report = _tensorflow(truth)
+    floor = truth.floor_gradients
     assert not report.gradients_ok and report.worst_gradient[1] > 10 * floor, (report.worst_gradient, floor)
