@@ -67,52 +67,8 @@ __all__ = [
     "JobTimeout", "ExecutionError",
 ]
 
-# Deep500's own names (issue 15), grouped by area; each block adds its imports and extends __all__.
-# [training]
-from deep500lite.lv2 import AccuracyAbortEvent, DefaultTrainerEvents  # noqa: E402
+# Deep500's own names (gathered in deep500lite.deep500compat): ``import deep500lite as d5`` offers them too.
+from deep500lite import deep500compat as _deep500compat  # noqa: E402
+from deep500lite.deep500compat import *  # noqa: E402,F401,F403
 
-__all__ += ["DefaultTrainerEvents", "AccuracyAbortEvent"]
-# [/training]
-# [data-metrics]
-from deep500lite.lv2.dataset import FileListDataset  # noqa: E402
-from deep500lite.lv2.sampler_validation import test_sampler  # noqa: E402
-from deep500lite.metrics import (DatasetBias, DefaultTrainingMetrics, DiffHeatmap, NormDifference,  # noqa: E402
-                                 SamplerEventMetric, VarHeatmap)
-
-__all__ += ["FileListDataset", "test_sampler", "DatasetBias", "SamplerEventMetric", "DefaultTrainingMetrics",
-            "NormDifference", "DiffHeatmap", "VarHeatmap"]
-# [/data-metrics]
-# [ops-custom]
-from deep500lite.lv0 import ops  # noqa: E402
-from deep500lite.lv0.ops import (bool_, float16, float32, float64, int8, int16, int32, int64,  # noqa: E402
-                                 uint8, uint16, uint32, uint64)
-
-from deep500lite.lv0.validation.native import default_op_metrics as DefaultOpMetrics  # noqa: E402
-
-CustomCPPOp = CppOp  # Deep500's name of a loaded C++ operator
-CompilableOp = CppOp  # Deep500's compile_custom_cppop* returned one; here they return the compiled CppOp
-
-__all__ += ["ops", "bool_", "float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16",
-            "uint32", "uint64", "DefaultOpMetrics", "CustomCPPOp", "CompilableOp"]
-# [/ops-custom]
-# [graph-executors]
-from deep500lite.lv1 import OnnxTestParser, parser  # noqa: E402
-
-__all__ += ["parser", "OnnxTestParser"]
-# [/graph-executors]
-# [distributed]
-from deep500lite.lv3 import (CommunicationVolume, DistributedOptimizer, DistributedSampler,  # noqa: E402
-                             PartitionedDistributedSampler, mpi_end_barrier, mpi_fork)
-# Deep500's CommunicationNetwork was MPI over COMM_WORLD; d5.distributed.CommunicationNetwork is the abstract base.
-from deep500lite.lv3 import MPICommunicator as CommunicationNetwork  # noqa: E402
-# Deep500's distributed_training sample calls the default events by their older name.
-from deep500lite.lv2 import DefaultTrainerEvents as DefaultRunnerEvents  # noqa: E402
-
-__all__ += ["CommunicationNetwork", "CommunicationVolume", "DistributedOptimizer", "DistributedSampler",
-            "PartitionedDistributedSampler", "mpi_end_barrier", "mpi_fork", "DefaultRunnerEvents"]
-# [/distributed]
-# [transforms]
-from deep500lite.lv2 import transforms  # noqa: E402
-
-__all__ += ["transforms"]
-# [/transforms]
+__all__ += _deep500compat.__all__

@@ -9,16 +9,25 @@ from __future__ import annotations
 import os
 import platform
 import shutil
+import socket
 import subprocess
 import sys
 
 from deep500lite.registry import FRAMEWORKS, framework_version
 from deep500lite.utils import package_version
 
-__all__ = ["collect_environment", "cpu_model", "gpu_info", "mpi_library", "git_commit"]
+__all__ = ["collect_environment", "cpu_model", "cpu_features", "gpu_info", "mpi_library", "git_commit", "machine_name"]
 
 _THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                 "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")
+
+# Variables that choose which CPU kernels the frameworks run (see docs/executors.md, "What depends on the CPU").
+_KERNEL_VARS = ("TF_ENABLE_ONEDNN_OPTS", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY",
+                "MKL_ENABLE_INSTRUCTIONS", "OPENBLAS_CORETYPE", "XLA_FLAGS")
+
+# The vector instructions whose presence changes which kernels the frameworks pick, as /proc/cpuinfo names them.
+_FEATURES = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "avx512_fp16",
+             "avx_vnni", "amx_tile", "amx_bf16", "amx_int8")
 
 
 def cpu_model() -> str:
@@ -31,6 +40,22 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine() or "unknown"
+
+
+def cpu_features() -> list[str]:
+    """The vector instructions of :data:`_FEATURES` this CPU has (from /proc/cpuinfo; empty elsewhere).
+
+    They decide which kernels the frameworks pick, and TensorFlow's choice of oneDNN.
+    """
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.lower().startswith("flags"):
+                    have = set(line.split(":", 1)[1].split())
+                    return [name for name in _FEATURES if name in have]
+    except OSError:
+        pass
+    return []
 
 
 def gpu_info() -> list[dict]:
@@ -85,6 +110,12 @@ def git_commit(folder: str | os.PathLike | None = None) -> str | None:
     return sha.stdout.strip() + ("-dirty" if dirty else "")
 
 
+def machine_name() -> str:
+    """The machine's name in results: ``DEEP500LITE_MACHINE`` when set (name CI runners, whose host
+    names change, this way), else the host name."""
+    return os.environ.get("DEEP500LITE_MACHINE") or socket.gethostname() or "unknown"
+
+
 def collect_environment(folder=None, include_mpi: bool = True) -> dict:
     """Everything that may change a measurement, as a JSON-ready dict.
 
@@ -108,12 +139,13 @@ def collect_environment(folder=None, include_mpi: bool = True) -> dict:
             "protobuf": package_version("protobuf"), "scipy": package_version("scipy"),
             "mpi4py": package_version("mpi4py"), "onnxruntime-extensions": package_version("onnxruntime-extensions"),
         },
-        "frameworks": {k: (framework_version(k) if k != "reference" else package_version("onnx"))
-                       for k in FRAMEWORKS},
+        "frameworks": {k: framework_version(k) for k in FRAMEWORKS},
         "cpu": {"model": cpu_model(), "logical_cores": os.cpu_count(), "usable_cores": affinity,
-                "machine": platform.machine()},
+                "machine": platform.machine(), "features": cpu_features()},
         "threads": {v: os.environ.get(v) for v in _THREAD_VARS if os.environ.get(v) is not None},
+        "cpu_kernels": {v: os.environ.get(v) for v in _KERNEL_VARS if os.environ.get(v) is not None},
         "gpus": gpu_info(),
         "mpi_library": mpi_library() if include_mpi else None,
         "git_commit": git_commit(folder),
+        "machine": machine_name(),
     }

@@ -45,6 +45,8 @@ if TYPE_CHECKING:  # pragma: no cover - for annotations only
 
 __all__ = [
     "Deep500Error",
+    "NetemMissing",
+    "SignalReceived",
     "UserError",
     "UserTypeError",
     "UserAttributeError",
@@ -239,6 +241,22 @@ class JobTimeout(Deep500Error, RuntimeError):
 
 class StartupTimeout(JobTimeout):
     """A rank of an MPI job did not reach MPI initialisation in time; the job was killed."""
+
+
+class NetemMissing(UserError):
+    """``--latency`` asked of a kernel without the netem queueing discipline."""
+
+
+class SignalReceived(Deep500Error):
+    """A signal (SIGINT, SIGTERM, ...) that a command turned into an exception to clean up before it ends.
+
+    Attributes:
+        signum: the signal's number.
+    """
+
+    def __init__(self, signum: int):
+        super().__init__(f"stopped by signal {signum}")
+        self.signum = signum
 
 
 def format_choices(choices) -> str:

@@ -21,7 +21,7 @@ import numpy as np
 
 from deep500lite.errors import UserError
 
-__all__ = ["Summary", "median_ci", "median_ci_ranks", "summarize"]
+__all__ = ["Summary", "median_ci", "median_ci_ranks", "summarize", "holm"]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -104,3 +104,15 @@ def summarize(samples: Sequence[float], confidence: float = 0.95) -> Summary:
         mean=float(x.mean()), std=float(x.std(ddof=1)) if x.size > 1 else 0.0,
         min=float(x.min()), max=float(x.max()), q1=float(q1), q3=float(q3),
     )
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm's step-down adjustment of p-values (family-wise error rate), in the given order."""
+    m = len(pvalues)
+    order = sorted(range(m), key=lambda i: pvalues[i])
+    adjusted = [0.0] * m
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * pvalues[i]))
+        adjusted[i] = running
+    return adjusted

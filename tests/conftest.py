@@ -12,6 +12,7 @@ nothing imports this file.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -22,6 +23,11 @@ from support import REPO, framework_params
 from deep500lite.utils import is_package_available
 
 __all__ = ["exported", "installed_wheel", "lenet_file", "repo_root", "rng"]
+
+# The commands tests run record their results nowhere (their default database would be
+# d5-results/deep500lite.sqlite in the working folder); tests/results names databases of its own.
+os.environ["DEEP500LITE_DB"] = "none"
+os.environ.pop("DEEP500LITE_LABEL", None)
 
 
 def pytest_addoption(parser):
@@ -138,8 +144,15 @@ def installed_wheel(tmp_path_factory):
     # build from a copy: setuptools reuses the tree's build/ folder, which may still hold modules
     # deleted since it was made
     source = tmp / "source"
-    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(
-        ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", "d5-results", "results", ".pytest_cache"))
+    skipped = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", "d5-results",
+                                     ".pytest_cache")
+
+    def ignore(folder, names):
+        # the top-level results/ folder of local measurements, not the deep500lite.results package
+        top = os.path.abspath(folder) == os.path.abspath(REPO) and "results" in names
+        return set(skipped(folder, names)) | ({"results"} if top else set())
+
+    shutil.copytree(REPO, source, ignore=ignore)
     build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w",
                             str(tmp / "dist"), str(source)], capture_output=True, text=True)
     assert build.returncode == 0, build.stderr[-2000:]

@@ -1,7 +1,8 @@
-"""The architecture of issue 13, checked: levels import only downward (import-linter contracts in
-pyproject.toml, run on the installed layout), no framework package outside ``frameworks/``, the
-same role modules in every framework package, nothing outside ``cli/`` starts the CLI, no
-source file over 1,000 lines, and tests/ mirrors the package without importing conftest."""
+"""The architecture, checked: levels import only downward and nothing imports in a circle
+(import-linter contracts in pyproject.toml, run on the installed layout), every framework package's
+role modules are the ones its spec declares, the docs show the specs' table, the core names no
+plugin, nothing outside ``cli/`` starts the CLI, no source file over 1,000 lines, and tests/ mirrors
+the package without importing conftest."""
 
 from __future__ import annotations
 
@@ -18,19 +19,9 @@ REPO = next(str(p) for p in pathlib.Path(__file__).resolve().parents
             if (p / 'pyproject.toml').exists())
 
 SOURCE_ROOTS = {"deep500lite": "deep500lite", "frameworks": "deep500lite.frameworks", "metrics": "deep500lite.metrics"}
-FRAMEWORK_PACKAGES = ["reference", "torch", "tensorflow", "onnxruntime", "jax"]
-# role -> frameworks that have it (docs/architecture.md explains the roles)
-ROLES = {
-    "executor.py": FRAMEWORK_PACKAGES,
-    "ops": FRAMEWORK_PACKAGES,
-    "custom.py": FRAMEWORK_PACKAGES,
-    "optimizers.py": FRAMEWORK_PACKAGES,
-    "bench.py": FRAMEWORK_PACKAGES,
-    "dtypes.py": ["torch", "tensorflow", "jax"],
-    "native.py": ["torch", "tensorflow"],
-    "models.py": ["torch", "tensorflow", "jax"],
-    "distributed.py": ["torch"],
-}
+# the built-in framework packages: every folder of frameworks/ with a spec.py (the specs say their roles)
+FRAMEWORK_PACKAGES = sorted(d for d in os.listdir(os.path.join(REPO, "frameworks"))
+                            if os.path.exists(os.path.join(REPO, "frameworks", d, "spec.py")))
 MAX_LINES = 1000
 
 
@@ -55,7 +46,7 @@ def test_import_contracts_hold(installed_wheel):
     assert out.returncode == 0, out.stdout[-6000:] + out.stderr[-2000:]
     with open(os.path.join(REPO, "pyproject.toml"), encoding="utf-8") as f:
         contracts = f.read().count("[[tool.importlinter.contracts]]")
-    assert contracts >= 4
+    assert contracts >= 11
     assert f"Contracts: {contracts} kept, 0 broken." in out.stdout, out.stdout
 
 
@@ -105,12 +96,57 @@ def test_no_source_file_over_1000_lines():
 
 @pytest.mark.parametrize("framework", FRAMEWORK_PACKAGES)
 def test_framework_package_has_its_role_modules(framework):
+    """The spec's roles and the package's role modules agree both ways (the roles table is the specs')."""
+    from deep500lite.frameworkspec import ROLES
+    from deep500lite.registry import FRAMEWORKS, ENTRY_POINT_GROUP
+    import importlib.metadata
+
+    spec = FRAMEWORKS[framework]
+    assert spec.module == f"deep500lite.frameworks.{framework}"
+    ep = [e for e in importlib.metadata.distribution("deep500lite").entry_points if e.group == ENTRY_POINT_GROUP]
+    assert f"deep500lite.frameworks.{framework}.spec:SPEC" in [e.value for e in ep]
     folder = os.path.join(REPO, "frameworks", framework)
-    expected = sorted(role for role, owners in ROLES.items() if framework in owners)
-    missing = [role for role in expected if not os.path.exists(os.path.join(folder, role))]
-    assert missing == []
-    assert os.path.exists(os.path.join(folder, "ops", "__init__.py"))
+    present = {role for role in ROLES if os.path.exists(os.path.join(folder, role + ".py"))
+               or os.path.exists(os.path.join(folder, role, "__init__.py"))}
+    assert sorted(present) == sorted(spec.roles)
     assert not os.path.exists(os.path.join(folder, "operators.py"))
+
+
+def test_docs_show_the_capability_table_of_the_specs():
+    """docs/architecture.md's framework table is what ``list frameworks --capabilities`` generates."""
+    from deep500lite.registry import capability_table
+
+    text = open(os.path.join(REPO, "docs", "architecture.md"), encoding="utf-8").read()
+    table = text.split("<!-- capability-table", 1)[1].split("-->", 1)[1].split("<!-- /capability-table -->")[0]
+    documented = [[c.strip() for c in line.strip().strip("|").split("|")] for line in table.strip().splitlines()]
+    headers, rows = capability_table()
+    assert documented[0] == headers
+    documented_rows = {r[0]: r for r in documented[2:]}
+    for row in rows:
+        assert documented_rows.get(row[0]) == [str(c) for c in row], row[0]
+    builtin = {r[0] for r in rows if r[1] == "deep500lite"}
+    assert builtin <= set(documented_rows)
+
+
+def test_the_core_names_no_plugin():
+    """No file under deep500lite/ or frameworks/ names a framework that a folder of plugins/ registers."""
+    tomllib = pytest.importorskip("tomllib")
+    names = set()
+    for plugin in os.listdir(os.path.join(REPO, "plugins")):
+        with open(os.path.join(REPO, "plugins", plugin, "pyproject.toml"), "rb") as f:
+            project = tomllib.load(f)["project"]
+        names |= set(project["entry-points"]["deep500lite.frameworks"])
+        names.add(project["name"].replace("-", "_"))
+    assert "openvino" in names
+    offenders = []
+    for folder in ("deep500lite", "frameworks"):
+        for root, dirs, files in os.walk(os.path.join(REPO, folder)):
+            dirs[:] = [d for d in dirs if not d.startswith((".", "__"))]
+            for name in files:
+                path = os.path.join(root, name)
+                text = open(path, encoding="utf-8", errors="replace").read().lower()
+                offenders += [f"{os.path.relpath(path, REPO)}: {n}" for n in names if n.lower() in text]
+    assert offenders == []
 
 
 def _string_constants(tree):
@@ -145,7 +181,7 @@ def test_nothing_outside_cli_starts_the_cli():
 
 
 # tests/ mirrors the package: one folder per level and package, one per framework
-TEST_FOLDERS = ["lv0", "lv1", "lv2", "lv3", "cli", "datasets", "recipe", "bench", "deep500_ports"]
+TEST_FOLDERS = ["lv0", "lv1", "lv2", "lv3", "cli", "datasets", "recipe", "bench", "perfmodel", "deep500_ports"]
 
 
 def _test_files():

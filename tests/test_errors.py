@@ -126,7 +126,7 @@ def test_every_exception_class_lives_in_errors_py():
 
 # Errors about a value the caller gave: every raise of one says what it received.
 VALUE_ERRORS = frozenset({"UserError", "UserTypeError", "UserKeyError", "UserAttributeError", "FeedError",
-                          "DeviceError", "ModelError", "UnsupportedOperatorError"})
+                          "DeviceError", "ModelError", "UnsupportedOperatorError", "NetemMissing"})
 # Errors about a file's contents, the environment or a failed run, where no value was passed in.
 EXEMPT_ERRORS = {
     "CorruptFileError": "describes a file's bytes (path, offset and fault), not a value the caller passed",
@@ -142,6 +142,7 @@ EXEMPT_ERRORS = {
     "CommunicationTimeout": "a collective that waited too long for a peer",
     "JobTimeout": "an MPI job killed at its time limit",
     "StartupTimeout": "an MPI job killed because a rank did not reach MPI initialisation (names the ranks)",
+    "SignalReceived": "a signal that stops a command, caught to clean up; never shown as an error",
 }
 RECEIVED = "Received:"
 # Raise sites where no received value exists, as (file, fragment of the message's text): reason.

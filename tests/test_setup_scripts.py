@@ -23,3 +23,13 @@ def test_readme_has_exactly_the_two_commands():
     assert "bash scripts/main.sh" in text and "bash scripts/test.sh" in text
     with open(os.path.join(REPO, ".ci", "run"), encoding="utf-8") as f:
         assert "bash scripts/test.sh" in f.read()
+
+
+def test_ci_runs_the_tensorflow_tests_with_onednn_on_and_off():
+    # CI machines may have the CPU features that turn TensorFlow's oneDNN kernels on by default or not:
+    # CI runs the TensorFlow tests a second time with oneDNN in the other state.
+    with open(os.path.join(REPO, ".ci", "run"), encoding="utf-8") as f:
+        assert "bash scripts/test_tensorflow_onednn.sh" in f.read()
+    with open(os.path.join(REPO, "scripts", "test_tensorflow_onednn.sh"), encoding="utf-8") as f:
+        script = f.read()
+    assert "export TF_ENABLE_ONEDNN_OPTS=$((1 - main))" in script and "IsMklEnabled()" in script

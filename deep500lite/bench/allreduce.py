@@ -1,9 +1,10 @@
 """``deep500lite bench allreduce``: every allreduce algorithm over message sizes, against two cost models.
 
 :func:`run_allreduce_benchmark` launches ``mpiexec -n N python -m mpi4py -m
-deep500lite.bench.allreduce CONFIG`` (this module's :func:`worker_main`), which on every rank
+deep500lite.bench.allreduce_worker CONFIG`` (:func:`deep500lite.bench.allreduce_worker.worker_main`),
+which on every rank
 measures the ping-pong alpha-beta model, then calibrates (or loads) the model fitted to the real
-algorithms (:mod:`deep500lite.lv3.costmodel`), which ``auto`` then uses; then for each message
+algorithms (:mod:`deep500lite.perfmodel.allreduce`), which ``auto`` then uses; then for each message
 size and algorithm it runs one checked warm-up call, sizes the repetitions from a short pilot,
 and times each call between barriers. Each row carries both predictions and the fitted model's
 relative error against the measured median.
@@ -22,28 +23,26 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
-import math
 import os
 import re
 import sys
 import tempfile
-import time
 
 import numpy as np
 
 from deep500lite.errors import UserError, format_choices
-from deep500lite.lv3.allreduce import ALGORITHMS, P2P_ALGORITHMS, allreduce_cost
+from deep500lite.lv3.allreduce import ALGORITHMS
+from deep500lite.lv3.hosts import launcher_args
 from deep500lite.lv3.launch import find_mpiexec, run_job
 
 __all__ = ["AllreduceBenchmark", "COLD_CALLS", "DEFAULT_ALGORITHMS", "RELEASED_MEMORY", "calibration_sizes",
            "keep_freed_memory", "last_level_cache_bytes", "message_sizes", "parse_bytes", "parse_algorithms",
-           "pass_spread", "run_allreduce_benchmark", "worker_main"]
+           "pass_spread", "run_allreduce_benchmark"]
 
 DEFAULT_ALGORITHMS = ALGORITHMS
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
           "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30}
 _ITEMSIZE = 4  # float32
-_PATTERN = 7  # element i of rank r is (i % 7) + r, so every sum is exact in float32
 # glibc's mallopt parameter numbers (malloc.h) and the trim threshold kept_freed_memory sets
 _M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
 _TRIM_THRESHOLD = 1 << 30
@@ -93,12 +92,12 @@ def parse_algorithms(text: str) -> list[str]:
 def calibration_sizes(sizes, factor: int | None = None) -> list[int]:
     """Sizes for the calibration run of a benchmark over ``sizes``.
 
-    :data:`~deep500lite.lv3.costmodel.CALIBRATION_SIZES` up to twice the largest benchmark size;
+    :data:`~deep500lite.perfmodel.allreduce.CALIBRATION_SIZES` up to twice the largest benchmark size;
     when that leaves fewer than three, the largest size and its 1/8 and 1/64 (multiples of 4).
     With ``factor`` (at least 2): from 16 KiB, or the smallest benchmark size if smaller, up to the
     largest, each ``factor`` times the last (``factor=2``: every power of two), and the largest.
     """
-    from deep500lite.lv3.costmodel import CALIBRATION_SIZES
+    from deep500lite.perfmodel.allreduce import CALIBRATION_SIZES
 
     top = max(int(s) for s in sizes)
     if factor is not None:
@@ -171,7 +170,7 @@ class AllreduceBenchmark:
             checked calls), ``bytes_sent`` (rank 0's per call), ``pass_medians`` (the median of
             each pass, with ``passes > 1``; absent in files of older versions).
         mpi_library: the MPI library's version line.
-        calibration: the fitted model's :meth:`~deep500lite.lv3.costmodel.CalibratedModel.to_dict`
+        calibration: the fitted model's :meth:`~deep500lite.perfmodel.allreduce.CalibratedModel.to_dict`
             (None when the run had none).
         rounds: with ``interleave``, the number of interleaved rounds (0: each row timed in one
             stretch); each row's ``pass_medians`` then holds the medians of the first, second and
@@ -446,7 +445,8 @@ def run_allreduce_benchmark(ranks: int, sizes, algorithms=DEFAULT_ALGORITHMS, ma
                             progress: bool = True, job_timeout: float | None = None, model_file=None,
                             save_model=None, calibrate: bool = True, passes: int = 1,
                             interleave: int = 0, calibration_factor: int | None = None,
-                            keep_memory: bool = True, evict_bytes: int | None = None) -> AllreduceBenchmark:
+                            keep_memory: bool = True, evict_bytes: int | None = None,
+                            hosts=None) -> AllreduceBenchmark:
     """Launch the MPI job on ``ranks`` ranks and return its results.
 
     Args:
@@ -484,9 +484,12 @@ def run_allreduce_benchmark(ranks: int, sizes, algorithms=DEFAULT_ALGORITHMS, ma
         evict_bytes: while calibrating, also time :data:`COLD_CALLS` cold calls of every calibration
             cell (per pass; with ``interleave``, spread over the rounds, at most one a round), each
             after every rank has read this many bytes, and fit what a cold call adds
-            (:func:`~deep500lite.lv3.costmodel.fit_cold`): the first allreduce of a training step
+            (:func:`~deep500lite.perfmodel.allreduce.fit_cold`): the first allreduce of a training step
             follows compute that filled the caches. None: the last-level cache
             (:func:`last_level_cache_bytes`); 0: no cold calls.
+        hosts: the :class:`~deep500lite.lv3.hosts.Hosts` to start the ranks on (None: this
+            machine). The job's configuration and results then go through a temporary folder
+            in the working directory, which every host must see (a shared file system).
     """
     if evict_bytes is None:
         evict_bytes = last_level_cache_bytes()
@@ -510,12 +513,12 @@ def run_allreduce_benchmark(ranks: int, sizes, algorithms=DEFAULT_ALGORITHMS, ma
     cal_sizes = calibration_sizes(sizes, calibration_factor)
     algorithms = parse_algorithms(",".join(algorithms))
     if model_file is not None:
-        from deep500lite.lv3.costmodel import CalibratedModel
+        from deep500lite.perfmodel.allreduce import CalibratedModel
 
         CalibratedModel.load(model_file).params(ranks)
         model_file = os.path.abspath(model_file)
     launcher = find_mpiexec(mpiexec, "bench allreduce")
-    with tempfile.TemporaryDirectory(prefix="d5-allreduce-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="d5-allreduce-", dir=None if hosts is None else os.getcwd()) as tmp:
         config = {"sizes": sizes, "algorithms": algorithms, "max_time": max_time, "timeout": comm_timeout,
                   "progress": progress, "output": os.path.join(tmp, "result.json"), "model_file": model_file,
                   "calibrate": bool(calibrate), "calibration_sizes": cal_sizes, "passes": passes,
@@ -524,9 +527,9 @@ def run_allreduce_benchmark(ranks: int, sizes, algorithms=DEFAULT_ALGORITHMS, ma
         config_path = os.path.join(tmp, "config.json")
         with open(config_path, "w") as f:
             json.dump(config, f)
-        cmd = [launcher, "-n", str(ranks), sys.executable, "-m", "mpi4py", "-m", "deep500lite.bench.allreduce",
-               config_path]
-        rc = run_job(cmd, timeout=job_timeout)
+        cmd = [launcher, *launcher_args(hosts), "-n", str(ranks), sys.executable, "-m", "mpi4py", "-m",
+               "deep500lite.bench.allreduce_worker", config_path]
+        rc = run_job(cmd, timeout=job_timeout, hosts=hosts)
         if rc != 0 or not os.path.exists(config["output"]):
             raise UserError("the allreduce benchmark job failed; its ranks' errors are printed above (a job that "
                             f"works exits with status 0 and writes its results). Received: exit status {rc} from "
@@ -536,300 +539,3 @@ def run_allreduce_benchmark(ranks: int, sizes, algorithms=DEFAULT_ALGORITHMS, ma
     return AllreduceBenchmark(ranks=data["ranks"], model=data["model"], rows=data["rows"],
                               mpi_library=data["mpi_library"], calibration=data.get("calibration"),
                               rounds=interleave, auto_model=data.get("auto_model"), allocator=data["allocator"])
-
-
-# ---------------------------------------------------------------- the MPI job
-def _pattern(n: int, rank: int) -> np.ndarray:
-    base = np.arange(_PATTERN, dtype=np.float32)
-    return np.resize(base, n) + np.float32(rank)
-
-
-def _count_wrong(result: np.ndarray, p: int) -> int:
-    expected = _pattern(result.size, 0) * p + np.float32(p * (p - 1) // 2)
-    return int(np.count_nonzero(result != expected))
-
-
-def _warm_up(comm, x: np.ndarray, algorithm: str, budget: float, min_reps: int) -> tuple[int, int, int, float]:
-    """One checked warm-up call and two pilot calls (collective).
-
-    Returns:
-        ``(wrong elements in the warm-up's result, bytes this rank sent in it, calls that fill
-        about budget seconds, this rank's faster pilot call in seconds)``: the count is rank 0's,
-        at least ``min_reps`` and at most 1000.
-    """
-    comm.reset_counters()
-    out = comm.allreduce(x, algorithm=algorithm)
-    sent, wrong = comm.bytes_sent, _count_wrong(out, comm.size)
-    pilot = []
-    for _ in range(2):
-        comm.comm.Barrier()
-        t0 = time.perf_counter()
-        comm.allreduce(x, algorithm=algorithm)
-        pilot.append(time.perf_counter() - t0)
-    reps = np.array([max(min_reps, min(1000, int(budget / max(min(pilot), 1e-7))))], np.int64)
-    comm.comm.Bcast(reps, root=0)
-    return wrong, sent, int(reps[0]), min(pilot)
-
-
-def _slowest(world, mine: np.ndarray, mpi) -> np.ndarray:
-    """Elementwise, the largest of every rank's ``mine`` (collective): each call's slowest rank."""
-    out = np.empty_like(mine)
-    world.Allreduce(mine, out, op=mpi.MAX)
-    return out
-
-
-def _measure(comm, nbytes: int, algorithm: str, max_time: float, mpi, pingpong, calibrated) -> dict:
-    world = comm.comm
-    x = _pattern(nbytes // _ITEMSIZE, comm.rank)
-    wrong, bytes_sent, reps, _ = _warm_up(comm, x, algorithm, max_time, 3)
-    samples = np.empty(reps, np.float64)
-    for i in range(samples.size):
-        world.Barrier()
-        t0 = time.perf_counter()
-        out = comm.allreduce(x, algorithm=algorithm)
-        samples[i] = time.perf_counter() - t0
-    wrong += _count_wrong(out, comm.size)
-    slowest = _slowest(world, samples, mpi)
-    total_wrong = world.allreduce(wrong)
-    chosen = comm.choose_algorithm(nbytes) if algorithm == "auto" else algorithm
-    predicted = cal = None
-    if chosen in P2P_ALGORITHMS:
-        predicted = allreduce_cost(chosen, nbytes, comm.size, pingpong)
-        cal = None if calibrated is None else calibrated.cost(chosen, nbytes, comm.size)
-    return {"bytes": nbytes, "algorithm": algorithm, "chosen": chosen, "samples": slowest.tolist(),
-            "predicted": predicted, "calibrated": cal, "wrong": total_wrong, "bytes_sent": bytes_sent}
-
-
-def _plan_cells(comm, cells, arrays: dict, budget: float, rounds: int) -> list[dict]:
-    """Warm up every ``(algorithm, bytes)`` of ``cells`` and size its calls per round (collective, :func:`_warm_up`).
-
-    A cell whose one call takes longer than ``budget`` (its share of a round) is timed once every
-    ``every`` rounds instead, at most ``rounds // 3`` apart so that each third of the rounds still
-    has a call; its time then stays near ``budget * rounds``. ``every`` is rank 0's.
-    """
-    plan = []
-    for algorithm, nbytes in cells:
-        x = arrays.setdefault(nbytes, _pattern(nbytes // _ITEMSIZE, comm.rank))
-        wrong, sent, reps, pilot = _warm_up(comm, x, algorithm, budget, 1)
-        every = np.array([min(max(1, math.ceil(pilot / budget)), max(1, rounds // 3))], np.int64)
-        comm.comm.Bcast(every, root=0)
-        plan.append({"cell": (algorithm, nbytes), "reps": reps, "every": int(every[0]), "wrong": wrong,
-                     "bytes_sent": sent, "pilot": pilot, "samples": [], "round": []})
-    return plan
-
-
-def _time_rounds(comm, plan: list[dict], arrays: dict, rounds: int, mpi, progress: bool,
-                 evict: np.ndarray | None = None) -> list[dict]:
-    """Time every planned cell once per round, in a new shuffled order each round (collective).
-
-    A round visits the cells in a permutation that every rank draws alike from the round's
-    number; a cell with ``every`` > 1 (see :func:`_plan_cells`) is timed in every ``every``-th
-    round only, first in round ``i % every`` (``i``: its place in the plan). A cell marked
-    ``cold`` also gets one cold call after its warm ones on every ``cold_every``-th visit: every
-    rank reads ``evict`` first (:func:`_cold_call`). Returns, per cell: ``samples`` (each
-    call's slowest rank), ``cold`` (the same for its cold calls, maybe empty), ``thirds`` (the
-    medians of the first, second and last third of the rounds), ``wrong`` (elements off the exact
-    sum, in the warm-up and the last call, over all ranks) and ``bytes_sent`` (this rank's, per call).
-    """
-    world = comm.comm
-    for r in range(rounds):
-        if comm.rank == 0 and progress:
-            print(f"... round {r + 1}/{rounds}: {len(plan)} cells in a shuffled order", file=sys.stderr, flush=True)
-        for i in np.random.default_rng(r).permutation(len(plan)):
-            cell = plan[i]
-            if (r - i) % cell["every"]:
-                continue
-            algorithm, nbytes = cell["cell"]
-            for _ in range(cell["reps"]):
-                world.Barrier()
-                t0 = time.perf_counter()
-                out = comm.allreduce(arrays[nbytes], algorithm=algorithm)
-                cell["samples"].append(time.perf_counter() - t0)
-            cell["round"] += [r] * cell["reps"]
-            if r + cell["every"] >= rounds:  # the cell's last round
-                cell["wrong"] += _count_wrong(out, comm.size)
-            if "cold" in cell:
-                if cell["visits"] % cell["cold_every"] == 0:
-                    cell["cold"].append(_cold_call(comm, arrays[nbytes], algorithm, evict))
-                cell["visits"] += 1
-    results = []
-    for cell in plan:
-        slowest = _slowest(world, np.asarray(cell["samples"] + cell.get("cold", []), np.float64), mpi)
-        slowest, cold = slowest[:len(cell["samples"])], slowest[len(cell["samples"]):]
-        third = np.asarray(cell["round"]) * 3 // rounds
-        results.append({"samples": slowest.tolist(), "cold": cold.tolist(), "wrong": world.allreduce(cell["wrong"]),
-                        "thirds": [float(np.median(slowest[third == k])) for k in range(3)],
-                        "bytes_sent": cell["bytes_sent"]})
-    return results
-
-
-def _cold_call(comm, x: np.ndarray, algorithm: str, evict: np.ndarray) -> float:
-    """This rank's seconds of one cold call (collective): every rank reads ``evict`` first (summing it
-    pulls it through the caches and pushes out what the allreduce had there), then meets the others
-    at a barrier."""
-    evict.sum()
-    comm.comm.Barrier()
-    t0 = time.perf_counter()
-    comm.allreduce(x, algorithm=algorithm)
-    return time.perf_counter() - t0
-
-
-def _cold_rows(comm, cells, evict: np.ndarray, mpi) -> list:
-    """``[(algorithm, bytes, ranks, median seconds)]`` of :data:`COLD_CALLS` cold calls per cell (collective,
-    :func:`_cold_call`); a call's time is the slowest rank's, as for the warm calls."""
-    world, out = comm.comm, []
-    for algorithm, nbytes in cells:
-        x = _pattern(nbytes // _ITEMSIZE, comm.rank)
-        comm.allreduce(x, algorithm=algorithm)  # its buffers exist, as in a training loop's second step
-        mine = np.array([_cold_call(comm, x, algorithm, evict) for _ in range(COLD_CALLS)], np.float64)
-        slowest = _slowest(world, mine, mpi)
-        out.append((algorithm, nbytes, comm.size, float(np.median(slowest))))
-    return out
-
-
-def _eviction_buffer(config) -> np.ndarray | None:
-    """The buffer each rank reads before a cold call (None: no cold calls)."""
-    n = int(config.get("evict_bytes") or 0) // _ITEMSIZE
-    return np.ones(n, np.float32) if n else None
-
-
-def _interleaved_rows(config, comm, mpi, pingpong, calibrated, calibrating: bool):
-    """``(rows, the model fitted to the calibration cells, the first fit auto chose by or None)`` of an
-    interleaved run (see ``interleave``).
-
-    ``auto`` is timed in the rounds too. While calibrating, it chooses by a first fit to the
-    calibration cells' pilot calls (the slowest rank's faster pilot), made before the rounds; each
-    row records what it ran.
-    """
-    from deep500lite.lv3.costmodel import model_from_rows
-
-    rounds, budget = int(config["rounds"]), config["max_time"] / int(config["rounds"])
-    cal = [(a, n) for n in config["calibration_sizes"] for a in P2P_ALGORITHMS] if calibrating else []
-    row_cells = [(a, n) for n in config["sizes"] for a in config["algorithms"]]
-    evict = _eviction_buffer(config) if cal else None
-    if comm.rank == 0 and config["progress"]:
-        sizes = ", ".join(map(_format_bytes, config["calibration_sizes"]))
-        cold = f", each with {COLD_CALLS} cold calls" if evict is not None else ""
-        what = f"{len(cal)} calibration cells ({sizes}{cold}) and " if cal else ""
-        print(f"... interleaving {what}{len(row_cells)} rows over {rounds} rounds", file=sys.stderr, flush=True)
-    arrays: dict = {}
-    plan, first = _plan_cells(comm, cal, arrays, budget, rounds), None
-    if evict is not None:  # cold calls in the same rounds as the warm ones, so that both see the same machine
-        for cell in plan:
-            cell.update(cold=[], visits=0, cold_every=max(1, rounds // cell["every"] // COLD_CALLS))
-    if cal and "auto" in config["algorithms"]:
-        pilots = _slowest(comm.comm, np.array([c["pilot"] for c in plan], np.float64), mpi)
-        first = model_from_rows(comm, [[(a, n, comm.size, float(t)) for (a, n), t in zip(cal, pilots)]],
-                                environment=False)
-        comm.cost_model = first
-    plan += _plan_cells(comm, row_cells, arrays, budget, rounds)
-    chosen = {n: comm.choose_algorithm(n) for a, n in row_cells if a == "auto"}  # what auto runs in the rounds
-    timed = _time_rounds(comm, plan, arrays, rounds, mpi, config["progress"], evict)
-    if calibrating:
-        calibrated = model_from_rows(comm, [[(a, n, comm.size, float(np.median(t["samples"])))
-                                             for (a, n), t in zip(cal, timed)]])
-        if evict is not None:
-            calibrated = calibrated.with_cold(comm.size, [(a, n, comm.size, float(np.median(t["cold"])))
-                                                          for (a, n), t in zip(cal, timed)], evict.nbytes)
-        comm.cost_model = calibrated
-    rows = []
-    for (algorithm, nbytes), t in zip(row_cells, timed[len(cal):]):
-        ran = chosen[nbytes] if algorithm == "auto" else algorithm
-        p2p = ran in P2P_ALGORITHMS
-        rows.append({"bytes": nbytes, "algorithm": algorithm, "chosen": ran, "samples": t["samples"],
-                     "predicted": allreduce_cost(ran, nbytes, comm.size, pingpong) if p2p else None,
-                     "calibrated": calibrated.cost(ran, nbytes, comm.size) if p2p and calibrated is not None else None,
-                     "wrong": t["wrong"], "bytes_sent": t["bytes_sent"], "pass_medians": t["thirds"]})
-    return rows, calibrated, first
-
-
-def _pass_rows(config, comm, mpi, pingpong, calibrated, calibrating: bool):
-    """``(rows, the model fitted to every calibration pass)`` of a run in passes (see ``passes``).
-
-    Each pass calibrates (when ``calibrating``) and then times every row in one stretch; ``auto``
-    chooses by the first pass's fit in every pass.
-    """
-    from deep500lite.lv3.costmodel import calibration_rows, model_from_rows, pooled_rows
-
-    passes = int(config.get("passes", 1))
-    cal_runs, cold_runs, rows = [], [], []
-    evict = _eviction_buffer(config) if calibrating else None
-    for k in range(passes):
-        label = f"pass {k + 1}/{passes}: " if passes > 1 else ""
-        if calibrating:
-            if comm.rank == 0 and config["progress"]:
-                print(f"... {label}calibrating the cost model at "
-                      f"{', '.join(map(_format_bytes, config['calibration_sizes']))}", file=sys.stderr, flush=True)
-            cal_runs.append(calibration_rows(comm, sizes=config["calibration_sizes"]))
-            if evict is not None:
-                cold_runs.append(_cold_rows(comm, [(a, n) for n in config["calibration_sizes"]
-                                                   for a in P2P_ALGORITHMS], evict, mpi))
-            if k == 0:
-                calibrated = model_from_rows(comm, cal_runs, environment=False)
-                comm.cost_model = calibrated
-        i = 0
-        for nbytes in config["sizes"]:
-            if comm.rank == 0 and config["progress"]:
-                print(f"... {label}{_format_bytes(nbytes)}", file=sys.stderr, flush=True)
-            for algorithm in config["algorithms"]:
-                row = _measure(comm, nbytes, algorithm, config["max_time"], mpi, pingpong, calibrated)
-                row["pass_medians"] = [float(np.median(row["samples"]))]
-                if k == 0:
-                    rows.append(row)
-                else:
-                    rows[i]["samples"] += row["samples"]
-                    rows[i]["pass_medians"] += row["pass_medians"]
-                    rows[i]["wrong"] += row["wrong"]
-                i += 1
-    if calibrating:
-        # the fit to every pass's calibration predicts every row (auto: the algorithm it ran)
-        calibrated = model_from_rows(comm, cal_runs)
-        if evict is not None:
-            calibrated = calibrated.with_cold(comm.size, pooled_rows(cold_runs), evict.nbytes)
-        for row in rows:
-            if row["chosen"] in P2P_ALGORITHMS:
-                row["calibrated"] = calibrated.cost(row["chosen"], row["bytes"], comm.size)
-    return rows, calibrated
-
-
-def worker_main(config_path: str) -> int:
-    """Body of the MPI job: every rank runs it (``python -m mpi4py -m deep500lite.bench.allreduce CONFIG``)."""
-    from mpi4py import MPI
-
-    from deep500lite.lv3.mpi import MPICommunicator
-
-    with open(config_path) as f:
-        config = json.load(f)
-    allocator = keep_freed_memory() if config.get("keep_memory", True) else RELEASED_MEMORY
-    from deep500lite.lv3.costmodel import CalibratedModel
-
-    comm = MPICommunicator(timeout=config["timeout"])
-    model = comm.calibrate(use_file=False)
-    calibrated = None
-    calibrating = not config.get("model_file") and config.get("calibrate", True)
-    if config.get("model_file"):
-        calibrated = CalibratedModel.load(config["model_file"])
-        comm.cost_model = calibrated
-    auto_model = None
-    if config.get("rounds"):
-        rows, calibrated, auto_model = _interleaved_rows(config, comm, MPI, model, calibrated, calibrating)
-    else:
-        rows, calibrated = _pass_rows(config, comm, MPI, model, calibrated, calibrating)
-    if calibrating and comm.rank == 0:
-        calibrated.environment["allocator"] = allocator
-        if config.get("save_model"):
-            calibrated.save(config["save_model"])
-    if comm.rank == 0:
-        result = {"ranks": comm.size, "model": dataclasses.asdict(model), "rows": rows,
-                  "calibration": None if calibrated is None else calibrated.to_dict(),
-                  "auto_model": None if auto_model is None else auto_model.to_dict(),
-                  "mpi_library": MPI.Get_library_version().splitlines()[0].strip(), "allocator": allocator}
-        with open(config["output"] + ".tmp", "w") as f:
-            json.dump(result, f)
-        os.replace(config["output"] + ".tmp", config["output"])
-    comm.barrier()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(worker_main(sys.argv[1]))

@@ -243,7 +243,7 @@ def run_dataset_bench(dataset: str = "synthetic", samples: int = 4096, batch_siz
     from deep500lite.datasets.formats import ImageFolderDataset
     from deep500lite.lv2.dataset import NumpyDataset
     from deep500lite.metrics.timing import time_function, time_paired
-    from deep500lite.registry import is_framework_available
+    from deep500lite.registry import baseline, frameworks_with
 
     if file_format not in FILE_FORMATS:
         raise UserError(f"file_format must be one of {format_choices(FILE_FORMATS)}. Received: {file_format!r}")
@@ -253,7 +253,9 @@ def run_dataset_bench(dataset: str = "synthetic", samples: int = 4096, batch_siz
     if max_time <= 0:
         raise UserError(f"max_time must be positive. Received: {max_time!r}")
     if framework is None:
-        framework = "torch" if is_framework_available("torch") else "reference"
+        # the first installed framework with native optimizers (torch), else the baseline
+        native = frameworks_with(training=True, native_optimizers=True, available=True)
+        framework = native[0] if native else baseline().name
     say = progress or (lambda msg: None)
     x, y = _source_samples(dataset, samples, root, seed, shape)
     n = len(x)

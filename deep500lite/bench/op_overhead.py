@@ -17,7 +17,7 @@ forward and backward together (``y = op(x)``, then the gradient of ``sum(y * g)`
 The ratio custom/native (median of per-pair ratios, 95% CI) is the cost of writing the operator
 outside the framework; both sides' results are checked to agree first. The code of each framework
 is ``custom_op_pair`` in ``frameworks/<fw>/bench.py``, reached through
-:func:`deep500lite.registry.framework_module` when the benchmark runs.
+the framework's spec (``spec.role("bench")``) when the benchmark runs.
 """
 
 from __future__ import annotations
@@ -26,12 +26,14 @@ import dataclasses
 
 import numpy as np
 
+from deep500lite.bench.contract import graph_pair
 from deep500lite.errors import UserError, format_choices
+from deep500lite.registry import FrameworkNames
 
 __all__ = ["OpOverheadResult", "run_op_overhead", "swish_op", "graph_pair", "SWISH_CPP", "KINDS"]
 
 KINDS = ("cpp", "python")
-_FRAMEWORKS = ("torch", "tensorflow", "onnxruntime", "reference", "jax")
+OP_FRAMEWORKS = _FRAMEWORKS = FrameworkNames(bench="custom_op")  # frameworks whose spec runs custom ops
 
 SWISH_CPP = r"""
 #include <deep500lite/deep500lite.h>
@@ -110,65 +112,6 @@ class OpOverheadResult:
                 "ratio": self.paired.ratio.to_dict()}
 
 
-def _graph(n, custom_type):
-    """A network computing s = Swish(x * w) and loss = sum(s * g), with w = 1 a parameter."""
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
-    from deep500lite.lv0.custom import CUSTOM_DOMAIN, custom_node
-    from deep500lite.lv1.network import load_model
-
-    nodes = [helper.make_node("Mul", ["x", "w"], ["h"])]
-    if custom_type is None:
-        nodes += [helper.make_node("Sigmoid", ["h"], ["sg"]), helper.make_node("Mul", ["h", "sg"], ["s"])]
-    else:
-        nodes.append(custom_node(custom_type, ["h"], ["s"]))
-    nodes += [helper.make_node("Mul", ["s", "g"], ["sg2"]),
-              helper.make_node("ReduceSum", ["sg2"], ["loss"], keepdims=0)]
-    vi = [helper.make_tensor_value_info(k, TensorProto.FLOAT, [n]) for k in ("x", "g")]
-    graph = helper.make_graph(nodes, "swish", vi, [helper.make_tensor_value_info("s", TensorProto.FLOAT, [n])],
-                              initializer=[numpy_helper.from_array(np.ones(n, np.float32), "w")],
-                              value_info=[helper.make_tensor_value_info("h", TensorProto.FLOAT, [n])])
-    opsets = [helper.make_opsetid("", 17)] + ([helper.make_opsetid(CUSTOM_DOMAIN, 1)] if custom_type else [])
-    model = helper.make_model(graph, opset_imports=opsets, ir_version=8)
-    if custom_type is not None:
-        onnx.checker.check_model(model)
-    return load_model(model)
-
-
-def graph_pair(framework, op, x, g):
-    """The operator as a custom node of an ONNX graph against ``x * Sigmoid(x)`` of standard operators.
-
-    Both graphs run on ``framework``'s executor and are differentiated by deep500lite's ONNX autodiff;
-    the frameworks without a custom-op API of their own (ONNX Runtime, the reference executor) use it
-    as their ``bench.custom_op_pair``.
-
-    Args:
-        framework: the executor's framework key.
-        op: the Swish operator (:func:`swish_op`), registered here as a custom node type.
-        x: the input vector.
-        g: the output gradient.
-
-    Returns:
-        ``(custom_call, native_call)``; each call returns ``(y, dL/dx)`` as numpy arrays.
-    """
-    from deep500lite.lv0.custom import register_op
-    from deep500lite.registry import executor
-
-    op_type = f"BenchSwish{op.__class__.__name__}{len(x)}"
-    register_op(op, op_type)
-    executors = [executor(_graph(len(x), t), framework) for t in (op_type, None)]
-
-    def run(ex):
-        def call():
-            out = ex.inference_and_backprop({"x": x, "g": g}, "loss")
-            # The gradient of w is x * dLoss/dh; with w = 1 it equals the input gradient.
-            return out["s"], ex.network.fetch_tensors(["w_grad"])[0]
-        return call
-
-    return run(executors[0]), run(executors[1])
-
-
 def run_op_overhead(frameworks, kinds=("cpp",), elements: int = 1 << 16, max_time: float = 10.0,
                     progress=None, seed: int = 0) -> list[OpOverheadResult]:
     """Time Swish as a custom operator against each framework's own (see module docstring).
@@ -185,7 +128,7 @@ def run_op_overhead(frameworks, kinds=("cpp",), elements: int = 1 << 16, max_tim
         One :class:`OpOverheadResult` per framework and kind.
     """
     from deep500lite.metrics.timing import time_paired
-    from deep500lite.registry import canonical_framework, framework_module
+    from deep500lite.registry import canonical_framework, spec
 
     frameworks = [canonical_framework(f) for f in frameworks]
     for f in frameworks:
@@ -205,7 +148,7 @@ def run_op_overhead(frameworks, kinds=("cpp",), elements: int = 1 << 16, max_tim
         for fw in frameworks:
             if progress:
                 progress(f"{fw}: {kind} Swish vs native, {elements} elements")
-            custom, native = framework_module(fw, "bench").custom_op_pair(op, x, g)
+            custom, native = spec(fw).role("bench").custom_op_pair(op, x, g)
             (ya, ga), (yb, gb) = custom(), native()
             err = float(max(np.abs(ya - yb).max(), np.abs(ga - gb).max()))
             if err > 1e-4:

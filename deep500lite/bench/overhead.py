@@ -33,7 +33,7 @@ loss, for training) are checked to agree before timing where both sides start fr
 weights.
 
 The code of each framework is ``set_seed``, ``inference_pair`` and ``training_pair`` in
-``frameworks/<fw>/bench.py``, reached through :func:`deep500lite.registry.framework_module`
+``frameworks/<fw>/bench.py``, reached through the framework's spec (``spec.role("bench")``)
 when the benchmark runs.
 """
 
@@ -43,7 +43,10 @@ import dataclasses
 
 import numpy as np
 
+from deep500lite.bench.contract import (LEARNING_RATE, MODEL_SHAPES, MOMENTUM, d5_training_step, random_labels,
+                                        with_loss)
 from deep500lite.errors import UserError, format_choices
+from deep500lite.registry import FrameworkNames
 
 __all__ = ["OverheadResult", "run_overhead", "MODELS", "MODEL_SHAPES", "TARGET_RATIO", "INFERENCE_FRAMEWORKS",
            "TRAINING_FRAMEWORKS", "LEARNING_RATE", "MOMENTUM", "with_loss", "random_labels", "d5_training_step"]
@@ -51,7 +54,6 @@ __all__ = ["OverheadResult", "run_overhead", "MODELS", "MODEL_SHAPES", "TARGET_R
 MODELS = ("lenet", "resnet20")
 TARGET_RATIO = 1.05
 # The input shape (C, H, W) of each model.
-MODEL_SHAPES = {"lenet": (1, 28, 28), "resnet20": (3, 32, 32)}
 
 
 @dataclasses.dataclass
@@ -94,51 +96,12 @@ class OverheadResult:
                 "ratios": list(self.paired.ratios), "ratio": self.paired.ratio.to_dict()}
 
 
-INFERENCE_FRAMEWORKS = ("torch", "tensorflow", "onnxruntime", "jax")
-TRAINING_FRAMEWORKS = ("torch", "tensorflow", "onnxruntime", "reference", "jax")
-GPU_FRAMEWORKS = ("torch", "jax")
-
-LEARNING_RATE, MOMENTUM = 0.01, 0.9
-
-
-def with_loss(network):
-    """``network`` with the digits loss (softmax cross-entropy of ``output`` and ``label``) added as ``loss``."""
-    from deep500lite.datasets import dataset_loss
-
-    network.add_operation(dataset_loss("digits")(["output", "label"], "loss"))
-    return network
-
-
-def random_labels(rng, batch):
-    """``batch`` random int64 class labels in [0, 10)."""
-    return rng.integers(0, 10, size=batch).astype(np.int64)
-
-
-def d5_training_step(framework, model, batch, rng, optimizer_class):
-    """deep500lite's training step alone, for a framework with no native training loop to compare with.
-
-    Args:
-        framework: the executor's framework key.
-        model: a name from :data:`MODELS` (the zoo's ONNX graph is used).
-        batch: samples per step.
-        rng: the numpy generator of the inputs and labels.
-        optimizer_class: the momentum optimizer to step with (``optimizer_class(executor,
-            learning_rate=, momentum=)``).
-
-    Returns:
-        ``(deep500lite_call, None, executor)``; the call returns the step's loss.
-    """
-    from deep500lite.networks import create_model
-    from deep500lite.registry import executor
-
-    name, kwargs = ("lenet", {}) if model == "lenet" else ("resnet", {"depth": 20})
-    net = with_loss(create_model(name, batch, classes=10, shape=MODEL_SHAPES[model], **kwargs)[0])
-    ex = executor(net, framework)
-    optimizer = optimizer_class(ex, learning_rate=LEARNING_RATE, momentum=MOMENTUM)
-    feeds = {"input": rng.standard_normal((batch, *MODEL_SHAPES[model])).astype(np.float32),
-             "label": random_labels(rng, batch)}
-    return (lambda: optimizer.step(feeds)["loss"]), None, ex
-
+#: Frameworks whose ``bench`` module times inference against their native API (from the specs).
+INFERENCE_FRAMEWORKS = FrameworkNames(bench="inference")
+#: Frameworks whose ``bench`` module times a training step.
+TRAINING_FRAMEWORKS = FrameworkNames(bench="training")
+#: Frameworks whose ``bench`` runners take a GPU.
+GPU_FRAMEWORKS = FrameworkNames(bench="gpu")
 
 def run_overhead(framework: str, models=MODELS, batch_size: int = 64, max_time: float = 20.0,
                  seed: int = 0, progress=None, training: bool = False, device=None) -> list[OverheadResult]:
@@ -158,7 +121,7 @@ def run_overhead(framework: str, models=MODELS, batch_size: int = 64, max_time: 
     """
     from deep500lite.metrics.accuracy import MaxError
     from deep500lite.metrics.timing import time_function, time_paired
-    from deep500lite.registry import canonical_framework, framework_module
+    from deep500lite.registry import canonical_framework, spec
 
     key = canonical_framework(framework)
     supported = TRAINING_FRAMEWORKS if training else INFERENCE_FRAMEWORKS
@@ -175,7 +138,7 @@ def run_overhead(framework: str, models=MODELS, batch_size: int = 64, max_time: 
     if dev.is_gpu and key not in GPU_FRAMEWORKS:
         raise UserError(f"bench overhead runs on a GPU for {format_choices(GPU_FRAMEWORKS)} only. "
                         f"Received: --framework {key} --device {dev}")
-    bench = framework_module(key, "bench")
+    bench = spec(key).role("bench")
     if hasattr(bench, "set_device"):
         bench.set_device(dev)
     bench.set_seed(seed)
@@ -187,10 +150,12 @@ def run_overhead(framework: str, models=MODELS, batch_size: int = 64, max_time: 
             progress(f"{key} {model} batch {batch_size} {what}: preparing")
         rng = np.random.default_rng(seed)
         d5_call, native_call, ex = pair(model, batch_size, rng)
-        # Both training sides start from the same weights only for torch and jax (the model is exported).
+        # Both training sides start from the same weights only where the bench module says so (the
+        # model is exported from the native one: torch and jax).
         first = d5_call()
+        same_start = getattr(bench, "TRAINING_SAME_WEIGHTS", False)
         err = (MaxError().measure(None, first, native_call())
-               if native_call is not None and (not training or key in ("torch", "jax")) else None)
+               if native_call is not None and (not training or same_start) else None)
         compiled = {"deep500lite": float(getattr(ex, "compile_seconds", 0.0))}
         if hasattr(native_call, "compile_seconds"):
             compiled["native"] = float(native_call.compile_seconds)

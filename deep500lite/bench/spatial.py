@@ -28,6 +28,7 @@ import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
 from deep500lite.errors import UserError
+from deep500lite.lv3.hosts import launcher_args
 from deep500lite.lv3.launch import find_mpiexec, run_job
 
 __all__ = ["mesh_network", "SpatialBenchmark", "run_spatial_benchmark", "worker_main", "MODES"]
@@ -104,7 +105,8 @@ class SpatialBenchmark:
 def run_spatial_benchmark(ranks=(2, 4), batch: int | None = None, size: int = 256, channels: int = 18,
                           width: int = 16, layers: int = 4, steps: int = 3, framework: str = "torch",
                           modes=MODES, threads: int | None = None, mpiexec: str | None = None, grid=None,
-                          job_timeout: float | None = 1800, batchnorm: str | None = None) -> SpatialBenchmark:
+                          job_timeout: float | None = 1800, batchnorm: str | None = None,
+                          hosts=None) -> SpatialBenchmark:
     """Launch one MPI job per rank count and return the rows of every mode.
 
     Args:
@@ -124,6 +126,10 @@ def run_spatial_benchmark(ranks=(2, 4), batch: int | None = None, size: int = 25
             :func:`mesh_network` with BatchNormalization, trained by the spatial modes with batch
             statistics (allreduced over the ranks) or running statistics. ``sample`` mode's
             executors normalize with each rank's own batch statistics.
+        hosts: the :class:`~deep500lite.lv3.hosts.Hosts` to start the ranks on (None: this
+            machine); each job's configuration and rows then go through a temporary folder in
+            the working directory, which every host must see. ``threads`` defaults to this
+            machine's CPU count // ranks all the same.
     """
     if batchnorm not in (None, "batch", "running"):
         raise UserError(f"batchnorm must be None, 'batch' or 'running'. Received: {batchnorm!r}")
@@ -148,10 +154,15 @@ def run_spatial_benchmark(ranks=(2, 4), batch: int | None = None, size: int = 25
             raise UserError(f"A grid of ranks needs one rank count equal to rows x columns. "
                             f"Received: grid {grid} with ranks {ranks}")
     launcher = find_mpiexec(mpiexec, "bench spatial")
+    if hosts is not None:
+        from deep500lite.lv3.launch import check_ranks
+
+        for r in ranks:
+            check_ranks(r, "-n", hosts=hosts)
     rows = []
     config = {"size": size, "channels": channels, "width": width, "layers": layers, "steps": steps,
               "framework": framework, "modes": list(modes), "grid": grid, "batchnorm": batchnorm}
-    with tempfile.TemporaryDirectory(prefix="d5-spatial-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="d5-spatial-", dir=None if hosts is None else os.getcwd()) as tmp:
         for r in ranks:
             job = dict(config, batch=batch or r, output=os.path.join(tmp, f"result{r}.json"))
             path = os.path.join(tmp, f"config{r}.json")
@@ -159,8 +170,9 @@ def run_spatial_benchmark(ranks=(2, 4), batch: int | None = None, size: int = 25
                 json.dump(job, f)
             env = dict(os.environ)
             env["OMP_NUM_THREADS"] = str(threads or max(1, (os.cpu_count() or 1) // r))
-            cmd = [launcher, "-n", str(r), sys.executable, "-m", "mpi4py", "-m", "deep500lite.bench.spatial", path]
-            rc = run_job(cmd, timeout=job_timeout, env=env)
+            cmd = [launcher, *launcher_args(hosts), "-n", str(r), sys.executable, "-m", "mpi4py", "-m",
+                   "deep500lite.bench.spatial", path]
+            rc = run_job(cmd, timeout=job_timeout, env=env, hosts=hosts)
             if rc != 0 or not os.path.exists(job["output"]):
                 raise UserError("The spatial benchmark job failed; its ranks' errors are printed above. "
                                 f"Received: exit status {rc} from {' '.join(cmd)}")

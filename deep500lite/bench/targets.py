@@ -101,18 +101,18 @@ def _failed_row(target, what, exc) -> TargetRow:
 def _torch_zoo_step(model, batch, rng):
     """The torch executor's training step on the zoo graph, with torch's native momentum optimizer."""
     from deep500lite.bench.overhead import d5_training_step
-    from deep500lite.registry import framework_module
+    from deep500lite.registry import spec
 
-    optimizer = framework_module("torch", "optimizers").MomentumOptimizer
+    optimizer = spec("torch").role("optimizers").MomentumOptimizer
     return d5_training_step("torch", model, batch, rng, optimizer)
 
 
 def _against_torch(framework, model, batch, max_time, seed):
     """Time ``framework``'s bench training step against the torch executor's, in alternation."""
     from deep500lite.metrics.timing import time_paired
-    from deep500lite.registry import framework_module
+    from deep500lite.registry import spec
 
-    bench = framework_module(framework, "bench")
+    bench = spec(framework).role("bench")
     bench.set_seed(seed)
     call, _, ex = bench.training_pair(model, batch, np.random.default_rng(seed))
     torch_call, _, torch_ex = _torch_zoo_step(model, batch, np.random.default_rng(seed))
@@ -159,11 +159,11 @@ def _framework_threads(framework: str, threads: int | None, notes: list):
         notes.append("ONNX Runtime's default threads (--threads not applied)")
         return contextlib.nullcontext()
     from deep500lite.lv1.device import as_device
-    from deep500lite.registry import framework_module
+    from deep500lite.registry import spec
 
     @contextlib.contextmanager
     def block():
-        with framework_module(framework, "bench").op_threads(threads, as_device("cpu")) as described:
+        with spec(framework).role("bench").op_threads(threads, as_device("cpu")) as described:
             notes.append(described)
             yield
 

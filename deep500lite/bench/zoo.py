@@ -40,10 +40,12 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
+from deep500lite.bench.zoo_cell import Cell, one_line as _one_line
 from deep500lite.bench.zoo_model import ZooModel
-from deep500lite.errors import Deep500Error, ModelExportError, UserError, format_choices
+from deep500lite.errors import ModelExportError, UserError, format_choices
 from deep500lite.lv1.verify.rule import (FLOOR_FACTOR, GRADIENT_FLOOR, GRADIENT_TOLERANCE, INFERENCE_TOLERANCE,
                                          gradient_errors, gradient_scales, tensor_error, tolerance)
+from deep500lite.registry import FrameworkNames
 
 __all__ = [
     "PRODUCERS", "EXECUTORS", "INFERENCE_TOLERANCE", "GRADIENT_TOLERANCE", "GRADIENT_FLOOR", "PRODUCER_FACTOR",
@@ -52,8 +54,11 @@ __all__ = [
 ]
 
 #: Frameworks whose ``zoo`` module builds models, in the order their cases are listed.
-PRODUCERS = ("torch", "tensorflow")
-EXECUTORS = ("reference", "torch", "tensorflow", "onnxruntime")
+#: Frameworks that export the zoo's models (a ``zoo`` role module, and a ``zoo_graphs`` one for the
+#: graphs beyond classifiers; from the specs).
+PRODUCERS = FrameworkNames(zoo_export=True)
+#: Frameworks that run the zoo's cells by default.
+EXECUTORS = FrameworkNames(inference=True, zoo_cells=True)
 #: the floor factor of the shared rule (:data:`deep500lite.lv1.verify.rule.FLOOR_FACTOR`), under its older name
 PRODUCER_FACTOR = FLOOR_FACTOR
 LABEL = "zoo_label"
@@ -97,41 +102,6 @@ class ZooCase:
 
 
 @dataclasses.dataclass
-class Cell:
-    """One check of one case on one executor.
-
-    Attributes:
-        status: ``pass``, ``fail`` (ran, too far from the producer), ``error`` (raised),
-            ``known`` (fails for the cause in :data:`KNOWN_FAILURES`), ``export`` (the producer's
-            exporter failed, nothing ran) or ``skip`` (the producer gives no gradients).
-        error: the relative error (see the module docstring), when it ran.
-        producer_error: the producer's own float32 relative error, for scale.
-        detail: why it failed, or which parameter was worst.
-        floor: the rule's float32 noise floor for this cell: the reference executor's own error
-            on it (None for the reference executor's own cells, judged by the producer's error).
-        compile_seconds: the part of ``seconds`` the executor spent compiling.
-        extra: what a graph case records besides (the compile seconds each input shape added,
-            how many greedy tokens a decoder chose alike).
-    """
-
-    case: str
-    executor: str
-    check: str
-    status: str
-    error: float | None = None
-    producer_error: float | None = None
-    detail: str = ""
-    seconds: float = 0.0
-    floor: float | None = None
-    compile_seconds: float = 0.0
-    extra: dict = dataclasses.field(default_factory=dict)
-
-    @property
-    def ok(self) -> bool:
-        return self.status in ("pass", "known", "skip")
-
-
-@dataclasses.dataclass
 class ZooResult:
     """Every cell of a zoo run, with the cases, how long each build took and the operators of each
     case's graphs (``domain::op`` outside the default domain)."""
@@ -163,15 +133,15 @@ class ZooResult:
 
 
 def _zoo_module(producer: str):
-    from deep500lite.registry import framework_module
+    from deep500lite.registry import spec
 
-    return framework_module(producer, "zoo")
+    return spec(producer).role("zoo")
 
 
 def _graphs_module(producer: str):
-    from deep500lite.registry import framework_module
+    from deep500lite.registry import spec
 
-    return framework_module(producer, "zoo_graphs")
+    return spec(producer).role("zoo_graphs")
 
 
 def _split(value: str | Sequence[str] | None) -> list[str] | None:
@@ -220,14 +190,6 @@ def list_cases(models: str | Sequence[str] | None = None, exporters: str | Seque
             if (wanted_models is None or c.name in wanted_models)
             and (wanted_exporters is None or c.exporter in wanted_exporters)
             and (subset is None or (c.name, c.exporter) in CI_SLICE)]
-
-
-def _one_line(exc: BaseException, limit: int = 400) -> str:
-    """An exception as one line: its type and its message's meaningful lines."""
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    text = " ".join(lines) if lines else ""
-    text = f"{type(exc).__name__}: {text}" if not isinstance(exc, Deep500Error) else text
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _known(case: ZooCase, executor: str, check: str) -> str | None:

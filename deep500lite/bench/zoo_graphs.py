@@ -24,6 +24,7 @@ import time
 
 import numpy as np
 
+from deep500lite.bench.zoo_cell import Cell, one_line as _one_line
 from deep500lite.bench.zoo_model import GraphModel
 
 __all__ = ["GraphTruth", "graph_truth", "check_graph_inference", "check_graph_training"]
@@ -79,7 +80,6 @@ def decode(ex, model: GraphModel, tokens: list) -> list:
 
 def check_graph_inference(model: GraphModel, truth: GraphTruth, executor: str, device=None):
     """Run every set of feeds (and the decoder's steps) on one executor; the zoo's inference cell."""
-    from deep500lite.bench.zoo import Cell, _one_line
     from deep500lite.lv1.verify import build_executor, passes, tensor_error
 
     case = f"{model.name}/{model.exporter}"
@@ -142,7 +142,6 @@ def _sets_text(model: GraphModel, compile_per_set: list, extra: dict) -> str:
 
 def check_graph_training(model: GraphModel, truth: GraphTruth, executor: str, device=None):
     """The loss's parameter gradients on the first set of feeds; the zoo's training cell."""
-    from deep500lite.bench.zoo import Cell, _one_line
     from deep500lite.lv1.verify import build_executor, tolerance
 
     case = f"{model.name}/{model.exporter}"

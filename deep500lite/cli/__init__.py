@@ -30,7 +30,8 @@ __all__ = ["main", "build_parser", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
-SUBCOMMANDS = ("env", "list", "infer", "run", "compare", "report", "bench", "pack", "launch", "model", "verify")
+SUBCOMMANDS = ("env", "list", "infer", "run", "compare", "report", "bench", "pack", "launch", "emulate", "model", "verify",
+               "db", "history", "regress", "dashboard")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -43,12 +44,17 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser (used by ``main`` and the CLI reference)."""
     parser = _Parser(prog="deep500lite", description=(
-        "Benchmark deep learning frameworks on one ONNX experiment, with statistics."))
+        "Benchmark deep learning frameworks on one ONNX experiment, with statistics."), epilog=(
+        "run, compare, bench and model record their results in a database (--db, --label; default "
+        "d5-results/deep500lite.sqlite); history, regress and dashboard read it. See docs/tracking.md."))
     parser.add_argument("--traceback", action="store_true",
                         help="show the full traceback of errors (for bug reports)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in SUBCOMMANDS:
         importlib.import_module(f"deep500lite.cli.{name}_cmd").add_parser(sub)
+    from deep500lite.cli.store_args import wire_store_options
+
+    wire_store_options(sub)  # --db and --label on every command whose results are recorded
     return parser
 
 
@@ -74,8 +80,11 @@ def main(argv=None) -> int:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     show_traceback = bool(args.traceback or os.environ.get("DEEP500LITE_TRACEBACK"))
+    from deep500lite.cli.store_args import store_session
+
     try:
-        return int(args.func(args) or 0)
+        with store_session(args):
+            return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("deep500lite: interrupted", file=sys.stderr)
         return 130

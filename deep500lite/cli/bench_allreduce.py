@@ -11,7 +11,12 @@ import math
 import os
 import sys
 
-from deep500lite.cli.args import add_job_limit_options, positive_int, positive_seconds
+from deep500lite.cli.args import (add_host_options, add_job_limit_options, hosts_from_args, positive_int,
+                                  positive_seconds)
+from deep500lite.errors import StartupTimeout, UserError, format_choices
+from deep500lite.lv3.launch import STARTUP_TIMEOUT_ENV, JobTimeout, check_ranks, oversubscription_note, resolve_timeouts
+from deep500lite.metrics.tables import TABLE_FORMATS
+from deep500lite.utils import atomic_write_text
 
 __all__ = ["add_subparser", "run", "load_calibration_file", "DEFAULT_ROUNDS"]
 
@@ -25,9 +30,10 @@ def add_subparser(sub):
     p = sub.add_parser(
         "allreduce", help="allreduce algorithms over MPI: time, algbw/busbw and the alpha-beta prediction",
         description=("Launch an MPI job on N ranks (mpiexec underneath) and time each allreduce algorithm (native, "
-                     "ring, recursive_doubling, rabenseifner, tree, auto) for each message size; print the median "
-                     "with its 95% CI, algbw and busbw (nccl-tests definitions), the alpha-beta model's prediction "
-                     "and the number of wrong elements. A short calibration run of the real algorithms first fits "
+                     "ring, recursive_doubling, rabenseifner, tree, auto) for each message size; print nccl-tests' "
+                     "table (size in bytes, count, type, redop, root, time in us, algbw, busbw, #wrong, out-of-place "
+                     "and in-place) and its average bus bandwidth line, then the median with its 95% CI beside the "
+                     "alpha-beta model's prediction. A short calibration run of the real algorithms first fits "
                      "alpha, beta, gamma and a memory-copy cost (least squares); each row shows that model's "
                      "prediction and its relative error, and auto chooses by it. See docs/distributed.md and "
                      "docs/scaling.md."))
@@ -43,6 +49,7 @@ def add_subparser(sub):
                    help="a rank waiting longer than this in one communication ends the job with an error naming "
                         "it (default 120)")
     add_job_limit_options(p, job_flag="--job-timeout")
+    add_host_options(p)
     p.add_argument("--mpiexec", default=None, help="the MPI launcher (default: the one beside this Python, else PATH)")
     p.add_argument("--model", default=None, metavar="FILE",
                    help="use this calibration file (from --save-model) instead of calibrating first")
@@ -93,10 +100,9 @@ def load_calibration_file(path: str, flag: str):
     """Load an allreduce calibration file given with ``flag``; a bad file is a :class:`UserError` naming both.
 
     Returns:
-        The :class:`~deep500lite.lv3.costmodel.CalibratedModel`.
+        The :class:`~deep500lite.perfmodel.allreduce.CalibratedModel`.
     """
-    from deep500lite.errors import UserError
-    from deep500lite.lv3.costmodel import CalibratedModel
+    from deep500lite.perfmodel.allreduce import CalibratedModel
 
     try:
         return CalibratedModel.load(path)
@@ -107,7 +113,6 @@ def load_calibration_file(path: str, flag: str):
 
 def _evict_bytes(text: str, bench) -> int:
     """``--evict``'s bytes: ``auto`` is the last-level cache's size; a size must be a multiple of 4 bytes or 0."""
-    from deep500lite.errors import UserError
 
     if str(text).strip().lower() == "auto":
         return bench.last_level_cache_bytes()
@@ -124,7 +129,6 @@ def _evict_bytes(text: str, bench) -> int:
 @contextlib.contextmanager
 def _startup_timeout(seconds):
     """The start-up timeout for the job that :func:`run_allreduce_benchmark` starts (through the environment)."""
-    from deep500lite.lv3.launch import STARTUP_TIMEOUT_ENV
 
     saved = os.environ.get(STARTUP_TIMEOUT_ENV)
     os.environ[STARTUP_TIMEOUT_ENV] = repr(seconds)
@@ -140,10 +144,6 @@ def _startup_timeout(seconds):
 def run(args) -> int:
     """Run ``deep500lite bench allreduce`` from parsed arguments; returns the exit status (1 if any data was wrong)."""
     from deep500lite.bench import allreduce as bench
-    from deep500lite.errors import StartupTimeout, UserError, format_choices
-    from deep500lite.lv3.launch import JobTimeout, check_ranks, oversubscription_note, resolve_timeouts
-    from deep500lite.metrics.tables import TABLE_FORMATS
-    from deep500lite.utils import atomic_write_text
 
     if args.format not in TABLE_FORMATS:
         raise UserError(f"--format must be one of {format_choices(TABLE_FORMATS)}. Received: {args.format!r}")
@@ -151,7 +151,8 @@ def run(args) -> int:
     algorithms = bench.parse_algorithms(args.algorithms)
     if not math.isfinite(args.max_time) or args.max_time <= 0:
         raise UserError(f"--max-time must be a finite number of seconds > 0. Received: --max-time {args.max_time}")
-    check_ranks(args.ranks, "-n", args.oversubscribe)
+    hosts = hosts_from_args(args)
+    check_ranks(args.ranks, "-n", args.oversubscribe, hosts)
     if args.interleave is None:
         args.interleave = 0 if args.passes > 1 else DEFAULT_ROUNDS
     if args.interleave != 0 and args.interleave < 3:
@@ -178,7 +179,7 @@ def run(args) -> int:
         raise UserError(f"--evict sets the cold calls of the calibration run; there is none with "
                         f"{'--model' if args.model else '--no-calibrate'}. Received: --evict {args.evict}")
     evict = _evict_bytes("auto" if args.evict is None else args.evict, bench)
-    note = oversubscription_note(args.ranks, "time of each allreduce")
+    note = oversubscription_note(args.ranks, "time of each allreduce", hosts)
     if note:
         print(note, file=sys.stderr if args.format == "csv" else sys.stdout, flush=True)
     try:
@@ -189,19 +190,26 @@ def run(args) -> int:
                                                    calibrate=not args.no_calibrate, job_timeout=job_timeout,
                                                    passes=args.passes, interleave=args.interleave,
                                                    calibration_factor=args.calibration_factor,
-                                                   keep_memory=not args.release_memory, evict_bytes=evict)
+                                                   keep_memory=not args.release_memory, evict_bytes=evict,
+                                                   hosts=hosts)
     except StartupTimeout:
         raise
     except JobTimeout as exc:
         raise JobTimeout(f"bench allreduce: {exc}; pass a larger --job-timeout if it is just slow. Received: "
                          f"--job-timeout {job_timeout:g}") from None
     text = sys.stderr if args.format == "csv" else sys.stdout
-    print(f"allreduce of float32 sums on {result.ranks} ranks ({result.mpi_library})", file=text)
+    print(f"allreduce of float32 sums on {result.ranks} ranks ({result.mpi_library})"
+          + (f" on {hosts.describe(result.ranks)}" if hosts is not None else ""), file=text)
     print(f"freed memory: {result.allocator}", file=text)
     print(result.describe_model(), file=text)
     if result.calibration:
         print(result.describe_calibration(), file=text)
-    print(result.table(args.format), flush=True)
+    from deep500lite.bench.allreduce_table import model_table, render_nccl
+
+    print(render_nccl(result, args.format), flush=True)
+    if args.format != "csv":
+        print("\nmeasured against the alpha-beta model:")
+        print(model_table(result).render(args.format), flush=True)
     for line in result.summary():
         print(line, file=text)
     wrong = result.total_wrong()

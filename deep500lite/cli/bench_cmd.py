@@ -6,8 +6,17 @@ import json
 import sys
 
 from deep500lite.cli.args import positive_int, positive_seconds
+from deep500lite.errors import DeviceError, UserError
+from deep500lite.lv1.device import as_device
+from deep500lite.metrics.tables import format_ci, format_table
+from deep500lite.registry import FRAMEWORKS, is_framework_available
+from deep500lite.utils import atomic_write_text, check_allocation
 
 BENCHMARKS = ("overhead", "op", "dataset", "allreduce", "zoo")
+
+
+#: ``--op`` without a value: the built-in Swish against each framework's own SiLU.
+BUILTIN_OP = "swish"
 
 
 def add_parser(subparsers):
@@ -20,9 +29,12 @@ def add_parser(subparsers):
                                     "deep500lite/native with its 95% CI (target <= 1.05)."))
     o.add_argument("--framework", "-f", default=None,
                    help="torch, tensorflow, onnxruntime or jax (with --training also reference); with --op a "
-                        "comma-separated list (default: every installed framework)")
-    o.add_argument("--op", action="store_true",
-                   help="time a custom operator (Swish, C++) through each framework against the framework's own")
+                        "comma-separated list (default: every installed framework; with --op FILE:FACTORY every "
+                        "executor variant, torch:compile and tensorflow:xla included)")
+    o.add_argument("--op", nargs="?", const=BUILTIN_OP, default=None, metavar="FILE:FACTORY",
+                   help="time a custom operator forward and backward through each framework: alone, the built-in "
+                        "Swish (C++) against the framework's own; FILE.py:FACTORY (or MODULE:FACTORY), your operator "
+                        "(or a function returning it) through every executor variant against its own direct call")
     o.add_argument("--op-kinds", default="cpp", help="with --op: cpp, python or cpp,python (default cpp)")
     o.add_argument("--elements", type=positive_int, default=1 << 16, help="with --op: vector length (default 65536)")
     o.add_argument("--training", action="store_true",
@@ -55,6 +67,18 @@ def add_parser(subparsers):
     return p
 
 
+def _write_json(path, header: dict, results) -> None:
+    """Write ``header``, the environment and every result's raw samples to ``path`` (nothing when None)."""
+    if not path:
+        return
+    from deep500lite.environment import collect_environment
+    from deep500lite.utils import atomic_write_text
+
+    payload = dict(header, environment=collect_environment(), results=[r.to_dict() for r in results])
+    atomic_write_text(path, json.dumps(payload, indent=1))
+    print(f"results: {path}")
+
+
 def _no_benchmark(parser) -> int:
     parser.print_help(sys.stderr)
     return 2
@@ -62,10 +86,6 @@ def _no_benchmark(parser) -> int:
 
 def run_overhead(args) -> int:
     from deep500lite.bench.overhead import TARGET_RATIO, run_overhead
-    from deep500lite.environment import collect_environment
-    from deep500lite.errors import UserError
-    from deep500lite.metrics.tables import format_ci, format_table
-    from deep500lite.utils import atomic_write_text
 
     if args.threads is not None and not args.all_targets:
         raise UserError(f"--threads applies to bench overhead --all only; add --all or leave it out. "
@@ -82,7 +102,6 @@ def run_overhead(args) -> int:
                         "reference), or --op. Received: neither")
     if args.batch_size < 1:
         raise UserError(f"--batch-size must be a positive integer. Received: {args.batch_size}")
-    from deep500lite.utils import check_allocation
 
     # The largest input (ResNet-20's 3x32x32) in float64, with the copies each side keeps.
     check_allocation(args.batch_size * 3 * 32 * 32 * 8 * 4, f"bench overhead --batch-size {args.batch_size}")
@@ -110,20 +129,13 @@ def run_overhead(args) -> int:
                 for r in results if r.compile_seconds and any(r.compile_seconds.values())]
     if compiled:
         print("compile time (not in the times above): " + "; ".join(compiled))
-    if args.json:
-        payload = {"benchmark": "overhead", "device": args.device, "environment": collect_environment(),
-                   "results": [r.to_dict() for r in results]}
-        atomic_write_text(args.json, json.dumps(payload, indent=1))
-        print(f"results: {args.json}")
+    _write_json(args.json, {"benchmark": "overhead", "device": args.device}, results)
     return 0
 
 
 def _run_all_targets(args) -> int:
     from deep500lite.bench.targets import run_all_targets
     from deep500lite.environment import collect_environment
-    from deep500lite.errors import UserError
-    from deep500lite.metrics.tables import format_table
-    from deep500lite.utils import atomic_write_text, check_allocation
 
     if args.framework or args.training:
         raise UserError("bench overhead --all measures every framework, inference and training; leave out "
@@ -151,10 +163,7 @@ def _run_all_targets(args) -> int:
 
 
 def _overhead_device(text: str):
-    from deep500lite.errors import UserError
-    from deep500lite.lv1.device import as_device
 
-    from deep500lite.errors import DeviceError
 
     try:
         return as_device(text)
@@ -162,17 +171,55 @@ def _overhead_device(text: str):
         raise UserError(f"--device must be cpu, gpu or gpu:N (N a GPU index). Received: {text!r}") from None
 
 
+def _run_user_op_overhead(args) -> int:
+    from deep500lite.bench.user_op import load_user_op, run_user_op_overhead
+    from deep500lite.metrics.tables import Column, UnitTable, time_unit
+    from deep500lite.registry import EXECUTOR_VARIANTS, FRAMEWORKS, is_framework_available, split_executor_spelling
+
+    op = load_user_op(args.op)
+    if args.framework:
+        variants = [f.strip() for f in args.framework.split(",") if f.strip()]
+        for v in variants:
+            split_executor_spelling(v)  # an unknown name: one line before anything runs
+    else:
+        ordered = []
+        for fw in FRAMEWORKS:
+            ordered.append(fw)
+            ordered += [v for v, (key, _) in EXECUTOR_VARIANTS.items() if key == fw and not v.startswith("onnxruntime:")]
+        variants = [v for v in ordered if is_framework_available(split_executor_spelling(v)[0])]
+    results = run_user_op_overhead(op, variants, args.max_time,
+                                   progress=lambda msg: print(f"... {msg}", file=sys.stderr, flush=True))
+    timed = [r for r in results if r.paired is not None]
+    unit, scale = time_unit([r.paired.b.summary.median for r in timed])
+    table = UnitTable([Column("executor"), Column("through the executor", unit), Column("CI low", unit),
+                       Column("CI high", unit), Column("direct call", unit), Column("ratio", fmt=".2f"),
+                       Column("ratio CI low", fmt=".2f"), Column("ratio CI high", fmt=".2f"), Column("pairs", fmt="d"),
+                       Column("compile", "s", ".2f"), Column("max |err|", fmt=".2g"), Column("refused")])
+    for r in results:
+        if r.paired is None:
+            table.rows.append([r.variant] + [None] * 10 + [r.refused])
+            continue
+        a, b, q = r.paired.a.summary, r.paired.b.summary, r.paired.ratio
+        table.rows.append([r.variant, a.median / scale, a.ci_low / scale, a.ci_high / scale, b.median / scale,
+                           q.median, q.ci_low, q.ci_high, q.n, r.compile_seconds, r.max_abs_error, None])
+    table.footer.append("median [95% CI] of one forward and backward; ratio: through the executor over the "
+                        "operator's own forward then backward on numpy (median of per-pair ratios); compilation is "
+                        "left out")
+    print(f"{type(op).__name__} forward + backward: through each executor vs called directly")
+    print(table.render())
+    _write_json(args.json, {"benchmark": "overhead --op FILE:FACTORY", "op": args.op}, results)
+    return 0
+
+
 def _run_op_overhead(args) -> int:
-    from deep500lite.bench.op_overhead import run_op_overhead
-    from deep500lite.environment import collect_environment
-    from deep500lite.metrics.tables import format_ci, format_table
-    from deep500lite.registry import FRAMEWORKS, is_framework_available
-    from deep500lite.utils import atomic_write_text
+    if args.op != BUILTIN_OP:
+        return _run_user_op_overhead(args)
+    from deep500lite.bench.op_overhead import OP_FRAMEWORKS, run_op_overhead
 
     if args.framework:
         frameworks = [f.strip() for f in args.framework.split(",") if f.strip()]
-    else:
-        frameworks = [f for f in FRAMEWORKS if is_framework_available(f)]
+    else:  # every installed framework that runs custom operators (a plugin may not)
+        frameworks = [f for f in FRAMEWORKS if f in OP_FRAMEWORKS and is_framework_available(f)]
     kinds = [k.strip() for k in args.op_kinds.split(",") if k.strip()]
     results = run_op_overhead(frameworks, kinds, args.elements, args.max_time,
                               progress=lambda msg: print(f"... {msg}", file=sys.stderr, flush=True))
@@ -185,9 +232,5 @@ def _run_op_overhead(args) -> int:
     print("Swish forward + backward: custom operator vs the framework's own")
     print(format_table(["framework", "custom op", "elements", "native [95% CI]", "custom [95% CI]",
                         "ratio [95% CI]", "pairs", "max |err|"], rows))
-    if args.json:
-        payload = {"benchmark": "overhead --op", "environment": collect_environment(),
-                   "results": [r.to_dict() for r in results]}
-        atomic_write_text(args.json, json.dumps(payload, indent=1))
-        print(f"results: {args.json}")
+    _write_json(args.json, {"benchmark": "overhead --op"}, results)
     return 0

@@ -8,6 +8,10 @@ import os
 import sys
 
 from deep500lite.cli.args import nonnegative_int, positive_int, positive_seconds
+from deep500lite.errors import UserError
+from deep500lite.metrics.tables import format_seconds, format_table
+from deep500lite.registry import canonical_framework
+from deep500lite.utils import atomic_write_text
 
 __all__ = ["add_subparser", "run"]
 
@@ -60,11 +64,7 @@ def _rate(x: float) -> str:
 def run(args) -> int:
     from deep500lite.bench.dataset import TARGET_RATIO, run_dataset_bench
     from deep500lite.environment import collect_environment
-    from deep500lite.metrics.tables import format_seconds, format_table
-    from deep500lite.registry import canonical_framework
-    from deep500lite.utils import atomic_write_text
 
-    from deep500lite.errors import UserError
 
     if args.dir is not None and os.path.exists(args.dir) and not os.path.isdir(args.dir):
         raise UserError(f"--dir must be a folder to write the files and the shard in; '{args.dir}' is a file. "

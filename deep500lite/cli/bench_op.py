@@ -9,6 +9,9 @@ import json
 import sys
 
 from deep500lite.cli.args import positive_int, positive_seconds
+from deep500lite.errors import UserError, format_choices
+from deep500lite.metrics.tables import TABLE_FORMATS
+from deep500lite.utils import atomic_write_text
 
 __all__ = ["add_subparser", "run"]
 
@@ -48,9 +51,6 @@ def add_subparser(sub):
 def run(args) -> int:
     """Run ``deep500lite bench op`` from parsed arguments; returns the exit status."""
     from deep500lite.bench import op
-    from deep500lite.errors import UserError, format_choices
-    from deep500lite.metrics.tables import TABLE_FORMATS
-    from deep500lite.utils import atomic_write_text
 
     if args.format not in TABLE_FORMATS:
         raise UserError(f"--format must be one of {format_choices(TABLE_FORMATS)}. Received: {args.format!r}")

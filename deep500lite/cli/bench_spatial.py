@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import json
 import sys
+from deep500lite.errors import UserError
+from deep500lite.utils import atomic_write_text
+
+from deep500lite.cli.args import add_host_options, hosts_from_args
 
 __all__ = ["add_subparser", "run"]
 
@@ -42,6 +46,7 @@ def add_subparser(sub):
     p.add_argument("--threads", type=int, default=None,
                    help="intra-op threads per rank (default: CPU count // ranks)")
     p.add_argument("--mpiexec", default=None, help="the MPI launcher (default: the one beside this Python, else PATH)")
+    add_host_options(p)
     p.add_argument("--json", default=None, metavar="FILE", help="write every row and step time here")
     p.set_defaults(func=run)
     return p
@@ -50,8 +55,6 @@ def add_subparser(sub):
 def run(args) -> int:
     """Run ``deep500lite bench spatial`` from parsed arguments; returns the exit status."""
     from deep500lite.bench import spatial as bench
-    from deep500lite.errors import UserError
-    from deep500lite.utils import atomic_write_text
 
     try:
         ranks = [int(r) for r in args.ranks.split(",") if r.strip()]
@@ -64,10 +67,13 @@ def run(args) -> int:
             grid = [int(v) for v in args.grid.lower().split("x")]
         except ValueError:
             raise UserError(f"--grid must be ROWSxCOLUMNS such as 2x2. Received: {args.grid!r}") from None
+    hosts = hosts_from_args(args)
+    if hosts is not None:
+        print(f"bench spatial: ranks on {hosts.describe()}", file=sys.stderr, flush=True)
     result = bench.run_spatial_benchmark(ranks, batch=args.batch, size=args.size, channels=args.channels,
                                          width=args.width, layers=args.layers, steps=args.steps,
                                          framework=args.framework, modes=modes, threads=args.threads,
-                                         mpiexec=args.mpiexec, grid=grid, batchnorm=args.batchnorm)
+                                         mpiexec=args.mpiexec, grid=grid, batchnorm=args.batchnorm, hosts=hosts)
     print(result.table())
     if args.json:
         atomic_write_text(args.json, json.dumps({"rows": result.rows, "config": result.config}, indent=1))

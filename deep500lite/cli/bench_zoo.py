@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import json
 import sys
+from deep500lite.errors import UserError, format_choices
+from deep500lite.metrics.tables import TABLE_FORMATS, format_table
+from deep500lite.utils import atomic_write_text
 
 __all__ = ["add_subparser", "run"]
 
@@ -42,9 +45,6 @@ def run(args) -> int:
     """Run ``deep500lite bench zoo`` from parsed arguments; returns the exit status (1 if a cell fails)."""
     from deep500lite.bench.zoo import format_matrix, list_cases, run_zoo
     from deep500lite.environment import collect_environment
-    from deep500lite.metrics.tables import TABLE_FORMATS, format_table
-    from deep500lite.errors import UserError, format_choices
-    from deep500lite.utils import atomic_write_text
 
     if args.format not in TABLE_FORMATS:
         raise UserError(f"Unknown --format. Allowed: {format_choices(TABLE_FORMATS)}. Received: {args.format!r}")

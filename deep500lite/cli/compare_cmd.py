@@ -6,6 +6,9 @@ import argparse
 import json
 import os
 import sys
+from deep500lite.metrics.tables import TABLE_FORMATS
+from deep500lite.recipe.results import jsonable
+from deep500lite.utils import atomic_write_text
 
 __all__ = ["add_parser", "run"]
 
@@ -20,7 +23,6 @@ def _frameworks(text: str) -> list[str]:
 
 def add_parser(subparsers):
     from deep500lite.cli.args import nonnegative_int, positive_int
-    from deep500lite.metrics.tables import TABLE_FORMATS
 
     p = subparsers.add_parser(
         "compare", help="run a recipe on several frameworks (fresh process each) and compare them",
@@ -35,7 +37,11 @@ def add_parser(subparsers):
                                              "variants such as torch:compile, tensorflow:xla, onnxruntime:O0 are "
                                              "rows of their own")
     p.add_argument("--repeats", type=positive_int, default=1, metavar="N",
-                   help="runs per framework, interleaved, each in a new process (default 1)")
+                   help="runs per framework with the same seed, interleaved, each in a new process (default 1)")
+    p.add_argument("--runs", type=positive_int, default=1, metavar="N",
+                   help="runs per framework with the seeds SEED, SEED+1, ... (N >= 3), interleaved; the table adds "
+                        "MLPerf's score of the time to accuracy: the fastest and slowest runs dropped, the mean of "
+                        "the rest")
     p.add_argument("--out", metavar="DIR", default=None,
                    help="folder for the runs' results and the plots (default d5-results/RECIPE/compare)")
     p.add_argument("--format", choices=TABLE_FORMATS, default="table", help="table format (default table)")
@@ -50,11 +56,9 @@ def add_parser(subparsers):
 def run(args) -> int:
     from deep500lite.recipe.compare import run_comparison
     from deep500lite.recipe.report import comparison_table, significance_lines, write_plots
-    from deep500lite.recipe.results import jsonable
-    from deep500lite.utils import atomic_write_text
 
     outcome = run_comparison(args.recipe, args.frameworks, repeats=args.repeats, out=args.out, sets=args.sets,
-                             seed=args.seed)
+                             seed=args.seed, runs=args.runs, plots=not args.no_plots)
     comparison, out = outcome["comparison"], outcome["out"]
     print()
     if comparison["rows"]:
@@ -65,6 +69,7 @@ def run(args) -> int:
             print(line)
         atomic_write_text(os.path.join(out, "comparison.md"), comparison_table(comparison, "markdown") + "\n\n"
                           + "\n".join(significance_lines(comparison)) + "\n")
+        atomic_write_text(os.path.join(out, "comparison.csv"), comparison_table(comparison, "csv") + "\n")
         summary = {k: v for k, v in comparison.items() if k != "rows"}
         summary["rows"] = [{k: v for k, v in r.items() if k != "step_times"} for r in comparison["rows"]]
         summary["failures"] = outcome["failures"]
@@ -77,11 +82,11 @@ def run(args) -> int:
             continue
         print(f"{f['framework']} run {f['run']} failed (exit status {f['status']}): {f['error']} "
               f"(log: {f['log']})", file=sys.stderr)
-    print(f"wall time {outcome['wall_time']:.1f} s for {len(outcome['frameworks'])} framework(s) x {args.repeats} "
+    print(f"wall time {outcome['wall_time']:.1f} s for {len(outcome['frameworks'])} framework(s) x {outcome['runs']} "
           f"run(s)")
     if comparison["rows"]:
-        print(f"results: {os.path.join(out, 'FRAMEWORK', 'results.json') if args.repeats == 1 else out}; "
-              f"table: {os.path.join(out, 'comparison.md')}")
+        print(f"results: {os.path.join(out, 'FRAMEWORK', 'results.json') if outcome['runs'] == 1 else out}; "
+              f"table: {os.path.join(out, 'comparison.md')}, {os.path.join(out, 'comparison.csv')}")
         if not args.no_plots:
             try:
                 paths = write_plots(outcome["results"], out, comparison)

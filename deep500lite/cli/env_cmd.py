@@ -29,6 +29,8 @@ def run(args) -> int:
         rows.append((f"framework {k}", v or "absent"))
     cpu = env["cpu"]
     rows.append(("cpu", f"{cpu['model']} ({cpu['logical_cores']} logical cores, {cpu['usable_cores']} usable)"))
+    rows.append(("cpu features", " ".join(cpu["features"]) or "unknown"))
+    rows.append(("cpu kernels", ", ".join(f"{k}={v}" for k, v in env["cpu_kernels"].items()) or "defaults"))
     rows.append(("gpu", "; ".join(f"{g['name']} ({g['memory']}, driver {g['driver']})" for g in env["gpus"])
                  or "none"))
     rows.append(("mpi", env["mpi_library"] or "absent (pip install 'deep500lite[mpi]')"))

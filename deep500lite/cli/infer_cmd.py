@@ -9,6 +9,10 @@ import numpy as np
 
 from deep500lite.cli.args import nonnegative_int, positive_int, positive_seconds
 from deep500lite.errors import Deep500Error, FeedError, UserError
+from deep500lite.metrics.accuracy import output_errors
+from deep500lite.metrics.tables import format_ci, format_table
+from deep500lite.metrics.timing import time_function
+from deep500lite.registry import baseline, canonical_executor_spelling
 
 __all__ = ["add_parser", "load_feeds", "run"]
 
@@ -86,12 +90,10 @@ def load_feeds(path: str) -> dict[str, np.ndarray]:
 
 
 def _frameworks(args) -> list[str]:
-    from deep500lite.registry import canonical_executor_spelling
-
     if args.framework and args.frameworks:
         raise UserError("Give either --framework or --frameworks, not both. "
                         f"Received: --framework {args.framework} --frameworks {args.frameworks}")
-    names = args.frameworks.split(",") if args.frameworks else [args.framework or "reference"]
+    names = args.frameworks.split(",") if args.frameworks else [args.framework or baseline().name]
     keys = [canonical_executor_spelling(n) for n in names if n.strip()]
     if not keys:
         raise UserError(f"--frameworks names no framework. Received: {args.frameworks!r}")
@@ -99,15 +101,12 @@ def _frameworks(args) -> list[str]:
 
 
 def _time(executor, feeds, max_time):
-    from deep500lite.metrics.timing import time_function
-
     return time_function(lambda: executor.inference(feeds), label=executor.framework,
                          sync=executor.synchronize, warmup=2, min_runs=10, max_time=max_time)
 
 
 def run(args) -> int:
     import deep500lite as d5
-    from deep500lite.metrics.tables import format_ci
 
     frameworks = _frameworks(args)
     network = d5.load_model(args.model)
@@ -148,13 +147,14 @@ def _run_all(d5, network, frameworks, feeds, device) -> dict:
 
     ``outputs`` is None where the framework failed; ``error`` (one line) is set where its row is an error.
     """
+    ref = baseline().name
     results = {}
-    for fw in ["reference"] + [f for f in frameworks if f != "reference"]:
+    for fw in [ref] + [f for f in frameworks if f != ref]:
         try:
             # The reference is the baseline on the CPU; a listed one on another device is that device's row.
-            ex = d5.executor(network, fw, device="cpu" if fw == "reference" else device)
+            ex = d5.executor(network, fw, device="cpu" if fw == ref else device)
             results[fw] = (ex, ex.inference(feeds), None)
-            if fw == "reference" and fw in frameworks and device != "cpu":
+            if fw == ref and fw in frameworks and device != "cpu":
                 d5.executor(network, fw, device=device)  # the DeviceError of its row, if any
         except Exception as exc:  # noqa: BLE001 - one framework failing must not lose the others' rows
             results[fw] = (None, None, _one_line(exc)) if fw not in results else results[fw][:2] + (_one_line(exc),)
@@ -167,17 +167,16 @@ def _comparison(results, frameworks, feeds, args) -> str:
     The baseline is the reference executor, or, when it failed, the first framework that ran
     (a note under the table says so). An error row holds the whole one-line message.
     """
-    from deep500lite.metrics.accuracy import output_errors
-    from deep500lite.metrics.tables import format_ci, format_table
 
-    ran = [fw for fw in ["reference"] + frameworks if results[fw][1] is not None]
-    baseline = ran[0] if ran else "reference"
+    ref = baseline().name
+    ran = [fw for fw in [ref] + frameworks if results[fw][1] is not None]
+    base = ran[0] if ran else ref
     rows, errors = [], {}
     for i, fw in enumerate(frameworks):
         ex, outputs, error = results[fw]
         if error is None:
             try:
-                errs = output_errors(outputs, results[baseline][1]).values()
+                errs = output_errors(outputs, results[base][1]).values()
                 err = max((e["max_abs"] for e in errs), default=0.0)
                 s = _time(ex, feeds, args.max_time).summary
                 rows.append([fw, str(ex.devname), f"{err:.3g}", format_ci(s.median, s.ci_low, s.ci_high), s.n])
@@ -187,15 +186,15 @@ def _comparison(results, frameworks, feeds, args) -> str:
                 results[fw] = (ex, outputs, error)
         rows.append([fw, args.device, "error", "", ""])
         errors[i] = error
-    lines = format_table(["framework", "device", f"max |err| vs {baseline}", "median latency [95% CI]", "runs"],
+    lines = format_table(["framework", "device", f"max |err| vs {base}", "median latency [95% CI]", "runs"],
                          rows).splitlines()
     for i, error in errors.items():
         lines[2 + i] += f": {error}"  # the whole message on the row's line; the other columns stay narrow
-    reference_error = results["reference"][2]
-    if results["reference"][1] is None:
-        listed = "reference" in frameworks
-        if baseline != "reference":
-            lines.append(f"note: the reference executor failed, so max |err| is measured against {baseline}, the "
+    reference_error = results[ref][2]
+    if results[ref][1] is None:
+        listed = ref in frameworks
+        if base != ref:
+            lines.append(f"note: the reference executor failed, so max |err| is measured against {base}, the "
                          "first framework that ran" + ("." if listed else f". Reference: {reference_error}"))
         elif not listed:
             lines.append(f"note: the reference executor failed and no framework ran. Reference: {reference_error}")

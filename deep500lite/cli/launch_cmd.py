@@ -5,6 +5,8 @@ aborts the whole job instead of leaving the other ranks waiting. The exit status
 returned; ``--timeout`` ends a job that runs too long (status 124, default 6 hours), and
 ``--startup-timeout`` one where a rank does not reach MPI initialisation in time (status 2, the
 rank named; default 120 s). Before any rank starts, the script, module or program is checked.
+``--hosts``/``--hostfile`` (or ``$DEEP500LITE_HOSTFILE``, or a Slurm allocation) start the ranks on
+other hosts (:mod:`deep500lite.lv3.hosts`).
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ import os
 import shutil
 import sys
 
-from deep500lite.cli.args import positive_int, positive_seconds
+from deep500lite.cli.args import add_host_options, hosts_from_args, positive_int, positive_seconds
 from deep500lite.errors import Deep500Error, StartupTimeout, UserError
+from deep500lite.lv3.hosts import launcher_args
 from deep500lite.lv3.launch import (DEFAULT_JOB_TIMEOUT, DEFAULT_STARTUP_TIMEOUT, JOB_TIMEOUT_ENV, STARTUP_TIMEOUT_ENV,
                                     JobTimeout, check_ranks, find_mpiexec, oversubscription_note, resolve_timeouts,
                                     run_job)
@@ -51,6 +54,7 @@ def add_parser(subparsers):
                         "raises an error naming the rank and operation (default: none)")
     p.add_argument("--mpiexec", default=None, metavar="PATH",
                    help="the MPI launcher (default: the mpiexec beside this Python, else on PATH)")
+    add_host_options(p)
     # -m MODULE takes the rest of the line, so 'launch -n 2 -m pkg.mod --flag' needs no '--'.
     p.add_argument("-m", dest="module", nargs=argparse.REMAINDER, default=None, metavar="MODULE [ARGS]",
                    help="run a Python module on every rank (python -m MODULE ARGS under mpi4py)")
@@ -148,18 +152,21 @@ def run(args) -> int:
     if getattr(args, "module", None) is not None:
         args.program = ["-m", *args.module, *args.program]
     job_timeout, startup_timeout = resolve_timeouts(args.timeout, args.startup_timeout)
-    check_ranks(args.ranks, "-n", args.oversubscribe)
+    hosts = hosts_from_args(args)
+    check_ranks(args.ranks, "-n", args.oversubscribe, hosts)
     per_rank = build_command(args.program)
     check_command(args.program)
-    cmd = [find_mpiexec(args.mpiexec, "deep500lite launch"), "-n", str(args.ranks), *per_rank]
+    cmd = [find_mpiexec(args.mpiexec, "deep500lite launch"), *launcher_args(hosts), "-n", str(args.ranks), *per_rank]
     env = dict(os.environ)
-    note = oversubscription_note(args.ranks, "job's timing")
+    if hosts is not None:
+        print(f"deep500lite launch: {args.ranks} ranks on {hosts.describe(args.ranks)}", file=sys.stderr, flush=True)
+    note = oversubscription_note(args.ranks, "job's timing", hosts)
     if note:
         print(note, file=sys.stderr, flush=True)
     if args.comm_timeout is not None:
         env["DEEP500LITE_COMM_TIMEOUT"] = str(args.comm_timeout)
     try:
-        return run_job(cmd, timeout=job_timeout, env=env, startup_timeout=startup_timeout)
+        return run_job(cmd, timeout=job_timeout, env=env, startup_timeout=startup_timeout, hosts=hosts)
     except StartupTimeout:
         raise
     except JobTimeout:

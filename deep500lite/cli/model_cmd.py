@@ -1,11 +1,11 @@
 """``deep500lite model``: performance models. ``model scaling`` predicts data-parallel training from 1 to thousands
 of nodes (``--scheme pipeline|spatial|tensor``: those schemes' step split instead, from
-:mod:`deep500lite.bench.scaling_parallel`); ``model allreduce`` predicts each allreduce algorithm over
+:mod:`deep500lite.perfmodel.scaling_parallel`); ``model allreduce`` predicts each allreduce algorithm over
 message sizes and their crossover; ``model layers`` measures each layer's forward and backward time through an
-executor (:mod:`deep500lite.bench.layer_times`), the input of ``model scaling --compute-from``.
+executor (:mod:`deep500lite.perfmodel.layers`), the input of ``model scaling --compute-from``.
 
-The work is in :mod:`deep500lite.bench.scaling` (the model) and
-:mod:`deep500lite.bench.scaling_networks` (built-in networks, interconnects and accelerators).
+The work is in :mod:`deep500lite.perfmodel.scaling` (the model) and
+:mod:`deep500lite.perfmodel.scaling_networks` (built-in networks, interconnects and accelerators).
 This module only parses arguments, turns a recipe or an ONNX file into a model description,
 and prints, writes and plots the result. See docs/scaling.md.
 """
@@ -15,15 +15,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import sys
 
-from deep500lite.cli.model_check import (_check_files, _print_checks, _read_json, _step_from, compare_runs,
-                                         measured_from_run, repeatability, step_from_run)
+from deep500lite.errors import UserError, format_choices
+from deep500lite.lv3.allreduce import P2P_ALGORITHMS, AlphaBeta
+from deep500lite.metrics.tables import TABLE_FORMATS, format_seconds, format_table
+from deep500lite.perfmodel.checks import (_check_files, _read_json, _step_from, compare_runs, measured_from_run,
+                                          oversubscribed_note, repeatability)
+from deep500lite.utils import atomic_write_text
 
-__all__ = ["add_parser", "run", "run_allreduce", "run_layers", "describe_target", "target_onnx", "step_from_run",
-           "parse_interconnect",
-           "parse_accelerator"]
+__all__ = ["add_parser", "run", "run_allreduce", "run_layers", "parse_interconnect", "parse_accelerator"]
 
 
 def add_parser(sub):
@@ -142,7 +143,7 @@ def add_parser(sub):
         description=("Predict each allreduce algorithm's time over message sizes on a network (alpha-beta) or with a "
                      "calibration file of this machine, and show where the fastest algorithm changes from the "
                      "latency-optimal to the bandwidth-optimal one."))
-    a.add_argument("--nodes", type=int, default=64, help="ranks (default 64)")
+    a.add_argument("--nodes", type=int, default=None, help="ranks (default 64; with --check, the file's)")
     a.add_argument("--network", default="edr-ib", help="as for 'model scaling' (default edr-ib)")
     a.add_argument("--gamma", type=float, default=0.0, metavar="S_PER_BYTE",
                    help="seconds per byte reduced (default 0)")
@@ -151,6 +152,12 @@ def add_parser(sub):
     a.add_argument("--min-bytes", default="4", help="smallest message (default 4)")
     a.add_argument("--max-bytes", default="256MiB", help="largest message (default 256MiB)")
     a.add_argument("--format", default="table", help="table, markdown or csv (default table)")
+    a.add_argument("--check", default=None, metavar="FILE",
+                   help="the JSON of 'bench allreduce --json': each measured row beside the prediction (native and "
+                        "auto as the fastest algorithm), judged between --min-bytes and --max-bytes; exit status 1 "
+                        "when one is off by more than --tolerance; and the measured crossover beside the model's")
+    a.add_argument("--tolerance", type=float, default=0.2, metavar="FRACTION",
+                   help="with --check: the largest relative error that counts as a match (default 0.2: 20%%)")
     a.set_defaults(func=run_allreduce)
     _add_layers_parser(msub)
     p.set_defaults(func=lambda args: _no_subcommand(p))
@@ -162,45 +169,8 @@ def _no_subcommand(parser) -> int:
     return 2
 
 
-_DEFAULT_BATCH = {"alexnet": 256, "vgg16": 256, "googlenet": 32, "resnet50": 64, "resnet101": 64}
-
-
-def describe_target(target: str):
-    """``(ModelDescription, default batch or None)`` of a built-in name, an ``.onnx`` file or a recipe."""
-    from deep500lite.bench import scaling_networks as sn
-    from deep500lite.errors import UserError
-
-    key = str(target).lower().replace("-", "").replace("_", "")
-    if key in sn.MODELS:
-        return sn.model_description(key), _DEFAULT_BATCH.get(key)
-    if str(target).endswith(".onnx"):
-        if not os.path.exists(target):
-            raise UserError(f"The ONNX file does not exist. Received: {target!r}")
-        return sn.describe_onnx(_load_onnx(target), os.path.basename(target)[:-5]), None
-    import deep500lite.networks as networks
-
-    if target in networks.list_models():  # a zoo model not built in: its ONNX graph, as 'model layers' sees it
-        model, name = target_onnx(target)
-        return sn.describe_onnx(model, name), None
-    return _describe_recipe(target)
-
-
-def _load_onnx(path: str):
-    """``onnx.load(path)``; a file that is not an ONNX model is a :class:`UserError` naming it."""
-    import onnx
-
-    from deep500lite.errors import UserError
-
-    try:
-        return onnx.load(path)
-    except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError and OSError: the file is not a model
-        raise UserError(f"MODEL_OR_RECIPE {path!r} is not a readable ONNX model ({type(exc).__name__}: "
-                        f"{str(exc)[:200]}); give an .onnx file written by an ONNX exporter. Received: {path!r}") from None
-
-
 def _check_pair(flag: str, pair, names: tuple[str, str], example: str, first_may_be_zero: bool) -> None:
     """Both numbers of a ``FIRST,SECOND`` option finite and positive (the first may be 0 where allowed)."""
-    from deep500lite.errors import UserError
 
     (a, b), (name_a, name_b) = pair, names
     bound = ">= 0" if first_may_be_zero else "> 0"
@@ -218,8 +188,7 @@ def parse_interconnect(text: str, flag: str):
         UserError: an unknown name (the names are listed), a malformed pair, or numbers that are
             not finite (``nan``, ``inf``) or not positive.
     """
-    from deep500lite.bench import scaling_networks as sn
-    from deep500lite.errors import UserError, format_choices
+    from deep500lite.perfmodel import scaling_networks as sn
 
     try:
         net = sn.interconnect(text)
@@ -237,7 +206,7 @@ def parse_accelerator(text: str):
     Raises:
         UserError: an unknown name, a malformed pair, or numbers that are not finite and positive.
     """
-    from deep500lite.bench import scaling_networks as sn
+    from deep500lite.perfmodel import scaling_networks as sn
 
     acc = sn.accelerator(text)
     if str(text).lower() not in sn.ACCELERATORS and str(text).lower() != "this":
@@ -246,68 +215,44 @@ def parse_accelerator(text: str):
     return acc
 
 
-def _recipe_network(target: str, batch_size):
-    """``(onnx ModelProto, recipe name, recipe batch, sample shape or None, source)`` of a recipe's model."""
-    from deep500lite.bench import scaling_networks as sn
-    from deep500lite.errors import UserError, format_choices
-    from deep500lite.recipe import load_recipe
+def _print_checks(checks: list[dict], groups: list[dict], tolerance: float, fmt: str, text,
+                  host_cores: int | None = None) -> None:
+    """The ``--check`` table, its verdict line, a line per group of :func:`repeatability` and the notes."""
 
-    try:
-        recipe = load_recipe(target)
-    except UserError as exc:
-        raise UserError(f"MODEL_OR_RECIPE must be a built-in network ({format_choices(sn.MODELS)}), an .onnx file or "
-                        f"a recipe; as a recipe it failed: {str(exc).splitlines()[0].split(' Received:')[0]} "
-                        f"Received: {target!r}") from None
-    cfg = recipe.resolve().config
-    spec, batch = cfg.get("model"), int(cfg.get("batch_size") or 1)
-    if isinstance(spec, str) and spec.endswith(".onnx"):
-        return _load_onnx(spec), recipe.name, batch, None, f"recipe {recipe.name} ({spec})"
-    if not (isinstance(spec, str) and isinstance(cfg.get("dataset"), str)):
-        raise UserError("model scaling reads a recipe whose 'model' is a zoo name (with a named 'dataset') or an "
-                        ".onnx path; export other models to ONNX and pass the file. Received: model="
-                        f"{spec!r}, dataset={cfg.get('dataset')!r}")
-    import deep500lite.datasets as datasets
-    import deep500lite.networks as networks
+    def verdict(c):
+        if c["verdict"] == "calibration point":
+            return c["verdict"]
+        return f"within {tolerance * 100:g}%" if c["verdict"] == "within" else f"off by more than {tolerance * 100:g}%"
 
-    kwargs = dict(cfg.get("dataset_kwargs") or {})
-    args = list(cfg.get("dataset_args") or [])
-    root = args[0] if args else kwargs.pop("root", None)
-    info = datasets.dataset_shape(cfg["dataset"], root, **kwargs)
-    classes, shape = int(info[0]), tuple(int(s) for s in info[1:])
-    mk = dict(cfg.get("model_kwargs") or {})
-    net, _, _ = networks.create_model(spec, batch_size, *(cfg.get("model_args") or []),
-                                      **{"classes": classes, "shape": shape, **mk})
-    return net.to_onnx(), recipe.name, batch, shape, f"recipe {recipe.name} ({spec} on {cfg['dataset']})"
-
-
-def _describe_recipe(target: str):
-    import numpy as np
-
-    from deep500lite.bench import scaling_networks as sn
-
-    model, name, batch, shape, source = _recipe_network(target, 1)
-    desc = sn.describe_onnx(model, name)
-    if shape is None:
-        return desc, batch
-    return sn.ModelDescription(desc.name, desc.layers, int(np.prod(shape)) * 4, source), batch
-
-
-def target_onnx(target: str):
-    """``(onnx ModelProto with a symbolic batch where the zoo allows it, name)`` of ``model layers``'s target:
-    an ``.onnx`` file, a zoo model name (its default sample shape) or a recipe."""
-    import deep500lite.networks as networks
-
-    if str(target).endswith(".onnx"):
-        from deep500lite.errors import UserError
-
-        if not os.path.exists(target):
-            raise UserError(f"The ONNX file does not exist. Received: {target!r}")
-        return _load_onnx(target), os.path.basename(target)[:-5]
-    if target in networks.list_models():
-        net, _, _ = networks.create_model(target, None)
-        return net.to_onnx(), target
-    model, name, _, _, _ = _recipe_network(target, None)
-    return model, name
+    # round(...) + 0.0 turns a rounded -0.0 into 0.0 (the calibration point prints "+0.0%")
+    rows = [[c["ranks"], c["file"],
+             f"{format_seconds(c['median'])} [{format_seconds(c['ci_low'])}, {format_seconds(c['ci_high'])}]",
+             format_seconds(c["predicted"]), f"{round(c['error'] * 100, 1) + 0.0:+.1f}%", verdict(c)]
+            for c in checks]
+    print("measured (--check) against predicted", file=text)
+    print(format_table(["ranks", "run", "measured step [95% CI]", "predicted", "error", "verdict"], rows, fmt),
+          file=text, flush=True)
+    judged = [c for c in checks if c["verdict"] != "calibration point"]
+    if judged:
+        good = sum(c["verdict"] == "within" for c in judged)
+        print(f"predicted within {tolerance * 100:g}% of the measured step in {good} of {len(judged)} runs"
+              + ("" if good == len(judged) else ": the check fails"), file=text)
+    for g in groups:
+        line = (f"{g['runs']} runs on {g['ranks']} rank{'s' if g['ranks'] > 1 else ''}: "
+                f"{format_seconds(g['fastest'])} to {format_seconds(g['slowest'])}, the slowest {g['ratio']:.2f} "
+                f"times the fastest; the prediction is {round(g['error'] * 100, 1) + 0.0:+.1f}% from their median "
+                f"{format_seconds(g['median'])}")
+        if not g["repeats"]:
+            line += (f"; one prediction can be within {tolerance * 100:g}% of runs at most {g['band']:.2f} times "
+                     f"apart, so these runs cannot all pass: the machine did not repeat the job")
+        print(line, file=text)
+    same: dict[tuple, list[str]] = {}  # one note for every run of the same ranks on the same cores
+    for c in judged:
+        same.setdefault((c["ranks"], c["usable_cores"]), []).append(str(c["file"]))
+    for (ranks, cores), files in same.items():
+        note = oversubscribed_note({"file": ", ".join(files), "ranks": ranks, "usable_cores": cores}, host_cores)
+        if note:
+            print(note, file=text)
 
 
 def _describe_cold(model) -> str:
@@ -318,8 +263,6 @@ def _describe_cold(model) -> str:
 
 
 def _table(result, fmt: str) -> str:
-    from deep500lite.metrics.tables import format_seconds, format_table
-
     headers = ["nodes", "accel.", "batch/accel.", "step", "compute", "allreduce", "exposed comm", "exposed I/O",
                "algorithm", "speedup", "efficiency"]
     jitter = result.setup.jitter > 0
@@ -337,64 +280,9 @@ def _table(result, fmt: str) -> str:
     return format_table(headers, rows, fmt)
 
 
-def _plot(result, path) -> str:
-    import io
-
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    from deep500lite.utils import atomic_write_bytes
-
-    fig = Figure(figsize=(11, 4.2))
-    FigureCanvasAgg(fig)
-    ax_s, ax_t = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
-    n = [r.nodes for r in result.rows]
-    ax_s.plot(n, [result.speedup(r) for r in result.rows], marker="o", markersize=3, label="speedup")
-    ax_s.plot(n, [r / n[0] for r in n], linestyle=":", color="gray", label="ideal")
-    ax_e = ax_s.twinx()
-    ax_e.plot(n, [result.efficiency(r) * 100 for r in result.rows], color="#d62728", marker="s", markersize=3,
-              label="efficiency")
-    ax_e.set_ylabel("efficiency (%)")
-    ax_e.set_ylim(0, 105)
-    if result.stop is not None:
-        ax_s.axvline(result.stop, color="black", linewidth=0.8, linestyle="--")
-    ax_s.set_xscale("log", base=2)
-    ax_s.set_yscale("log", base=2)
-    ax_s.set_xlabel("nodes")
-    ax_s.set_ylabel("speedup")
-    s = result.setup
-    ax_s.set_title(f"{s.model.name}, {result.mode} scaling, batch {result.batch:g}, {s.network.name}, "
-                   f"{s.accelerator.name}", fontsize=9)
-    ax_s.legend(loc="upper left", fontsize=7)
-    ax_e.legend(loc="lower right", fontsize=7)
-    parts = [("step", [r.step for r in result.rows], "-"),
-             ("forward + backward", [r.forward + r.backward for r in result.rows], "--"),
-             ("update (does not shrink)", [r.update for r in result.rows], ":"),
-             ("allreduce, all", [r.comm for r in result.rows], "-."),
-             ("allreduce, exposed", [r.comm_exposed for r in result.rows], "--"),
-             ("I/O, exposed", [r.io_exposed for r in result.rows], ":")]
-    for label, values, style in parts:
-        if any(v > 0 for v in values):
-            ax_t.plot(n, [v if v > 0 else float("nan") for v in values], linestyle=style, marker=".", label=label)
-    ax_t.set_xscale("log", base=2)
-    ax_t.set_yscale("log")
-    ax_t.set_xlabel("nodes")
-    ax_t.set_ylabel("seconds per step")
-    ax_t.set_title("predicted step time and its parts", fontsize=9)
-    ax_t.legend(fontsize=7)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
-    atomic_write_bytes(path, buf.getvalue())
-    return os.fspath(path)
-
-
 def run(args) -> int:
     """Run ``deep500lite model scaling`` from parsed arguments; returns the exit status."""
-    from deep500lite.bench import scaling
-    from deep500lite.errors import UserError, format_choices
-    from deep500lite.metrics.tables import TABLE_FORMATS
-    from deep500lite.utils import atomic_write_text
+    from deep500lite.perfmodel import scaling
 
     if args.format not in TABLE_FORMATS:
         raise UserError(f"--format must be one of {format_choices(TABLE_FORMATS)}. Received: {args.format!r}")
@@ -450,6 +338,8 @@ def run(args) -> int:
                             f"(accelerators in the sweep: {', '.join(map(str, counts))}); add it to --nodes. "
                             f"Received: --nodes {args.nodes}")
     network, acc, intra = parse_interconnect(args.network, "--network"), None, parse_interconnect(args.intra, "--intra")
+    from deep500lite.recipe.model_targets import describe_target
+
     model, default_batch = describe_target(args.target)
     acc = _accelerator(args)
     batch = args.batch if args.batch is not None else float(default_batch or 32)
@@ -547,7 +437,9 @@ def run(args) -> int:
         atomic_write_text(args.json, json.dumps(data, indent=1, default=str))
         print(f"wrote {args.json}", file=text)
     if args.plot:
-        print(f"wrote {_plot(result, args.plot)}", file=text)
+        from deep500lite.perfmodel.plots import plot_scaling
+
+        print(f"wrote {plot_scaling(result, args.plot)}", file=text)
     return 1 if any(c["verdict"] == "outside" for c in checks) or missing else 0
 
 
@@ -557,8 +449,7 @@ _SCHEME_FLAGS = {"micro_batches": ("pipeline",), "activation_bytes": ("pipeline"
 
 def _check_scheme(args) -> str:
     """``--scheme``, after checking it and that every scheme option given belongs to it."""
-    from deep500lite.bench.scaling_parallel import MODEL_SCHEMES
-    from deep500lite.errors import UserError, format_choices
+    from deep500lite.perfmodel.scaling_parallel import MODEL_SCHEMES
 
     scheme = args.scheme
     if scheme not in ("data", *MODEL_SCHEMES):
@@ -588,8 +479,6 @@ def _check_scheme(args) -> str:
 
 
 def _halo_list(text: str) -> list[float]:
-    from deep500lite.errors import UserError
-
     try:
         values = [float(v) for v in str(text).split(",")]
     except ValueError:
@@ -602,16 +491,14 @@ def _halo_list(text: str) -> list[float]:
 
 def _run_scheme(args) -> int:
     """``model scaling --scheme pipeline|spatial|tensor``: the predicted step split per rank count."""
-    from deep500lite.bench import scaling
-    from deep500lite.bench.scaling_parallel import sweep
-    from deep500lite.errors import UserError
-    from deep500lite.lv3.allreduce import AlphaBeta
-    from deep500lite.metrics.tables import format_seconds, format_table
-    from deep500lite.utils import atomic_write_text
+    from deep500lite.perfmodel import scaling
+    from deep500lite.perfmodel.scaling_parallel import sweep
 
     ranks = scaling.parse_nodes(args.nodes)
     net = parse_interconnect(args.network, "--network")
     link = AlphaBeta(net.alpha, 1.0 / net.bandwidth if net.bandwidth > 0 else 0.0)
+    from deep500lite.recipe.model_targets import describe_target
+
     model, default_batch = describe_target(args.target)
     acc = _accelerator(args)
     batch = args.batch if args.batch is not None else float(default_batch or 32)
@@ -664,16 +551,15 @@ def _run_scheme(args) -> int:
 
 def run_allreduce(args) -> int:
     """Run ``deep500lite model allreduce`` from parsed arguments; returns the exit status."""
-    from deep500lite.bench import scaling
+    from deep500lite.perfmodel import scaling
     from deep500lite.bench.allreduce import message_sizes, parse_bytes
-    from deep500lite.errors import UserError, format_choices
-    from deep500lite.lv3.allreduce import P2P_ALGORITHMS, AlphaBeta
-    from deep500lite.metrics.tables import TABLE_FORMATS, format_seconds, format_table
 
     if args.format not in TABLE_FORMATS:
         raise UserError(f"--format must be one of {format_choices(TABLE_FORMATS)}. Received: {args.format!r}")
-    if args.nodes < 2:
+    if args.nodes is not None and args.nodes < 2:
         raise UserError(f"--nodes must be at least 2 ranks (an allreduce needs two). Received: --nodes {args.nodes}")
+    if not (args.tolerance > 0 and math.isfinite(args.tolerance)):
+        raise UserError(f"--tolerance must be a positive fraction (0.2 means 20%). Received: {args.tolerance!r}")
     if not (args.gamma >= 0 and math.isfinite(args.gamma)):
         raise UserError(f"--gamma must be a finite number of seconds per byte >= 0. Received: --gamma {args.gamma}")
     sizes = message_sizes(parse_bytes(args.min_bytes), parse_bytes(args.max_bytes))
@@ -681,12 +567,19 @@ def run_allreduce(args) -> int:
         from deep500lite.cli.bench_allreduce import load_calibration_file
 
         model = load_calibration_file(args.allreduce_model, "--allreduce-model")
-        model.params(args.nodes)
         what = f"calibrated model {args.allreduce_model}"
     else:
         net = parse_interconnect(args.network, "--network")
         model = AlphaBeta(net.alpha, net.beta, args.gamma)
         what = f"{net.name}: alpha {net.alpha * 1e6:.3g} us, {net.bandwidth / 1e9:.3g} GB/s"
+    if args.check:
+        from deep500lite.cli.model_allreduce_check import run_check
+
+        return run_check(args.check, model, what, parse_bytes(args.min_bytes), parse_bytes(args.max_bytes),
+                         args.tolerance, args.format, args.nodes)
+    args.nodes = 64 if args.nodes is None else args.nodes
+    if args.allreduce_model:
+        model.params(args.nodes)
     rows, cross = scaling.allreduce_table(model, args.nodes, sizes)
     text = sys.stderr if args.format == "csv" else sys.stdout
     print(f"predicted allreduce on {args.nodes} ranks, {what}", file=text)
@@ -725,8 +618,6 @@ def _add_layers_parser(msub) -> None:
 
 
 def _batch_list(text: str) -> list[int]:
-    from deep500lite.errors import UserError
-
     try:
         values = sorted({int(v) for v in str(text).split(",") if v.strip()})
     except ValueError:
@@ -738,10 +629,7 @@ def _batch_list(text: str) -> list[int]:
 
 def run_layers(args) -> int:
     """Run ``deep500lite model layers`` from parsed arguments; returns the exit status."""
-    from deep500lite.bench import layer_times
-    from deep500lite.errors import UserError, format_choices
-    from deep500lite.metrics.tables import TABLE_FORMATS, format_table
-    from deep500lite.utils import atomic_write_text
+    from deep500lite.perfmodel import layers as layer_times
 
     if args.format not in TABLE_FORMATS:
         raise UserError(f"--format must be one of {format_choices(TABLE_FORMATS)}. Received: {args.format!r}")
@@ -751,6 +639,8 @@ def run_layers(args) -> int:
     if args.optimizer not in layer_times.OPTIMIZERS:
         raise UserError(f"--optimizer must be one of {format_choices(layer_times.OPTIMIZERS)}. Received: "
                         f"{args.optimizer!r}")
+    from deep500lite.recipe.model_targets import target_onnx
+
     model, name = target_onnx(args.target)
     text = sys.stderr if args.format == "csv" else sys.stdout
     print(f"{name}: {len(model.graph.node)} layers on {args.framework} ({args.device}), batches "
@@ -773,7 +663,7 @@ def run_layers(args) -> int:
 
 def _print_factors(setup, text) -> None:
     """One line: whether the measured layers are scaled to the whole network, and the factors per batch."""
-    from deep500lite.bench import scaling
+    from deep500lite.perfmodel import scaling
 
     m = setup.measured
     k = scaling.network_factors(setup.model, setup.accelerator, m)
@@ -792,9 +682,8 @@ def _print_factors(setup, text) -> None:
 
 
 def _load_compute(path: str, model_name: str, layer_sum: bool = False):
-    """The :class:`~deep500lite.bench.scaling.MeasuredCompute` of ``--compute-from FILE`` for ``model_name``."""
-    from deep500lite.bench import layer_times, scaling
-    from deep500lite.errors import UserError
+    """The :class:`~deep500lite.perfmodel.scaling.MeasuredCompute` of ``--compute-from FILE`` for ``model_name``."""
+    from deep500lite.perfmodel import layers as layer_times, scaling
 
     data = _read_json(path, "--compute-from", "the JSON file of 'model layers --json'")
     layer_times.check_layer_times(data, f"--compute-from {path!r}")
@@ -807,8 +696,7 @@ def _load_compute(path: str, model_name: str, layer_sum: bool = False):
 
 def _accelerator(args):
     """``--accelerator``, its GEMM efficiency refitted from ``--gemm-from`` when given."""
-    from deep500lite.bench import scaling_networks as sn
-    from deep500lite.errors import UserError
+    from deep500lite.perfmodel import scaling_networks as sn
 
     if not args.gemm_from:
         return parse_accelerator(args.accelerator)

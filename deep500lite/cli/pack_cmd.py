@@ -9,6 +9,7 @@ import os
 import sys
 
 from deep500lite.cli.args import positive_int
+from deep500lite.errors import UserError, format_choices
 
 __all__ = ["add_parser", "run", "resolve_source"]
 
@@ -71,7 +72,6 @@ def add_parser(subparsers):
 def resolve_source(source: str, root: str | None):
     """``(dataset name, root)`` for a NAME_OR_DIR argument and ``--root``."""
     from deep500lite.datasets import detect_dataset, list_datasets
-    from deep500lite.errors import UserError, format_choices
 
     if source in list_datasets():
         return source, root
@@ -99,7 +99,6 @@ def run(args) -> int:
 
     from deep500lite.datasets import dataset_shape, load_dataset, verify_shard, write_shards
     from deep500lite.datasets.shards import shard_path
-    from deep500lite.errors import UserError
 
     name, root = resolve_source(args.source, args.root)
     if os.path.exists(args.out) and not os.path.isdir(args.out):

@@ -10,7 +10,13 @@ from __future__ import annotations
 
 import os
 
-from deep500lite.cli.args import add_job_limit_options, nonnegative_int, positive_int, positive_seconds
+from deep500lite.cli.args import (add_host_options, add_job_limit_options, hosts_from_args, nonnegative_int,
+                                  positive_int, positive_seconds)
+from deep500lite.errors import UserError
+from deep500lite.recipe.determinism import check_determinism
+from deep500lite.recipe.distributed import check_job, run_job
+from deep500lite.recipe.loading import load_recipe, parse_set
+from deep500lite.recipe.staging import staged_folder
 
 __all__ = ["add_parser", "run", "default_out"]
 
@@ -35,7 +41,12 @@ def add_parser(subparsers):
                    help="run seed for every component whose seed the recipe leaves open (default 0)")
     p.add_argument("--check-determinism", action="store_true",
                    help="run twice with the same seed and report the first step where losses or parameters differ")
-    p.add_argument("--mllog", action="store_true", help="also write MLPerf-style :::MLLOG lines to DIR/mllog.log")
+    p.add_argument("--mllog", action="store_true",
+                   help="also write an MLPerf training log to DIR/mllog.log (compilation before run_start) and check "
+                        "it with mlperf-logging's compliance checker when that is installed")
+    p.add_argument("--mlperf", dest="mlperf", action="append", default=[], metavar="KEY=VALUE",
+                   help="with --mllog: a submission field of the log (repeatable): org, platform, division "
+                        "(open|closed), status, benchmark; overrides the recipe's MLPERF dict")
     p.add_argument("--divergence", action="store_true",
                    help="also record the first step's largest output and gradient differences from the "
                         "reference executor")
@@ -51,6 +62,7 @@ def add_parser(subparsers):
     d.add_argument("--mpiexec", default=None, metavar="PATH",
                    help="with -n: the MPI launcher (default: the mpiexec beside this Python, else on PATH)")
     add_job_limit_options(d, when="with -n: ")
+    add_host_options(d, when="with -n: ")
     d.add_argument("--comm-timeout", type=positive_seconds, default=None, metavar="SECONDS",
                    help="with -n: a communication waiting longer ends the job with an error naming the rank and "
                         "operation (default 300)")
@@ -75,27 +87,41 @@ def default_out(recipe_name: str, framework: str) -> str:
 
 
 def _resolve(args):
-    from deep500lite.recipe.loading import load_recipe, parse_set
-
     recipe = load_recipe(args.recipe)
     overrides = {}
     for text in args.sets:
         key, value = parse_set(text)
         overrides[key] = value
-    return recipe.resolve(overrides)
+    resolved = recipe.resolve(overrides)
+    args.mlperf_fields = None
+    if args.mlperf and not args.mllog:
+        from deep500lite.errors import UserError
+
+        raise UserError(f"--mlperf sets a field of the MLPerf log; add --mllog. Received: --mlperf {args.mlperf[0]}")
+    if args.mllog:
+        from deep500lite.recipe.mlperf import submission_fields
+
+        fields = {}
+        for text in args.mlperf:
+            key, _, value = text.partition("=")
+            if not _:
+                from deep500lite.errors import UserError
+
+                raise UserError(f"--mlperf takes KEY=VALUE, such as org=ETH. Received: --mlperf {text!r}")
+            fields[key.strip()] = value
+        args.mlperf_fields = submission_fields(recipe.mlperf, fields, recipe_name=resolved.name)
+    from deep500lite.recipe.requirements import dataset_name, missing_parts, require_parts
+
+    # before anything runs, so a run is never lost to a library missing at its end
+    require_parts("deep500lite run", missing_parts(frameworks=[str(resolved.config.get("executor"))]
+                                                   if isinstance(resolved.config.get("executor"), str) else [],
+                                                   dataset=dataset_name(resolved.config), plots=args.plots,
+                                                   plots_flag="--plots"))
+    return resolved
 
 
 def _run_ranks(args, resolved, out: str, progress) -> int:
-    from deep500lite.errors import UserError
-    from deep500lite.recipe.distributed import DEFAULT_COMM_TIMEOUT, run_distributed
-
-    if resolved.config.get("distributed") is None:
-        raise UserError(f"-n {args.ranks} needs a recipe with a 'distributed' component (a distributed optimizer such "
-                        f"as 'ConsistentDecentralized'; see recipes/digits_mlp_distributed.py). Received: recipe "
-                        f"{resolved.name} has none")
-    from deep500lite.recipe.parallelism import check_distributed
-
-    check_distributed(resolved.config)  # a bad scheme or option: one line before any rank starts
+    check_job(resolved, args.ranks)
     for flag, on in (("--check-determinism", args.check_determinism), ("--mllog", args.mllog),
                      ("--divergence", args.divergence), ("--plots", args.plots)):
         if on:
@@ -103,43 +129,13 @@ def _run_ranks(args, resolved, out: str, progress) -> int:
     for flag, value in (("--timeout", args.timeout), ("--comm-timeout", args.comm_timeout)):
         if value is not None and not value > 0:
             raise UserError(f"{flag} must be a number of seconds > 0. Received: {flag} {value}")
-    comm_timeout = DEFAULT_COMM_TIMEOUT if args.comm_timeout is None else args.comm_timeout
-    import os
-
-    from deep500lite.errors import Deep500Error
-    from deep500lite.recipe.staging import staged_folder
-
-    # The job writes into a staging folder swapped in at the end (as a one-process run does), so an
-    # interrupted or failed job leaves the previous results whole. A job whose ranks finished but
-    # whose baseline failed has written its results: those are swapped in before the error is raised.
-    from deep500lite.lv3.launch import check_ranks, find_mpiexec, resolve_timeouts
-
-    # Arguments that refuse the job are checked before the results folder is touched.
-    check_ranks(args.ranks, "-n/--ranks", args.oversubscribe)
-    resolve_timeouts(args.timeout, args.startup_timeout)
-    find_mpiexec(args.mpiexec, "deep500lite run -n")
-    kept = None
-    with staged_folder(out) as work:
-        try:
-            result = run_distributed(args.recipe, args.ranks, work, sets=args.sets, seed=args.seed,
-                                     progress="lines" if progress == "auto" else progress,
-                                     baseline=not args.no_baseline, mpiexec=args.mpiexec, timeout=args.timeout,
-                                     comm_timeout=comm_timeout, startup_timeout=args.startup_timeout,
-                                     oversubscribe=args.oversubscribe)
-            lines = result.lines()  # reads the rank folders: before they move
-        except Deep500Error as exc:
-            if not os.path.isfile(os.path.join(work, "results.json")):
-                raise
-            kept = exc
-    if kept is not None:
-        message = str(kept).replace(work, os.path.abspath(out))
-        try:
-            renamed = type(kept)(message)
-        except Exception:  # noqa: BLE001 - an error class with another constructor is raised as it was
-            raise kept from None
-        raise renamed from None
+    result, lines = run_job(resolved, args.recipe, args.ranks, out, sets=args.sets, seed=args.seed,
+                            progress="lines" if progress == "auto" else progress, baseline=not args.no_baseline,
+                            mpiexec=args.mpiexec, timeout=args.timeout, comm_timeout=args.comm_timeout,
+                            startup_timeout=args.startup_timeout, oversubscribe=args.oversubscribe,
+                            hosts=hosts_from_args(args))
     for line in lines:
-        print(line.replace(work, os.path.abspath(out)))
+        print(line)
     print(f"results: {os.path.join(os.path.abspath(out), 'results.json')}")
     return 0 if result.passed else 1
 
@@ -169,8 +165,6 @@ def run(args) -> int:
 
 
 def _run_single(args, resolved, out: str, progress) -> int:
-    from deep500lite.recipe.determinism import check_determinism
-    from deep500lite.recipe.staging import staged_folder
     from deep500lite.recipe.worker import header_line, run_single
 
     mllog = os.path.join(out, "mllog.log") if args.mllog else None
@@ -185,6 +179,7 @@ def _run_single(args, resolved, out: str, progress) -> int:
         print(f"results: {os.path.join(out, 'results.json')}")
         return 0 if first.passed and report.identical else 1
     result = run_single(resolved, args.seed, out, sets=args.sets, progress=progress, mllog=mllog,
+                        mlperf=args.mlperf_fields,
                         divergence=args.divergence, plots=args.plots, staged=True)
     if args.plots:
         print(f"plots: {os.path.join(out, 'loss.png')}, {os.path.join(out, 'accuracy.png')}")

@@ -71,6 +71,57 @@ class GraphExecutor(abc.ABC):
         self.check_supported(network)
         self.network: Network = network._attach(self)
 
+    # ------------------------------------------------------------- compiling ahead
+    def is_compiled(self) -> bool:
+        """Whether this executor compiles its functions on first use (``torch.compile``, XLA, ``jax.jit``).
+
+        Default False; a compiled executor returns True, and :meth:`precompile` then compiles ahead.
+        """
+        return False
+
+    def _random_state(self):
+        """The state of the random generators training draws from (Dropout masks), to restore later; None: none."""
+        return None
+
+    def _restore_random_state(self, state) -> None:
+        """Put back a state from :meth:`_random_state`."""
+
+    def precompile(self, feeds: dict, y: str = "loss", inference_feeds: dict | None = None) -> float:
+        """Compile what training (and inference) on feeds of these shapes needs, before any of it runs.
+
+        MLPerf counts compilation as initialization, before ``run_start``. This runs one
+        :meth:`inference_and_backprop` with ``feeds`` and one :meth:`inference` with
+        ``inference_feeds`` (default ``feeds`` without ``y``'s label), which compiles them, then
+        puts back every floating-point initializer that changed (parameters are not changed by
+        these calls; BatchNormalization's running statistics are) and the random generators'
+        state, so training afterwards computes exactly what it would have without this call.
+        An executor that does not compile (:meth:`is_compiled` false) does nothing.
+
+        Args:
+            feeds: one array per network input, shaped like a training batch.
+            y: the loss.
+            inference_feeds: feeds shaped like an evaluation batch (default ``feeds``).
+
+        Returns:
+            The seconds compiled (the increase of :attr:`compile_seconds`).
+        """
+        if not self.is_compiled():
+            return 0.0
+        before = float(self.compile_seconds or 0.0)
+        net = self.network
+        names = net.parameters
+        saved = net.fetch_tensors(names)
+        state = self._random_state()
+        try:
+            self.inference_and_backprop(feeds, y)
+            self.inference(inference_feeds if inference_feeds is not None else feeds)
+        finally:
+            for name, old, new in zip(names, saved, net.fetch_tensors(names)):
+                if not np.array_equal(old, new, equal_nan=True):
+                    net.feed_tensor(name, old)
+            self._restore_random_state(state)
+        return float(self.compile_seconds or 0.0) - before
+
     # ----------------------------------------------------------------- contract
     @abc.abstractmethod
     def inference(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -38,6 +38,14 @@ class HostGraphExecutor(GraphExecutor, abc.ABC):
         self._dropout_rng = np.random.default_rng(seed)
         self._training_cache = None
 
+    def get_rng_state(self) -> dict:
+        """The dropout generator's state (a checkpoint saves it; numpy values only)."""
+        return self._dropout_rng.bit_generator.state
+
+    def set_rng_state(self, state: dict) -> None:
+        """Restore the dropout generator's state from :meth:`get_rng_state`."""
+        self._dropout_rng.bit_generator.state = state
+
     @abc.abstractmethod
     def _compile(self, model) -> Runner:
         """Return ``run(output_names, feeds) -> list of arrays`` for an ONNX ``model``."""

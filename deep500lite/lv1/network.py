@@ -12,7 +12,7 @@ import copy
 import math
 import os
 import weakref
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 import onnx
@@ -25,9 +25,6 @@ from deep500lite.lv1.control_flow import subgraph_captures
 from deep500lite.utils import check_allocation
 from deep500lite.lv1.model_checks import check_model_proto
 from deep500lite.lv1.value_info import ValueInfo
-
-if TYPE_CHECKING:
-    from deep500lite.lv1.executor import GraphExecutor
 
 __all__ = ["Network", "load_model", "FLOAT_DTYPES"]
 
@@ -338,11 +335,11 @@ class Network(Deep500NetworkNames):
 
     # -------------------------------------------------------------------- values
     @property
-    def executor(self) -> "GraphExecutor | None":
+    def executor(self) -> "deep500lite.lv1.executor.GraphExecutor | None":  # noqa: F821 - not imported: no circle
         """The executor this network is attached to, if any."""
         return None if self._executor_ref is None else self._executor_ref()
 
-    def _attach(self, executor: "GraphExecutor") -> "Network":
+    def _attach(self, executor: "deep500lite.lv1.executor.GraphExecutor") -> "Network":  # noqa: F821
         """Attach to ``executor``; a network attached elsewhere is copied (current values) instead."""
         if self.executor is not None and self.executor is not executor:
             clone = self.copy()

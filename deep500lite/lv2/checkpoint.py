@@ -6,15 +6,16 @@ detected). It holds:
 
 - the network's parameters: every floating-point initializer (``network.parameters``,
   BatchNormalization running statistics included), read with ``network.fetch_tensors``;
-- the optimizer's state: ``optimizer.get_state()`` when the optimizer has it; for the native
-  torch optimizers the ``torch.optim`` ``state_dict`` (momentum buffers, Adam moments and step
-  counts); for the native TensorFlow optimizers the Keras optimizer's variables; otherwise (the
+- the optimizer's state: ``optimizer.get_state()`` when the optimizer has it; for a framework's
+  native optimizer, what the framework's spec's ``state_hook`` returns (numpy values: torch's
+  ``torch.optim`` ``state_dict``, TensorFlow's Keras optimizer variables); otherwise (the
   reference optimizers and other :class:`~deep500lite.ThreeStepOptimizer` subclasses) the
   optimizer's public attributes: numbers and dicts of arrays such as ``velocity``, ``first``,
   ``second``, ``t``;
 - the samplers' state: the generator state of ``sampler.random`` and of each transformation's
   ``random`` (or ``sampler.get_state()`` when a sampler has it);
-- the executor's random generator for dropout masks, where the executor has one;
+- the executor's random generator for dropout masks, where the executor has one
+  (``executor.get_rng_state()``, or its framework's ``state_hook``);
 - the trainer's position (epochs done, global step) and its statistics so far.
 
 A run stopped after epoch ``k`` and resumed with :func:`load_checkpoint` on a new trainer (new
@@ -81,8 +82,6 @@ class _Encoder:
             return bool(value)
         if isinstance(value, np.ndarray):
             return self._array(value)
-        if type(value).__module__.startswith("torch") and hasattr(value, "detach"):
-            return self._array(value.detach().cpu().numpy(), torch=True)
         if isinstance(value, tuple):
             return {"__tuple__": [self(v, f"{where}[{i}]") for i, v in enumerate(value)]}
         if isinstance(value, list):
@@ -102,15 +101,7 @@ def _decode(value, arrays):
     if not isinstance(value, dict):
         return value
     if "__array__" in value:
-        arr = np.array(arrays[value["__array__"]])
-        if value.get("torch"):
-            # Saved from a torch tensor: the torch framework package makes it one again (lv2 imports no torch).
-            from deep500lite.lv1.device import CPUDevice
-            from deep500lite.registry import framework_module
-
-            cpu = framework_module("torch").torch_device(CPUDevice())
-            return framework_module("torch", "dtypes").to_torch(arr, cpu)
-        return arr
+        return np.array(arrays[value["__array__"]])
     if "__float__" in value:
         return float(value["__float__"])
     if "__tuple__" in value:
@@ -125,23 +116,24 @@ def _public_attributes(opt) -> dict:
     return {k: v for k, v in vars(opt).items() if k not in _SKIP and not k.startswith("_") and not callable(v)}
 
 
-def _is_native(opt, framework: str) -> bool:
-    from deep500lite.registry import FRAMEWORKS
+def _state_hook(obj):
+    """The checkpoint module of the framework that defines ``obj``'s class (its spec's ``state_hook``), or None."""
+    from deep500lite.registry import spec_of
 
-    return type(opt).__module__.startswith(FRAMEWORKS[framework][0] + ".")
+    spec = spec_of(obj)
+    return None if spec is None else spec.state()
 
 
 def _optimizer_state(opt) -> dict:
     if callable(getattr(opt, "get_state", None)):
         return {"kind": "get_state", "state": opt.get_state()}
     attrs = _public_attributes(opt)
-    if _is_native(opt, "torch") and hasattr(opt, "_optimizer"):
-        attrs.pop("torch_optimizer", None)
-        # _optimizer() creates the torch.optim optimizer over the live parameters if no step ran yet.
-        return {"kind": "torch", "attrs": attrs, "torch": opt._optimizer().state_dict()}
-    if _is_native(opt, "tensorflow") and hasattr(opt, "_prepare"):
-        opt._prepare()
-        return {"kind": "tensorflow", "attrs": attrs, "variables": [v.numpy() for v in opt.keras_optimizer.variables]}
+    hook = _state_hook(opt)
+    native = hook.optimizer_state(opt) if hook is not None else None
+    if native is not None:
+        for name in native.pop("skip", ()):
+            attrs.pop(name, None)
+        return {"kind": "framework", "attrs": attrs, "framework": native}
     return {"kind": "attributes", "attrs": attrs}
 
 
@@ -156,17 +148,16 @@ def _restore_optimizer(opt, state: dict, where: str) -> None:
         return
     for k, v in state["attrs"].items():
         setattr(opt, k, v)
-    if kind == "torch":
-        opt._optimizer().load_state_dict(state["torch"])
-    elif kind == "tensorflow":
-        opt._built_for = None  # rebuild the step function with the restored hyperparameters
-        opt._prepare()
-        variables = opt.keras_optimizer.variables
-        if len(variables) != len(state["variables"]):
-            raise CheckpointError(f"{where}: the checkpoint holds {len(state['variables'])} Keras optimizer "
-                                  f"variables; this optimizer has {len(variables)}.")
-        for var, value in zip(variables, state["variables"]):
-            var.assign(value)
+    if kind == "framework":
+        hook = _state_hook(opt)
+        if hook is None:
+            raise CheckpointError(f"{where}: the optimizer state was saved by a framework's native optimizer; "
+                                  f"{type(opt).__name__} is not one. Load it into the optimizer class it was saved "
+                                  f"from. Received: {type(opt).__name__}")
+        try:
+            hook.restore_optimizer_state(opt, state["framework"])
+        except CheckpointError as exc:
+            raise CheckpointError(f"{where}: {exc}") from None
 
 
 # ------------------------------------------------------------------------ samplers, executor
@@ -203,18 +194,9 @@ def _restore_sampler(sampler, state, where: str) -> None:
 def _executor_rng(executor):
     if callable(getattr(executor, "get_rng_state", None)):
         return {"get_rng_state": executor.get_rng_state()}
-    # The executors keep their dropout generators privately: reference/ONNX Runtime a numpy
-    # Generator, torch a torch.Generator, TensorFlow a tf.random.Generator.
-    g = getattr(executor, "_dropout_rng", None)
-    if isinstance(g, np.random.Generator):
-        return {"numpy": g.bit_generator.state}
-    g = getattr(executor, "_generator", None)
-    if g is not None and type(g).__module__.startswith("torch"):
-        return {"torch": g.get_state()}
-    g = getattr(executor, "_rng", None)
-    if g is not None and hasattr(g, "state") and hasattr(g, "reset"):
-        return {"tensorflow": g.state.numpy()}
-    return None
+    hook = _state_hook(executor)
+    state = hook.rng_state(executor) if hook is not None else None
+    return None if state is None else {"framework": state}
 
 
 def _restore_executor_rng(executor, state) -> None:
@@ -222,12 +204,8 @@ def _restore_executor_rng(executor, state) -> None:
         return
     if "get_rng_state" in state:
         executor.set_rng_state(state["get_rng_state"])
-    elif "numpy" in state:
-        executor._dropout_rng.bit_generator.state = state["numpy"]
-    elif "torch" in state:
-        executor._generator.set_state(state["torch"])
-    elif "tensorflow" in state:
-        executor._rng.reset(state["tensorflow"])
+    elif "framework" in state:
+        _state_hook(executor).restore_rng_state(executor, state["framework"])
 
 
 # ------------------------------------------------------------------------------ save / load

@@ -530,19 +530,27 @@ class PlotWriter(TrainingEvent):
     """Plot the training curves to ``folder/loss.png`` and ``folder/accuracy.png``.
 
     ``loss.png``: the training loss of every step and its mean per epoch, and the test loss per
-    epoch, against the global step. ``accuracy.png``: training and test accuracy per epoch.
-    matplotlib is imported when the first plot is drawn, and only its Agg canvas is used (no
-    pyplot, no global backend change).
+    epoch, against the global step (counted from 1; a log scale when the losses span more than
+    10x). ``accuracy.png``: training and test accuracy per epoch (counted from 1, as the console
+    and the MLPerf log count) and the target accuracy as a dotted line. Curves take the colour
+    of the executor variant (:func:`deep500lite.metrics.plots.variant_color`), the same as in
+    ``compare``'s and ``report``'s plots; legends sit outside the axes. matplotlib is imported
+    when the first plot is drawn, and only its Agg canvas is used (no pyplot, no global backend
+    change).
 
     Args:
         folder: the output folder.
         every_epoch: redraw after every epoch (default: only at the end of training).
         dpi: resolution.
+        target: the target accuracy in percent (a dotted line), or None.
+        label: the executor variant (``torch``, ``torch:compile``) whose colour the curves take.
     """
 
-    def __init__(self, folder, every_epoch: bool = False, dpi: int = 100):
+    def __init__(self, folder, every_epoch: bool = False, dpi: int = 100, target: float | None = None,
+                 label: str | None = None):
         self.folder = os.fspath(folder)
         self.every_epoch, self.dpi = every_epoch, dpi
+        self.target, self.label = target, label
 
     @property
     def loss_path(self) -> str:
@@ -558,52 +566,67 @@ class PlotWriter(TrainingEvent):
         from matplotlib.backends.backend_agg import FigureCanvasAgg
 
         buf = io.BytesIO()
+        fig.set_dpi(self.dpi)
         FigureCanvasAgg(fig).print_png(buf)
         atomic_write_bytes(path, buf.getvalue())
 
     def plot(self, stats) -> list[str]:
         """Draw both plots now; returns the paths written."""
-        try:
-            from matplotlib.figure import Figure
-        except ImportError as exc:
-            raise FrameworkNotAvailableError("PlotWriter needs matplotlib: pip install 'deep500lite[plots]'") from exc
-        fig = Figure(figsize=(6, 4))
+        loss, accuracy = self.figures(stats)
+        self._save(loss, self.loss_path)
+        self._save(accuracy, self.accuracy_path)
+        return [self.loss_path, self.accuracy_path]
+
+    def figures(self, stats) -> tuple:
+        """The two matplotlib figures, ``(loss, accuracy)``, of the statistics so far."""
+        import importlib.util
+
+        if importlib.util.find_spec("matplotlib") is None:
+            raise FrameworkNotAvailableError("PlotWriter needs matplotlib: pip install 'deep500lite[plots]'")
+        from matplotlib.ticker import MaxNLocator
+
+        from deep500lite.metrics.plots import legend_outside, log_scale_if_wide, new_figure, variant_color
+
+        color = variant_color(self.label) if self.label else None
+        title = f" ({self.label})" if self.label else ""
+        fig = new_figure(7.5, 4.2)
         ax = fig.add_subplot()
         steps = stats.steps
         if steps:
-            ax.plot([s["global_step"] for s in steps], [s["loss"] for s in steps], lw=0.6, alpha=0.5,
-                    label="training loss (step)")
+            ax.plot([s["global_step"] + 1 for s in steps], [s["loss"] for s in steps], lw=0.6, alpha=0.4,
+                    color=color, label="training loss (step)")
         ends = [e["global_step_end"] for e in stats.epochs]
         if stats.epochs:
-            ax.plot(ends, [e["train_loss"] for e in stats.epochs], "o-", label="training loss (epoch mean)")
+            ax.plot(ends, [e["train_loss"] for e in stats.epochs], "o-", color=color,
+                    label="training loss (epoch mean)")
             if any(e.get("test_loss") is not None for e in stats.epochs):
                 ax.plot(ends, [e.get("test_loss") if e.get("test_loss") is not None else math.nan
-                               for e in stats.epochs], "s-", label="test loss")
-        ax.set_xlabel("step")
+                               for e in stats.epochs], "s--", color="black", label="test loss")
+        log_scale_if_wide(ax, [s["loss"] for s in steps] + [e["train_loss"] for e in stats.epochs])
+        ax.set_xlabel("step (counted from 1)")
         ax.set_ylabel("loss")
-        ax.set_title("Loss")
+        ax.set_title("Loss" + title)
         ax.grid(alpha=0.3)
-        ax.legend()
-        self._save(fig, self.loss_path)
+        legend_outside(fig)
+        loss_figure = fig
 
-        fig = Figure(figsize=(6, 4))
+        fig = new_figure(7.5, 4.2)
         ax = fig.add_subplot()
-        epochs = [e["epoch"] for e in stats.epochs]
-        for key, label in (("train_accuracy", "training accuracy"), ("test_accuracy", "test accuracy")):
+        epochs = [e["epoch"] + 1 for e in stats.epochs]
+        for key, label, style in (("train_accuracy", "training accuracy", "--"), ("test_accuracy", "test accuracy",
+                                                                                  "o-")):
             values = [e.get(key) for e in stats.epochs]
             if any(v is not None for v in values):
-                ax.plot(epochs, [math.nan if v is None else v for v in values], "o-", label=label)
-        from matplotlib.ticker import MaxNLocator
-
+                ax.plot(epochs, [math.nan if v is None else v for v in values], style, color=color, label=label)
+        if self.target is not None:
+            ax.axhline(self.target, color="black", lw=0.9, ls=":", label=f"target {self.target:g}%")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_xlabel("epoch")
+        ax.set_xlabel("epoch (counted from 1)")
         ax.set_ylabel("accuracy (%)")
-        ax.set_title("Accuracy")
+        ax.set_title("Accuracy" + title)
         ax.grid(alpha=0.3)
-        if ax.get_lines():
-            ax.legend()
-        self._save(fig, self.accuracy_path)
-        return [self.loss_path, self.accuracy_path]
+        legend_outside(fig)
+        return loss_figure, fig
 
     def after_epoch(self, trainer, stats, epoch):
         if self.every_epoch:

@@ -67,7 +67,7 @@ class Sampler(abc.ABC):
             ``on_sampler_reset(sampler)``, ``before_sampling(sampler, batch_size)`` and
             ``after_sampling(sampler, samples)`` (``samples``: the number of samples in the batch).
         transformations: a callable ``batch -> batch``, or a list of them, applied to every batch
-            in order (for example the transforms of :mod:`deep500lite.frameworks.reference.transforms`).
+            in order (for example the transforms of :mod:`deep500lite.lv2.augmentation`).
 
     Raises:
         UserTypeError: ``dataset``, ``events`` or ``transformations`` of the wrong kind (a ``TypeError``).
@@ -115,7 +115,7 @@ class Sampler(abc.ABC):
         """Apply ``transform`` (a callable ``batch -> batch``) to every batch, after those already given.
 
         A transform with Deep500's ``set_dataset_nodes(input_node, label_node)`` method is told the
-        dataset's nodes first (the transforms of :mod:`deep500lite.frameworks.reference.transforms`
+        dataset's nodes first (the transforms of :mod:`deep500lite.lv2.augmentation`
         take the dataset's input node that way unless they were given one).
 
         Raises:

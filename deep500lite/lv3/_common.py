@@ -17,7 +17,8 @@ from deep500lite.lv3 import allreduce as _ar
 from deep500lite.lv3.communication import ALLREDUCE_OPS, CommunicationTimeout
 
 __all__ = ["TIMEOUT_ENV", "resolve_timeout", "check_op", "check_rank", "check_algorithm", "ring_neighbors",
-           "native_volume", "timeout_error", "AlgorithmChoice"]
+           "native_volume", "timeout_error", "AlgorithmChoice", "reduce_scatter_start", "finish_mean",
+           "neighbor_exchange_start"]
 
 #: Environment variable giving the default timeout (seconds) of every communicator.
 TIMEOUT_ENV = "DEEP500LITE_COMM_TIMEOUT"
@@ -94,6 +95,59 @@ def native_volume(operation: str, nbytes: int, size: int, rank: int, root: int =
     if operation == "reduce_scatter":
         return nbytes - own_bytes, (p - 1) * own_bytes
     raise ValueError(f"no byte-count convention for {operation!r}")
+
+
+def reduce_scatter_start(comm, x, op: str, algorithm: str, single: bool):
+    """What every communicator's ``reduce_scatter`` does before its native collective.
+
+    Checks ``op`` and ``algorithm``, counts the call, finds this rank's block, and computes the
+    result itself where no native collective is needed: one rank (``single``) or ``algorithm="ring"``
+    (over ``comm``'s point-to-point transport).
+
+    Returns:
+        ``(x as an array, block bounds, lo, hi, out)``; ``out`` is None when the native collective
+        must run (``mean`` is not divided yet: :func:`finish_mean`).
+    """
+    x = np.asarray(x)
+    check_op(op, x)
+    check_algorithm(algorithm, ("native", "ring"), "reduce_scatter")
+    comm._count("reduce_scatter", call=True)
+    b = _ar.block_bounds(x.size, comm.size)
+    lo, hi = b[comm.rank], b[comm.rank + 1]
+    out = None
+    if single:
+        out = np.array(x, copy=True, order="C").reshape(-1)
+    elif algorithm == "ring":
+        buf = np.array(x, copy=True, order="C").reshape(-1)
+        _ar.ring_reduce_scatter(Transport(comm, "reduce_scatter"), buf, _ar.REDUCTIONS["sum" if op == "mean" else op])
+        out = buf[lo:hi].copy()
+    return x, b, lo, hi, out
+
+
+def finish_mean(out: np.ndarray, op: str, size: int) -> np.ndarray:
+    """``out / size`` in place for ``op="mean"`` (the collectives reduce with ``sum``)."""
+    if op == "mean":
+        out /= size
+    return out
+
+
+def neighbor_exchange_start(comm, x, left, right):
+    """What every communicator's ``neighbor_exchange`` does before its messages: the neighbours, the
+    send and receive buffers, the count, and the result on one rank.
+
+    Returns:
+        ``(left, right, send, from_left, from_right, done)``; ``done`` when there is one rank (both
+        results are copies of ``x``).
+    """
+    left, right = ring_neighbors(comm.rank, comm.size, left, right)
+    send = comm._array(x)
+    from_left, from_right = np.empty_like(send), np.empty_like(send)
+    comm._count("neighbor_exchange", call=True)
+    done = comm.size == 1
+    if done:
+        from_left[...] = send
+        from_right[...] = send
+    return left, right, send, from_left, from_right, done
 
 
 def timeout_error(rank: int, size: int, what: str, timeout: float, pending) -> CommunicationTimeout:

@@ -1,30 +1,12 @@
-"""Allreduce algorithms written on point-to-point messages, and their alpha-beta cost model.
+"""Allreduce algorithms written on point-to-point messages (their cost model: :mod:`deep500lite.perfmodel.alphabeta`).
 
 Every algorithm here works for any number of ranks ``p`` (powers of two or not) and any
 length ``n`` (also ``n < p``, ``n == 0`` and ``n == 1``). They talk through a small transport
 (:class:`PointToPoint`) that posts non-blocking sends and receives and waits for them, so the
 same code runs over MPI or any other backend that can send and receive numpy buffers.
 
-Cost model (Hockney's alpha-beta model; ``alpha`` = latency of one message in seconds,
-``beta`` = seconds per byte on the wire, ``gamma`` = seconds per byte to apply the reduction,
-``n`` = bytes of the array, ``p`` = ranks, ``L = ceil(log2 p)``):
-
-===================== ============================================ ==========================
-algorithm             time                                         optimized for
-===================== ============================================ ==========================
-``ring``              ``2(p-1) alpha + 2 (p-1)/p n beta``          bandwidth (large messages)
-                      ``+ (p-1)/p n gamma``
-``recursive_doubling`` ``L (alpha + n beta + n gamma)``             latency (small messages)
-``rabenseifner``      ``2 L alpha + 2 (p-1)/p n beta``             both: few messages and
-                      ``+ (p-1)/p n gamma``                        bandwidth-optimal volume
-``tree``              ``2 L (alpha + n beta) + L n gamma``          latency, simple (binomial
-                                                                   reduce, then broadcast)
-===================== ============================================ ==========================
-
-When ``p`` is not a power of two, recursive doubling and Rabenseifner first fold the
-``r = p - 2^floor(log2 p)`` extra ranks into a power-of-two core (one message of ``n`` bytes
-and one reduction) and send the result back at the end (one more message): ``+ 2 (alpha + n
-beta) + n gamma``, and ``L`` becomes ``floor(log2 p)``.
+The alpha-beta cost model of these algorithms (:class:`AlphaBeta`, :func:`allreduce_cost`,
+:func:`choose_algorithm`) is in :mod:`deep500lite.perfmodel.alphabeta`; they are re-exported here.
 
 :func:`choose_algorithm` picks the algorithm with the smallest predicted time;
 :func:`calibrate` measures ``alpha`` and ``beta`` with a short ping-pong between ranks 0 and 1
@@ -34,7 +16,6 @@ ranks make the same choice.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import threading
 import time
@@ -43,6 +24,9 @@ from typing import Protocol
 import numpy as np
 
 from deep500lite.errors import UserError, format_choices
+from deep500lite.perfmodel.alphabeta import (P2P_ALGORITHMS, SCRATCH_LIMIT, AlphaBeta, allreduce_cost,
+                                             choose_algorithm)
+from deep500lite.perfmodel.alphabeta import core_ranks as _core_ranks
 
 __all__ = [
     "ALGORITHMS",
@@ -62,8 +46,6 @@ __all__ = [
     "run_allreduce",
 ]
 
-#: Allreduce algorithms written here on point-to-point messages.
-P2P_ALGORITHMS = ("ring", "recursive_doubling", "rabenseifner", "tree")
 #: Every value accepted by ``allreduce(algorithm=...)``.
 ALGORITHMS = ("native",) + P2P_ALGORITHMS + ("auto",)
 #: numpy ufuncs for the reductions (``mean`` is ``sum`` divided by the number of ranks).
@@ -86,8 +68,6 @@ class PointToPoint(Protocol):
 
 # ------------------------------------------------------------------ helpers
 _SCRATCH = threading.local()
-#: Receive buffers up to this size are kept between calls (per thread) instead of allocated anew.
-SCRATCH_LIMIT = 64 << 20
 
 
 def _scratch(count: int, dtype) -> np.ndarray:
@@ -123,12 +103,6 @@ def _reduction(op: str):
     except KeyError:
         raise UserError(f"Unknown reduction op. Allowed values are {format_choices(REDUCTIONS)}. "
                         f"Received: op={op!r}") from None
-
-
-def _core_ranks(p: int):
-    """Power-of-two core for ``p`` ranks: ``(p2, rem)`` with ``p = p2 + rem``, ``rem < p2``."""
-    p2 = 1 << (p.bit_length() - 1)
-    return p2, p - p2
 
 
 def _fold(t: PointToPoint, buf: np.ndarray, ufunc, what: str):
@@ -323,67 +297,6 @@ def run_allreduce(t: PointToPoint, x: np.ndarray, op: str, algorithm: str) -> np
     return buf.reshape(x.shape)
 
 
-# --------------------------------------------------------------- cost model
-@dataclasses.dataclass(frozen=True)
-class AlphaBeta:
-    """Parameters of the alpha-beta (Hockney) cost model.
-
-    Attributes:
-        alpha: seconds of latency per message.
-        beta: seconds per byte sent (the inverse of the bandwidth).
-        gamma: seconds per byte to apply the reduction locally.
-    """
-
-    alpha: float
-    beta: float
-    gamma: float = 0.0
-
-
-def allreduce_cost(algorithm: str, nbytes: int, p: int, model: AlphaBeta) -> float:
-    """Predicted seconds for one allreduce of ``nbytes`` bytes on ``p`` ranks.
-
-    Args:
-        algorithm: one of :data:`P2P_ALGORITHMS`.
-        nbytes: the size of the array in bytes.
-        p: the number of ranks.
-        model: the machine's :class:`AlphaBeta` parameters, or any object with a method
-            ``cost(algorithm, nbytes, p)`` such as a fitted
-            :class:`~deep500lite.lv3.costmodel.CalibratedModel` (which is then asked).
-
-    Returns:
-        The time from the formulas in this module's docstring (0 for ``p == 1``).
-    """
-    if algorithm not in P2P_ALGORITHMS:
-        raise UserError(f"No cost model for this algorithm. Allowed values are "
-                        f"{format_choices(P2P_ALGORITHMS)}. Received: algorithm={algorithm!r}")
-    if not isinstance(model, AlphaBeta):  # a fitted model (deep500lite.lv3.costmodel.CalibratedModel)
-        return model.cost(algorithm, nbytes, p)
-    if p <= 1:
-        return 0.0
-    a, b, g, n = model.alpha, model.beta, model.gamma, float(nbytes)
-    if algorithm == "ring":
-        return 2 * (p - 1) * a + 2 * (p - 1) / p * n * b + (p - 1) / p * n * g
-    if algorithm == "tree":
-        levels = math.ceil(math.log2(p))
-        return 2 * levels * (a + n * b) + levels * n * g
-    p2, rem = _core_ranks(p)
-    levels = p2.bit_length() - 1
-    fold = (2 * (a + n * b) + n * g) if rem else 0.0
-    if algorithm == "recursive_doubling":
-        return levels * (a + n * b + n * g) + fold
-    return 2 * levels * a + 2 * (p2 - 1) / p2 * n * b + (p2 - 1) / p2 * n * g + fold
-
-
-def choose_algorithm(nbytes: int, p: int, model: AlphaBeta) -> str:
-    """The algorithm of :data:`P2P_ALGORITHMS` with the smallest :func:`allreduce_cost`.
-
-    Ties go to the earlier algorithm in the order recursive_doubling, rabenseifner, ring, tree,
-    so that every rank with the same ``model`` chooses the same one.
-    """
-    order = ("recursive_doubling", "rabenseifner", "ring", "tree")
-    return min(order, key=lambda a: (allreduce_cost(a, nbytes, p, model), order.index(a)))
-
-
 def _best_time(fn, reps: int) -> float:
     """The fastest of ``reps`` calls: what the machine can do, not what a busy moment allowed."""
     best = math.inf
@@ -399,9 +312,9 @@ def calibrate(t: PointToPoint, small: int = 8, large: int = 1 << 20, reps: int =
     """Measure :class:`AlphaBeta` on this communicator (collective: every rank must call it).
 
     When a calibration file is given (``model_file``) or found (the environment variable
-    ``DEEP500LITE_ALLREDUCE_MODEL``, see :mod:`deep500lite.lv3.costmodel`) and ``use_file`` is
+    ``DEEP500LITE_ALLREDUCE_MODEL``, see :mod:`deep500lite.perfmodel.allreduce`) and ``use_file`` is
     true, nothing is measured: every rank loads that file's
-    :class:`~deep500lite.lv3.costmodel.CalibratedModel` (fitted to the real algorithms; the file
+    :class:`~deep500lite.perfmodel.allreduce.CalibratedModel` (fitted to the real algorithms; the file
     must be the same on every host) and returns it, so ``auto`` chooses by it.
 
     Ranks 0 and 1 ping-pong a ``small``-byte and a ``large``-byte message ``reps`` times each;
@@ -425,7 +338,7 @@ def calibrate(t: PointToPoint, small: int = 8, large: int = 1 << 20, reps: int =
         calibrated model (a :class:`UserError` if it lacks this rank count).
     """
     if use_file:
-        from deep500lite.lv3.costmodel import CalibratedModel, model_file_from_env
+        from deep500lite.perfmodel.allreduce import CalibratedModel, model_file_from_env
 
         path = model_file or model_file_from_env()
         if path:

@@ -13,17 +13,26 @@ Two limits keep a job from hanging:
   temporary folder; a command that is not ``python -m mpi4py ...`` is not watched;
 - the **job timeout** (:data:`DEFAULT_JOB_TIMEOUT`, or :data:`JOB_TIMEOUT_ENV`, for the commands
   that use :func:`resolve_timeouts`): the whole job is killed when it runs longer.
+
+A job across hosts (``hosts=``, :mod:`deep500lite.lv3.hosts`) keeps both: its ranks report their
+start over TCP instead of in a local folder (:class:`_MarkServer`; the address is this machine's
+host name, as hydra gives its proxies, or :data:`STARTUP_HOST_ENV`), and a killed job's
+``mpiexec`` first gets SIGTERM, so that hydra ends the ranks on the other hosts, then SIGKILL.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import re
+import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 from deep500lite.errors import JobTimeout  # noqa: F401 - defined in errors, re-exported here
@@ -32,7 +41,8 @@ from deep500lite.lv3.rank_start import STARTUP_DIR_ENV
 
 __all__ = ["find_mpiexec", "run_job", "JobTimeout", "StartupTimeout", "resolve_timeouts", "check_ranks",
            "usable_cores", "oversubscription_note", "max_sensible_ranks", "DEFAULT_JOB_TIMEOUT",
-           "DEFAULT_STARTUP_TIMEOUT", "JOB_TIMEOUT_ENV", "STARTUP_TIMEOUT_ENV", "RANK_START"]
+           "DEFAULT_STARTUP_TIMEOUT", "JOB_TIMEOUT_ENV", "STARTUP_TIMEOUT_ENV", "STARTUP_HOST_ENV", "RANK_START",
+           "KILL_GRACE", "kill_pids"]
 
 #: Seconds a multi-rank command's job may run by default: 6 hours, longer than any bundled recipe by
 #: far, short enough that a job hung after start-up still ends the same working day.
@@ -43,6 +53,10 @@ DEFAULT_STARTUP_TIMEOUT = 120.0
 #: Environment variables overriding the two defaults (a command-line flag overrides both).
 JOB_TIMEOUT_ENV = "DEEP500LITE_JOB_TIMEOUT"
 STARTUP_TIMEOUT_ENV = "DEEP500LITE_STARTUP_TIMEOUT"
+#: This machine's address as the ranks on other hosts reach it (default: its host name, as hydra uses).
+STARTUP_HOST_ENV = "DEEP500LITE_STARTUP_HOST"
+#: Seconds a killed job across hosts has to end its ranks after SIGTERM, before SIGKILL.
+KILL_GRACE = 5.0
 #: The script every watched Python rank runs first (in place of ``-m mpi4py``).
 RANK_START = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rank_start.py")
 
@@ -116,8 +130,8 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-def oversubscription_note(ranks: int, what: str = "step") -> str | None:
-    """A one-line note when ``ranks`` is above :func:`usable_cores`, else ``None``.
+def oversubscription_note(ranks: int, what: str = "step", hosts=None) -> str | None:
+    """A one-line note when ``ranks`` is above :func:`usable_cores` (or the hosts' slots), else ``None``.
 
     Ranks that share cores take turns on them and wait in every exchange for ranks that are not
     running, so what they measure is not what ``ranks`` ranks with a core each would measure.
@@ -125,7 +139,15 @@ def oversubscription_note(ranks: int, what: str = "step") -> str | None:
     Args:
         ranks: the job's rank count.
         what: what the job measures, for the note ("step", "allreduce", ...).
+        hosts: the job's :class:`~deep500lite.lv3.hosts.Hosts` (None: this machine): the note is
+            then about their slots.
     """
+    if hosts is not None:
+        slots = hosts.slots
+        if slots is None or ranks <= slots:
+            return None
+        return (f"note: {ranks} ranks on {slots} slot{'s' if slots > 1 else ''} of {hosts.source}: hosts run more "
+                f"ranks than they have slots, so the {what} is not that of {ranks} ranks with a slot each")
     cores = usable_cores()
     if ranks <= cores:
         return None
@@ -139,14 +161,25 @@ def max_sensible_ranks() -> int:
     return max(16, 4 * usable_cores())
 
 
-def check_ranks(ranks, flag: str = "-n", oversubscribe: bool = False) -> int:
+def check_ranks(ranks, flag: str = "-n", oversubscribe: bool = False, hosts=None) -> int:
     """Check a rank count: an integer >= 1, and at most :func:`max_sensible_ranks` unless ``oversubscribe``.
+
+    With ``hosts`` (a :class:`~deep500lite.lv3.hosts.Hosts`), the limit is 4 per slot of the
+    hosts (at least 16), and none where the slots are not known here (a Slurm allocation
+    whose node list hydra reads itself).
 
     Raises:
         UserError: anything else.
     """
     if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
         raise UserError(f"{flag} must be a number of ranks, an integer >= 1. Received: {flag} {ranks!r}")
+    if hosts is not None:
+        slots = hosts.slots
+        if slots is not None and ranks > max(16, 4 * slots) and not oversubscribe:
+            raise UserError(f"{flag} {ranks} starts more ranks than {hosts.source} can run sensibly (at most "
+                            f"{max(16, 4 * slots)}: 4 per slot, at least 16); pass --oversubscribe to start them "
+                            f"anyway. Received: {flag} {ranks}")
+        return ranks
     limit = max_sensible_ranks()
     if ranks > limit and not oversubscribe:
         raise UserError(f"{flag} {ranks} starts more ranks than this machine can run sensibly (at most {limit}: 4 "
@@ -171,7 +204,7 @@ def _watched(cmd: list[str]) -> tuple[list[str], int | None]:
 
 
 def run_job(cmd: list[str], timeout: float | None = None, env: dict | None = None,
-            startup_timeout=_DEFAULT) -> int:
+            startup_timeout=_DEFAULT, hosts=None) -> int:
     """Run ``cmd`` (an ``mpiexec -n N ...`` line) in a new process group and wait for it.
 
     When the ranks run ``python -m mpi4py ...``, each starts under :mod:`deep500lite.lv3.rank_start`
@@ -185,6 +218,9 @@ def run_job(cmd: list[str], timeout: float | None = None, env: dict | None = Non
         env: the environment (default: this process's).
         startup_timeout: seconds every rank has to reach MPI initialisation (None: not watched;
             default: :data:`STARTUP_TIMEOUT_ENV`, else :data:`DEFAULT_STARTUP_TIMEOUT`).
+        hosts: the :class:`~deep500lite.lv3.hosts.Hosts` that ``cmd`` runs on (None: this
+            machine): the ranks then report their start over TCP, and a killed job gets
+            :data:`KILL_GRACE` seconds after SIGTERM to end its ranks on the other hosts.
 
     Returns:
         The exit status; ``128 + N`` when killed by signal ``N``.
@@ -202,20 +238,92 @@ def run_job(cmd: list[str], timeout: float | None = None, env: dict | None = Non
     cmd, ranks = _watched(cmd) if startup_timeout is not None else (list(cmd), None)
     sys.stdout.flush()
     sys.stderr.flush()
+    grace = KILL_GRACE if hosts is not None else 0.0
     with tempfile.TemporaryDirectory(prefix="d5-start-") as marks:
         job_env = dict(os.environ if env is None else env)
-        if ranks:
+        server = None
+        if ranks and hosts is not None:
+            server = _MarkServer(marks, job_env.get(STARTUP_HOST_ENV) or socket.gethostname())
+            job_env[STARTUP_DIR_ENV] = server.address
+        elif ranks:
             job_env[STARTUP_DIR_ENV] = marks
-        proc = subprocess.Popen(cmd, env=job_env, start_new_session=True)
         try:
-            rc = _wait(proc, cmd, timeout, startup_timeout if ranks else None, ranks, marks)
-        except BaseException:
-            _kill(proc)
-            raise
+            proc = subprocess.Popen(cmd, env=job_env, start_new_session=True)
+            try:
+                rc = _wait(proc, cmd, timeout, startup_timeout if ranks else None, ranks, marks, grace,
+                           server.where if server is not None else None)
+            except BaseException:
+                _kill(proc, grace)
+                raise
+        finally:
+            if server is not None:
+                server.close()
     return 128 - rc if rc < 0 else rc
 
 
-def _wait(proc, cmd, timeout, startup_timeout, ranks, marks) -> int:
+class _MarkServer:
+    """Receives the start marks of ranks on other hosts over TCP and writes them into ``marks``.
+
+    A rank connects to :attr:`address` (``tcp://HOST:PORT/TOKEN``) and sends ``TOKEN NAME``, one
+    line, for each mark (``alive-rank3``, ``rank3``); the random token keeps other programs'
+    connections from counting.
+    """
+
+    def __init__(self, marks: str, host: str):
+        self.marks, self.token = marks, secrets.token_hex(8)
+        if socket.has_dualstack_ipv6():
+            self.sock = socket.create_server(("", 0), family=socket.AF_INET6, dualstack_ipv6=True)
+        else:
+            self.sock = socket.create_server(("", 0))
+        self.sock.settimeout(_POLL_SECONDS * 4)
+        port = self.sock.getsockname()[1]
+        self.where = f"{host}:{port}"
+        self.address = f"tcp://{host}:{port}/{self.token}"
+        self.running = True
+        self.thread = threading.Thread(target=self._serve, name="deep500lite-start-marks", daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while self.running:
+            try:
+                conn, _ = self.sock.accept()
+            except (TimeoutError, socket.timeout):
+                continue
+            except OSError:
+                return
+            with conn:
+                conn.settimeout(2.0)
+                data = b""
+                try:
+                    while not data.endswith(b"\n") and len(data) < 256:
+                        chunk = conn.recv(256)
+                        if not chunk:
+                            break
+                        data += chunk
+                except OSError:
+                    continue
+            self._mark(data.decode("ascii", "replace"))
+
+    def _mark(self, text: str) -> None:
+        for line in text.splitlines():
+            token, _, name = line.strip().partition(" ")
+            if token == self.token and _MARK_NAME.match(name) and self.running:
+                try:
+                    with open(os.path.join(self.marks, name), "a", encoding="utf-8"):
+                        pass
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self.running = False
+        self.sock.close()
+        self.thread.join(timeout=5)
+
+
+_MARK_NAME = re.compile(r"^(alive-)?(rank|pid)\d+$")
+
+
+def _wait(proc, cmd, timeout, startup_timeout, ranks, marks, grace=0.0, remote=None) -> int:
     start = time.monotonic()
     deadline = math.inf if timeout is None else start + timeout
     startup_deadline = math.inf if startup_timeout is None else start + startup_timeout
@@ -229,11 +337,11 @@ def _wait(proc, cmd, timeout, startup_timeout, ranks, marks) -> int:
         if now >= startup_deadline:
             missing = _missing_ranks(marks, ranks)
             if missing:
-                _kill(proc)
-                raise StartupTimeout(_startup_message(missing, ranks, startup_timeout, cmd))
+                _kill(proc, grace)
+                raise StartupTimeout(_startup_message(missing, ranks, startup_timeout, cmd, remote))
             startup_deadline = math.inf
         if now >= deadline:
-            _kill(proc)
+            _kill(proc, grace)
             raise JobTimeout(f"the job did not end within {timeout:g} s and was killed: {' '.join(cmd)}")
 
 
@@ -258,7 +366,7 @@ def _who(ranks, total: int) -> str:
     return f"ranks {', '.join(map(str, ranks))} of {total}"
 
 
-def _startup_message(missing, ranks: int, seconds: float, cmd) -> str:
+def _startup_message(missing, ranks: int, seconds: float, cmd, remote: str | None = None) -> str:
     stuck, never_ran = missing
     if never_ran:
         rest = stuck - never_ran if isinstance(stuck, int) else [r for r in stuck if r not in never_ran]
@@ -269,10 +377,14 @@ def _startup_message(missing, ranks: int, seconds: float, cmd) -> str:
     else:
         what = (f"{_who(stuck, ranks)} did not start within {seconds:g} s: never reached MPI initialisation (the "
                 f"first import of mpi4py.MPI)")
+    where = ""
+    if remote is not None and never_ran:
+        where = (f" Ranks on other hosts report their start over TCP to {remote}; if the hosts cannot reach this "
+                 f"machine there, set {STARTUP_HOST_ENV} to its address as they see it.")
     return (f"{what}, so the whole job was killed. Every rank must reach MPI initialisation within the start-up "
             f"timeout; a rank stuck in an import, a sleep or a slow file system looks like this. Raise the start-up "
-            f"timeout (--startup-timeout or {STARTUP_TIMEOUT_ENV}) if start-up is just slow. Received: start-up "
-            f"timeout {seconds:g} s for {' '.join(cmd)}")
+            f"timeout (--startup-timeout or {STARTUP_TIMEOUT_ENV}) if start-up is just slow.{where} Received: "
+            f"start-up timeout {seconds:g} s for {' '.join(cmd)}")
 
 
 def _descendants(pid: int) -> list[int]:
@@ -299,17 +411,30 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
-def _kill(proc: subprocess.Popen) -> None:
+def _kill(proc: subprocess.Popen, grace: float = 0.0) -> None:
     # MPICH's hydra starts its proxy and every rank in sessions of their own, out of reach of the
     # job's process group: kill them by pid too, so that no rank outlives the job.
     below = _descendants(proc.pid) if proc.poll() is None else []
+    # On other hosts only hydra can end the ranks: SIGTERM makes mpiexec tell its proxies to kill
+    # them before it exits; what is left after the grace period is killed here.
+    if grace > 0 and proc.poll() is None:
+        try:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=grace)
+        except (subprocess.TimeoutExpired, ProcessLookupError):
+            pass
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
-    for pid in below:
+    kill_pids(below)
+    proc.wait()
+
+
+def kill_pids(pids) -> None:
+    """SIGKILL each process of ``pids``; those already gone (or not ours) are skipped."""
+    for pid in pids:
         try:
             os.kill(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-    proc.wait()

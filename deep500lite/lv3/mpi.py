@@ -247,9 +247,7 @@ class MPICommunicator(_common.AlgorithmChoice, CommunicationNetwork):
             self._count("allreduce", *_common.native_volume("allreduce", x.nbytes, self.size, self.rank))
         else:
             out = _ar.run_allreduce(_common.Transport(self, "allreduce"), x, reduce_op, algorithm)
-        if op == "mean":
-            out /= self.size
-        return out
+        return _common.finish_mean(out, op, self.size)
 
     # ------------------------------------------------- other collectives
     def broadcast(self, x: np.ndarray, root: int = 0) -> np.ndarray:
@@ -301,20 +299,8 @@ class MPICommunicator(_common.AlgorithmChoice, CommunicationNetwork):
             op: as for :meth:`allreduce`.
             algorithm: ``native`` (``MPI_Reduce_scatter``) or ``ring``.
         """
-        x = np.asarray(x)
-        self._check_op(op, x)
-        _common.check_algorithm(algorithm, ("native", "ring"), "reduce_scatter")
-        self._count("reduce_scatter", call=True)
-        b = _ar.block_bounds(x.size, self.size)
-        lo, hi = b[self.rank], b[self.rank + 1]
-        if self.size == 1:
-            out = np.array(x, copy=True, order="C").reshape(-1)
-        elif algorithm == "ring":
-            buf = np.array(x, copy=True, order="C").reshape(-1)
-            _ar.ring_reduce_scatter(_common.Transport(self, "reduce_scatter"), buf,
-                                    _ar.REDUCTIONS["sum" if op == "mean" else op])
-            out = buf[lo:hi].copy()
-        else:
+        x, b, lo, hi, out = _common.reduce_scatter_start(self, x, op, algorithm, single=self.size == 1)
+        if out is None:
             send = self._array(x).reshape(-1)
             out = np.empty(hi - lo, x.dtype)
             counts = [b[i + 1] - b[i] for i in range(self.size)]
@@ -322,9 +308,7 @@ class MPICommunicator(_common.AlgorithmChoice, CommunicationNetwork):
                              "reduce_scatter(native)")
             self._count("reduce_scatter", *_common.native_volume("reduce_scatter", send.nbytes, self.size, self.rank,
                                                                  own_bytes=out.nbytes))
-        if op == "mean":
-            out /= self.size
-        return out
+        return _common.finish_mean(out, op, self.size)
 
     def neighbor_exchange(self, x: np.ndarray, left: int | None = None,
                           right: int | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -332,13 +316,8 @@ class MPICommunicator(_common.AlgorithmChoice, CommunicationNetwork):
 
         With one rank both results are copies of ``x``.
         """
-        left, right = _common.ring_neighbors(self.rank, self.size, left, right)
-        send = self._array(x)
-        from_left, from_right = np.empty_like(send), np.empty_like(send)
-        self._count("neighbor_exchange", call=True)
-        if self.size == 1:
-            from_left[...] = send
-            from_right[...] = send
+        left, right, send, from_left, from_right, done = _common.neighbor_exchange_start(self, x, left, right)
+        if done:
             return from_left, from_right
         # A message going right carries _TAG_RIGHT, so it cannot be confused with one going left
         # even when both neighbours are the same rank (two ranks).

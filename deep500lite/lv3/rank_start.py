@@ -6,8 +6,10 @@ the rank's command exactly as ``python -m mpi4py`` would.
 (``DEEP500LITE_STARTUP_DIR``), the rank creates the file ``alive-rank<R>`` there at once, and
 ``rank<R>`` as it reaches MPI initialisation (its first import of ``mpi4py.MPI``), or as it ends if
 it never does; when the start-up timeout passes, the launcher names the ranks without ``rank<R>``
-(and, apart, those that never even ran this file). The file is run by path, so it
-needs only the standard library and mpi4py in whichever interpreter runs the rank.
+(and, apart, those that never even ran this file). A job across hosts names a TCP address
+instead of a folder (``tcp://HOST:PORT/TOKEN``): the rank then sends ``TOKEN alive-rank<R>`` and
+``TOKEN rank<R>``, one line a connection, and the launcher writes the files. The file is run by
+path, so it needs only the standard library and mpi4py in whichever interpreter runs the rank.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ import sys
 
 __all__ = ["main", "STARTUP_DIR_ENV", "RANK_ENV"]
 
-#: The folder where ranks mark their start (set by the launcher, removed from the rank's environment).
+#: The folder (or ``tcp://HOST:PORT/TOKEN``) where ranks mark their start (set by the launcher, removed from the
+#: rank's environment).
 STARTUP_DIR_ENV = "DEEP500LITE_STARTUP_DIR"
 #: Variables that MPICH's, Open MPI's and PMIx launchers set to the rank number.
 RANK_ENV = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")
@@ -31,6 +34,26 @@ def _touch(path: str) -> None:
         pass
 
 
+def _send(address: str, name: str) -> None:
+    """Send the mark ``name`` to the launcher at ``tcp://HOST:PORT/TOKEN``."""
+    import socket
+
+    where, _, token = address[len("tcp://"):].partition("/")
+    host, _, port = where.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=10) as conn:
+            conn.sendall(f"{token} {name}\n".encode("ascii"))
+    except (OSError, ValueError):  # the launcher has gone, or cannot be reached: its message says where it listened
+        pass
+
+
+def _mark(where: str, name: str) -> None:
+    if where.startswith("tcp://"):
+        _send(where, name)
+    else:
+        _touch(os.path.join(where, name))
+
+
 def _mark_name() -> str:
     for var in RANK_ENV:
         value = os.environ.get(var, "")
@@ -42,8 +65,9 @@ def _mark_name() -> str:
 class _StartMark:
     """A meta-path finder that creates the mark when ``mpi4py.MPI`` is first imported; it finds nothing itself."""
 
-    def __init__(self, path: str):
-        self.path: str | None = path
+    def __init__(self, where: str, name: str):
+        self.where: str | None = where
+        self.name = name
 
     def find_spec(self, name, path=None, target=None):
         if name == "mpi4py.MPI":
@@ -51,12 +75,12 @@ class _StartMark:
         return None
 
     def mark(self) -> None:
-        if self.path is None:
+        if self.where is None:
             return
-        path, self.path = self.path, None
+        where, self.where = self.where, None
         if self in sys.meta_path:
             sys.meta_path.remove(self)
-        _touch(path)
+        _mark(where, self.name)
 
 
 def main() -> None:
@@ -65,8 +89,8 @@ def main() -> None:
     start = None
     if folder:
         name = _mark_name()
-        _touch(os.path.join(folder, f"alive-{name}"))
-        start = _StartMark(os.path.join(folder, name))
+        _mark(folder, f"alive-{name}")
+        start = _StartMark(folder, name)
         sys.meta_path.insert(0, start)
     # Run by path, sys.path[0] is this file's folder; 'python -m mpi4py' has the working directory there.
     # In safe-path mode (PYTHONSAFEPATH, -P) nothing was prepended, and 'python -P -m' adds nothing:

@@ -36,6 +36,7 @@ from onnx import helper, numpy_helper
 
 from deep500lite.errors import UserError, format_choices
 from deep500lite.lv1.network import gradient_name, load_model
+from deep500lite.perfmodel.alphabeta import allreduce_bytes
 
 __all__ = [
     "ACTIVATIONS",
@@ -68,15 +69,6 @@ def shard_bounds(n: int, parts: int) -> list[tuple[int, int]]:
     sizes = [n // parts + (1 if r < n % parts else 0) for r in range(parts)]
     starts = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
     return [(int(starts[r]), int(starts[r + 1])) for r in range(parts)]
-
-
-def allreduce_bytes(nbytes: int, size: int) -> int:
-    """Bytes one rank sends (and receives) in a sum-allreduce of ``nbytes``: ``2 (P - 1) / P * nbytes``.
-
-    The least any allreduce algorithm moves per rank, and what the communicators count for their
-    native allreduce.
-    """
-    return 2 * (size - 1) * nbytes // size if size > 1 else 0
 
 
 def gather_shards(comm, shard: np.ndarray, bounds: list[tuple[int, int]], axis: int) -> np.ndarray:

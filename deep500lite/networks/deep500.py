@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 
 from deep500lite.errors import UserError, format_choices
-from deep500lite.networks import _batch, _image_shape, create_model, list_models, register_model
+from deep500lite.networks.zoo import _batch, _image_shape, create_model, deep500_keywords, list_models, register_model
 from deep500lite.networks.builder import GraphBuilder
 
 __all__ = ["export_network", "deep500_keywords"]
@@ -41,42 +41,6 @@ _DEFAULTS = {
     "resnet": {"depth": 50, "file_path": "resnet.onnx"},
     "wide_resnet": {"depth": 28, "widen_factor": 10, "dropout": 0.3, "file_path": "wide_resnet.onnx"},
 }
-
-
-def deep500_keywords(name: str, shape, kwargs: dict) -> tuple:
-    """Translate Deep500's model keywords into :func:`create_model`'s.
-
-    ``channels``/``height``/``width`` give the sample shape when ``channels`` or ``height`` is
-    among them (so ``wide_resnet``'s own ``width`` option keeps its meaning otherwise),
-    ``widen_factor`` is ``wide_resnet``'s ``width``, ``file_path`` is where to write the model,
-    and ``with_linear=True`` (the only form built here) is dropped.
-
-    Returns:
-        ``(shape, file_path, remaining keyword arguments)``.
-
-    Raises:
-        UserError: both ``shape`` and ``channels``/``height`` are given, or ``with_linear`` is not True.
-    """
-    kwargs = dict(kwargs)
-    file_path = kwargs.pop("file_path", None)
-    if "channels" in kwargs or "height" in kwargs:
-        parts = {k: kwargs.pop(k, None) for k in ("channels", "height", "width")}
-        missing = [k for k, v in parts.items() if v is None]
-        if missing or shape is not None:
-            raise UserError(f"Give the sample shape as shape=(C, H, W) or as all of channels=, height=, width=, "
-                            f"not both or in part. Received: shape={shape!r}, "
-                            + ", ".join(f"{k}={v!r}" for k, v in parts.items()))
-        shape = (parts["channels"], parts["height"], parts["width"])
-    if "widen_factor" in kwargs:
-        if name != "wide_resnet" or "width" in kwargs:
-            raise UserError(f"widen_factor is wide_resnet's widening factor (its option width); give it once, to "
-                            f"wide_resnet. Received: model {name!r}, widen_factor={kwargs['widen_factor']!r}")
-        kwargs["width"] = kwargs.pop("widen_factor")
-    if "with_linear" in kwargs:
-        if kwargs.pop("with_linear") is not True:
-            raise UserError("Only with_linear=True (the classifier's last dense layer included) is built. "
-                            "Received: with_linear=False")
-    return shape, file_path, kwargs
 
 
 def export_network(name: str, batch_size: int, *args, **kwargs) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from deep500lite.errors import UserError
-from deep500lite.networks import _batch, _image_shape, _number, register_model
+from deep500lite.networks.zoo import _batch, _image_shape, _number, register_model
 from deep500lite.networks.builder import GraphBuilder
 
 __all__ = ["MOBILENET_V2_SETTINGS", "make_divisible"]

@@ -25,7 +25,7 @@ from onnx import TensorProto, helper
 
 from deep500lite.errors import UserError
 from deep500lite.lv1.network import Network
-from deep500lite.networks import _batch, _choice, _number, register_model
+from deep500lite.networks.zoo import _batch, _choice, _number, register_model
 from deep500lite.networks.builder import OPSET, GraphBuilder
 
 __all__ = ["BERT_BASE", "bert_encoder_parameter_count"]

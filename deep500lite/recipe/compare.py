@@ -2,11 +2,14 @@
 
 :func:`run_comparison` runs the recipe worker, ``python -m deep500lite.recipe.worker RECIPE --set
 executor=FW`` (:mod:`deep500lite.recipe.worker`), once per framework (``repeats`` times each,
-interleaved: all frameworks once, then again), every run in a new Python process, so no
-framework's threads, caches or allocator state touch another's measurement. Each run writes its results file; :func:`compare_results` reads them back and
-computes, per framework:
+interleaved: all frameworks once, then again; or ``runs`` times each with the seeds ``seed``,
+``seed + 1``, ...), every run in a new Python process, so no framework's threads, caches or
+allocator state touch another's measurement. Each run writes its results file;
+:func:`compare_results` reads them back and computes, per framework:
 
-- final test accuracy, time to the recipe's target accuracy, training throughput, peak memory;
+- final test accuracy, time to the recipe's target accuracy (compilation left out) and, over
+  three or more seeds, MLPerf's score of it (the fastest and slowest runs dropped, the mean of
+  the rest), training throughput, peak memory;
 - the step latency: the median of every training step's time (``optimizer.step`` with the
   device synchronized; the first step of each run left out as warm-up), with its exact
   distribution-free 95% confidence interval (order statistics of the binomial, see
@@ -36,23 +39,14 @@ import time
 from typing import Sequence
 
 from deep500lite.errors import FrameworkNotAvailableError, UserError, format_choices
+from deep500lite.metrics.statistics import holm
 
-__all__ = ["run_comparison", "compare_results", "mann_whitney", "holm", "group_label", "ALPHA"]
+__all__ = ["run_comparison", "compare_results", "mann_whitney", "holm", "group_label", "ALPHA", "GROUP_BY"]
 
 #: Significance level of the step-time tests.
 ALPHA = 0.05
-
-
-def holm(pvalues: Sequence[float]) -> list[float]:
-    """Holm's step-down adjustment of p-values (family-wise error rate), in the given order."""
-    m = len(pvalues)
-    order = sorted(range(m), key=lambda i: pvalues[i])
-    adjusted = [0.0] * m
-    running = 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (m - rank) * pvalues[i]))
-        adjusted[i] = running
-    return adjusted
+#: What results can be grouped by (``report --group-by``); ``framework`` is the executor variant.
+GROUP_BY = ("framework", "label", "commit", "machine")
 
 
 def mann_whitney(a: Sequence[float], b: Sequence[float]) -> dict:
@@ -74,11 +68,24 @@ def mann_whitney(a: Sequence[float], b: Sequence[float]) -> dict:
     return {"u": float(res.statistic), "p": float(res.pvalue), "effect": float(res.statistic) / (len(a) * len(b))}
 
 
-def group_label(results: dict, several_recipes: bool) -> str:
+def group_label(results: dict, several_recipes: bool, by: str = "framework", several_frameworks: bool = True) -> str:
     """The label a results file is grouped under: its executor variant or framework (with the recipe
-    when several differ)."""
+    when several differ).
+
+    With ``by`` = ``label``, ``commit`` or ``machine``, the file's label, git commit (12 digits) or
+    machine (:func:`deep500lite.results.extract.identity`) comes first, then `` / FRAMEWORK`` when
+    ``several_frameworks``: ``baseline / torch`` against ``candidate / torch``.
+    """
     fw = results.get("executor_variant") or results.get("framework") or "?"
     name = (results.get("recipe") or {}).get("name", "recipe")
+    if by != "framework":
+        if by not in GROUP_BY:
+            raise UserError(f"Results group by {format_choices(GROUP_BY)}. Received: {by!r}")
+        from deep500lite.results.extract import identity
+
+        value = identity(results)[{"label": "label", "commit": "git_commit", "machine": "machine"}[by]]
+        value = (value[:12] if by == "commit" else value) if value else f"(no {by})"
+        fw = f"{value} / {fw}" if several_frameworks else value
     return f"{name}/{fw}" if several_recipes else fw
 
 
@@ -90,18 +97,23 @@ def _median(values):
     return kept[n // 2] if n % 2 else (kept[n // 2 - 1] + kept[n // 2]) / 2
 
 
-def compare_results(results: Sequence[dict], alpha: float = ALPHA) -> dict:
+def compare_results(results: Sequence[dict], alpha: float = ALPHA, group_by: str = "framework") -> dict:
     """Statistics of several runs, grouped by framework.
 
     Args:
         results: results dicts (:func:`deep500lite.recipe.results.read_results`); repeats of one
             framework are pooled.
         alpha: significance level.
+        group_by: ``framework`` (the executor variant), or ``label``, ``commit`` or ``machine``
+            (with the framework when several differ; :func:`group_label`).
 
     Returns:
         ``{"rows": [...], "tests": [...], "fastest": label, "alpha": alpha, "target": percent}``.
         Each row: ``label``, ``framework``, ``runs``, ``passed``, ``final_test_accuracy``,
-        ``time_to_accuracy`` (seconds; None if not reached or no target), ``throughput``,
+        ``time_to_accuracy`` (seconds, compilation left out; the median over runs, None if one did
+        not reach it or without a target), ``times_to_accuracy`` (each run's), ``seeds`` (how many
+        different run seeds), ``time_to_accuracy_score`` (MLPerf's score over three or more seeds:
+        :func:`deep500lite.recipe.mlperf.mlperf_score`; else None), ``throughput``,
         ``step_time`` (a summary dict of the pooled step times), ``step_times`` (the pooled raw
         samples), ``peak_memory_bytes``, ``divergence_outputs``, ``divergence_gradients``,
         ``reference`` (what the divergence is against), ``errors``, ``compile_seconds`` (median
@@ -110,13 +122,15 @@ def compare_results(results: Sequence[dict], alpha: float = ALPHA) -> dict:
         fastest's median), ``significant``.
     """
     from deep500lite.metrics.statistics import summarize
+    from deep500lite.recipe.mlperf import mlperf_score
     from deep500lite.recipe.results import step_times
 
     names = {(r.get("recipe") or {}).get("name") for r in results}
     several = len(names) > 1
+    several_fw = len({r.get("executor_variant") or r.get("framework") for r in results}) > 1
     groups: dict[str, list[dict]] = {}
     for r in results:
-        groups.setdefault(group_label(r, several), []).append(r)
+        groups.setdefault(group_label(r, several, group_by, several_fw), []).append(r)
     rows = []
     targets = set()
     for label, runs in groups.items():
@@ -129,6 +143,8 @@ def compare_results(results: Sequence[dict], alpha: float = ALPHA) -> dict:
             if t is not None and t.get("target") is not None:
                 targets.add(t["target"])
         reached = [t["seconds"] for t in ttas if t is not None and t.get("seconds") is not None]
+        per_run = [t.get("seconds") if t is not None else None for t in ttas]
+        run_seeds = {(r.get("seeds") or {}).get("run") for r in runs}
         div = next((r.get("divergence") for r in runs if r.get("divergence")), None)
         peak = [s.get("peak_memory_bytes") for s in sums if s.get("peak_memory_bytes") is not None]
         rows.append({
@@ -138,6 +154,8 @@ def compare_results(results: Sequence[dict], alpha: float = ALPHA) -> dict:
             "accuracies": [s.get("final_test_accuracy") for s in sums],
             "time_to_accuracy": _median(reached) if len(reached) == len(runs) and reached else None,
             "time_to_accuracy_target": next((t["target"] for t in ttas if t), None),
+            "times_to_accuracy": per_run, "seeds": len(run_seeds),
+            "time_to_accuracy_score": mlperf_score(per_run) if len(run_seeds) >= 3 and any(t for t in ttas) else None,
             "throughput": _median([(s.get("throughput") or {}).get("samples_per_second") for s in sums]),
             "step_time": summarize(pooled).to_dict() if pooled else None,
             "step_times": pooled,
@@ -165,7 +183,7 @@ def compare_results(results: Sequence[dict], alpha: float = ALPHA) -> dict:
                           "significant": p_adj < alpha, "n": len(r["step_times"]),
                           "n_against": len(fastest_row["step_times"])})
     return {"rows": rows, "tests": tests, "fastest": fastest, "alpha": alpha,
-            "target": next(iter(targets)) if len(targets) == 1 else None}
+            "target": next(iter(targets)) if len(targets) == 1 else None, "group_by": group_by}
 
 
 def _child_command(recipe_path: str, framework: str, out: str, sets: Sequence[str], seed: int,
@@ -203,38 +221,52 @@ def _run_child(cmd: list[str], out: str, prefix: str, stream) -> tuple[int, str]
 
 
 def run_comparison(recipe, frameworks: Sequence[str], repeats: int = 1, out: str | None = None,
-                   sets: Sequence[str] = (), seed: int = 0, stream=None) -> dict:
+                   sets: Sequence[str] = (), seed: int = 0, stream=None, runs: int = 1, plots: bool = True) -> dict:
     """Run a recipe on several frameworks, each run in a fresh process, and compare the results.
+
+    Everything the comparison needs is checked before the first run starts: the frameworks, the
+    dataset's loader package, scipy (for two or more frameworks) and matplotlib (with ``plots``);
+    what is missing is named once, with the pip extra that brings it.
 
     Args:
         recipe: a recipe file or bundled recipe name; its ``executor`` must be a MUTABLE key.
         frameworks: framework keys (``torch``, ``tensorflow``, ``onnxruntime``, ``reference``, ``jax``)
             or variant spellings (``torch:compile``, ``tensorflow:xla``, ``onnxruntime:O0``). A
-            framework that is not installed, or whose run fails, is reported in ``failures`` while
-            the others run (a UserError only when none of them is installed).
-        repeats: runs per framework (interleaved).
-        out: the folder for the runs (``out/FW/results.json``, or ``out/FW/run-K/`` with
-            repeats) and the plots; default ``d5-results/RECIPE/compare``.
+            framework whose run fails is reported in ``failures`` while the others run.
+        repeats: runs per framework with the same seed (interleaved).
+        out: the folder for the runs (``out/FW/results.json``, ``out/FW/run-K/`` with repeats,
+            ``out/FW/seed-S/`` with runs) and the plots; default ``d5-results/RECIPE/compare``.
         sets: ``key=value`` overrides of mutable keys for every run.
-        seed: the run seed of every run.
+        seed: the run seed of every run (the first seed with ``runs``).
         stream: where progress goes (default ``sys.stdout``).
+        runs: runs per framework with the seeds ``seed, seed + 1, ...`` (interleaved), for MLPerf's
+            score of the time to accuracy (:func:`deep500lite.recipe.mlperf.mlperf_score`); at least
+            3 when more than 1. Not with ``repeats``.
+        plots: the caller will draw plots (matplotlib is then checked up front).
 
     Returns:
         ``{"comparison": compare_results(...), "results": [results dicts], "failures":
         [{"framework", "run", "status", "error"}], "out": folder, "wall_time": seconds}``.
 
     Raises:
-        UserError: an unknown framework or variant, no installed framework, a fixed ``executor``,
-            a bad ``--set``.
+        UserError: an unknown framework or variant, a fixed ``executor``, a bad ``--set``, bad
+            ``runs`` or ``repeats``.
+        FrameworkNotAvailableError: a framework or another optional part is not installed.
     """
     from deep500lite.recipe.loading import load_recipe, parse_set
+    from deep500lite.recipe.requirements import dataset_name, missing_parts, require_parts
     from deep500lite.recipe.results import find_results, read_results
-    from deep500lite.registry import FRAMEWORKS, canonical_executor_spelling, is_framework_available, \
-        split_executor_spelling
+    from deep500lite.registry import FRAMEWORKS, canonical_executor_spelling
 
     stream = stream if stream is not None else sys.stdout
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise UserError(f"repeats must be an integer >= 1. Received: {repeats!r}")
+    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1 or runs == 2:
+        raise UserError("runs (seeds per framework) must be 1, or at least 3 for MLPerf's score (the fastest and the "
+                        f"slowest dropped, the mean of the rest). Received: {runs!r}")
+    if runs > 1 and repeats > 1:
+        raise UserError(f"--runs varies the seed and --repeats repeats one seed; give one of them. Received: --runs "
+                        f"{runs} --repeats {repeats}")
     loaded = load_recipe(recipe)
     overrides = dict(parse_set(s) for s in sets)
     resolved = loaded.resolve(overrides)
@@ -245,32 +277,30 @@ def run_comparison(recipe, frameworks: Sequence[str], repeats: int = 1, out: str
         raise UserError(f"--frameworks needs at least one framework: {format_choices(FRAMEWORKS)}. "
                         f"Received: {list(frameworks or [])!r}")
     keys = list(dict.fromkeys(canonical_executor_spelling(f) for f in frameworks))
-    missing = [k for k in keys if not is_framework_available(split_executor_spelling(k)[0])]
-    if len(missing) == len(keys):
-        raise UserError(f"Framework(s) {format_choices(missing)} are not installed: pip install "
-                        + " ".join(f"'deep500lite[{FRAMEWORKS[split_executor_spelling(k)[0]][3]}]'"
-                                   for k in missing)
-                        + f", or compare installed frameworks only. Received: --frameworks {','.join(keys)}")
+    require_parts("deep500lite compare", missing_parts(frameworks=keys, dataset=dataset_name(resolved.config),
+                                                       stats=len(keys) > 1, plots=plots, plots_flag="the plots"),
+                  hint="Or compare the installed frameworks only, and pass --no-plots to skip the plots.")
     out = out or os.path.join("d5-results", loaded.name, "compare")
     t0 = time.perf_counter()
     failures, paths = [], []
     width = max(len(k) for k in keys)
-    for fw in missing:  # its column only: the installed ones still run
-        extra = FRAMEWORKS[split_executor_spelling(fw)[0]][3]
-        failures.append({"framework": fw, "run": 1, "status": None, "log": None,
-                         "error": f"not installed: pip install 'deep500lite[{extra}]'"})
-        stream.write(f"[{fw.ljust(width)}] skipped: not installed (pip install 'deep500lite[{extra}]')\n")
-    for r in range(repeats):
-        for fw in (k for k in keys if k not in missing):
+    seeds = [seed + k for k in range(runs)]
+    rounds = [(r, seed) for r in range(repeats)] if runs == 1 else [(k, s_) for k, s_ in enumerate(seeds)]
+    total = len(rounds)
+    for r, run_seed in rounds:
+        for fw in keys:
             # A variant's folder: torch:compile -> torch-compile (no colon in file names).
             name = fw.replace(":", "-")
-            folder = os.path.join(out, name) if repeats == 1 else os.path.join(out, name, f"run-{r + 1}")
+            if total == 1:
+                folder = os.path.join(out, name)
+            else:
+                folder = os.path.join(out, name, f"seed-{run_seed}" if runs > 1 else f"run-{r + 1}")
             prefix = f"[{fw.ljust(width)}] "
-            tag = f" (run {r + 1}/{repeats})" if repeats > 1 else ""
+            tag = f" (run {r + 1}/{total}{f', seed {run_seed}' if runs > 1 else ''})" if total > 1 else ""
             stream.write(f"{prefix}starting{tag} in a new process\n")
             stream.flush()
             started = time.perf_counter()
-            cmd = _child_command(loaded.path, fw, folder, sets, seed, divergence=(r == 0))
+            cmd = _child_command(loaded.path, fw, folder, sets, run_seed, divergence=(r == 0))
             code, last = _run_child(cmd, folder, prefix, stream)
             results_file = os.path.join(folder, "results.json")
             if code in (0, 1) and os.path.isfile(results_file):
@@ -286,4 +316,5 @@ def run_comparison(recipe, frameworks: Sequence[str], repeats: int = 1, out: str
     comparison = compare_results(results) if results else {"rows": [], "tests": [], "fastest": None,
                                                            "alpha": ALPHA, "target": None}
     return {"comparison": comparison, "results": results, "failures": failures, "out": out,
-            "wall_time": time.perf_counter() - t0, "frameworks": keys, "recipe": loaded.name}
+            "wall_time": time.perf_counter() - t0, "frameworks": keys, "recipe": loaded.name, "seeds": seeds,
+            "runs": total}

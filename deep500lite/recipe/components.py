@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import random
-import sys
 from typing import Any, Sequence
 
 import numpy as np
@@ -111,13 +110,9 @@ def _build_communicator(cfg: dict):
 def _seed_globals(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
-    if "torch" in sys.modules:
-        sys.modules["torch"].manual_seed(seed)
-    if "tensorflow" in sys.modules:
-        try:
-            sys.modules["tensorflow"].random.set_seed(seed)
-        except AttributeError:  # a partially imported tensorflow
-            pass
+    from deep500lite.registry import seed_frameworks
+
+    seed_frameworks(seed)  # each imported framework seeds its own generators (its spec's seed_hook)
 
 
 @dataclasses.dataclass

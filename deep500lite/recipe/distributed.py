@@ -39,7 +39,8 @@ import numpy as np
 from deep500lite.errors import UserError, format_choices
 from deep500lite.recipe.parallelism import MODEL_SCHEMES
 
-__all__ = ["DistributedRun", "aggregate", "run_distributed", "rank_command", "scaling_label", "DEFAULT_COMM_TIMEOUT"]
+__all__ = ["DistributedRun", "aggregate", "run_distributed", "check_job", "run_job", "rank_command", "scaling_label",
+           "DEFAULT_COMM_TIMEOUT"]
 
 #: Seconds one communication may wait in a ``run -n`` job before the job ends with an error naming it.
 DEFAULT_COMM_TIMEOUT = 300.0
@@ -61,7 +62,7 @@ class DistributedRun:
 
     def lines(self) -> list[str]:
         """The per-rank table, the job's figures and the verdicts, for the terminal."""
-        from deep500lite.recipe.parallelism import describe_lines  # spatial/pipeline/tensor: each rank's split
+        from deep500lite.recipe.parallel_training import describe_lines  # spatial/pipeline/tensor: each rank's split
 
         return describe(self.results) + describe_lines(self.results, self.results_path)
 
@@ -89,7 +90,7 @@ def _read(path: str, what: str) -> dict:
 def run_distributed(recipe: str, ranks: int, out: str, *, sets=(), seed: int = 0, progress: str | None = "lines",
                     baseline: bool = True, mpiexec: str | None = None, timeout: float | None = None,
                     comm_timeout: float | None = DEFAULT_COMM_TIMEOUT, startup_timeout: float | None = None,
-                    oversubscribe: bool = False) -> DistributedRun:
+                    oversubscribe: bool = False, hosts=None) -> DistributedRun:
     """Run a recipe with a ``distributed`` component on ``ranks`` MPI ranks and aggregate.
 
     Args:
@@ -108,15 +109,19 @@ def run_distributed(recipe: str, ranks: int, out: str, *, sets=(), seed: int = 0
         startup_timeout: seconds every rank has to reach MPI initialisation (None:
             ``DEEP500LITE_STARTUP_TIMEOUT``, else 120); a rank that does not is named in the error.
         oversubscribe: allow more than 4 ranks per usable core.
+        hosts: the :class:`~deep500lite.lv3.hosts.Hosts` to start the ranks on (None: this
+            machine); the 1-rank baseline runs on the first of them. Every host must see ``out``
+            (a shared file system), where each rank writes its results.
 
     Raises:
         UserError: a bad argument, or a job that failed or wrote no results.
     """
+    from deep500lite.lv3.hosts import launcher_args
     from deep500lite.lv3.launch import (JobTimeout, StartupTimeout, check_ranks, find_mpiexec,
                                         oversubscription_note, resolve_timeouts, run_job)
     from deep500lite.recipe.results import write_results
 
-    check_ranks(ranks, "-n/--ranks", oversubscribe)
+    check_ranks(ranks, "-n/--ranks", oversubscribe, hosts)
     timeout, startup_timeout = resolve_timeouts(timeout, startup_timeout)
     launcher = find_mpiexec(mpiexec, "deep500lite run -n")
     env = dict(os.environ)
@@ -124,9 +129,10 @@ def run_distributed(recipe: str, ranks: int, out: str, *, sets=(), seed: int = 0
         env["DEEP500LITE_COMM_TIMEOUT"] = str(comm_timeout)
 
     def job(n: int, folder: str, what: str, max_steps: int | None = None, shown: str | None = progress) -> None:
-        cmd = [launcher, "-n", str(n), *rank_command(recipe, sets, seed, folder, shown, max_steps)]
+        cmd = [launcher, *launcher_args(hosts), "-n", str(n), *rank_command(recipe, sets, seed, folder, shown,
+                                                                             max_steps)]
         try:
-            rc = run_job(cmd, timeout=timeout, env=env, startup_timeout=startup_timeout)
+            rc = run_job(cmd, timeout=timeout, env=env, startup_timeout=startup_timeout, hosts=hosts)
         except StartupTimeout as exc:
             raise StartupTimeout(f"The {what} was killed: {exc}") from None
         except JobTimeout as exc:
@@ -137,8 +143,9 @@ def run_distributed(recipe: str, ranks: int, out: str, *, sets=(), seed: int = 0
                             f"status 0). Received: exit status {rc} from {' '.join(cmd)}")
 
     os.makedirs(out, exist_ok=True)
-    print(f"training on {ranks} rank{'s' if ranks > 1 else ''} (mpiexec -n {ranks})", flush=True)
-    note = oversubscription_note(ranks, "step")
+    print(f"training on {ranks} rank{'s' if ranks > 1 else ''} (mpiexec -n {ranks})"
+          + (f" on {hosts.describe(ranks)}" if hosts is not None else ""), flush=True)
+    note = oversubscription_note(ranks, "step", hosts)
     if note:
         print(note, flush=True)
     job(ranks, out, f"{ranks}-rank job")
@@ -334,3 +341,68 @@ def describe(results: dict) -> list[str]:
     if results.get("error"):
         lines.append(f"training stopped: {results['error']}")
     return lines
+
+
+def check_job(resolved, ranks: int) -> None:
+    """Refuse a multi-rank job of a recipe without a ``distributed`` component, or with a bad scheme or option."""
+    from deep500lite.recipe.parallelism import check_distributed
+
+    if resolved.config.get("distributed") is None:
+        raise UserError(f"-n {ranks} needs a recipe with a 'distributed' component (a distributed optimizer such "
+                        f"as 'ConsistentDecentralized'; see recipes/digits_mlp_distributed.py). Received: recipe "
+                        f"{resolved.name} has none")
+    check_distributed(resolved.config)  # a bad scheme or option: one line before any rank starts
+
+
+def run_job(resolved, recipe: str, ranks: int, out: str, *, sets=(), seed: int = 0, progress: str | None = "lines",
+            baseline: bool = True, mpiexec: str | None = None, timeout: float | None = None,
+            comm_timeout: float | None = None, startup_timeout: float | None = None,
+            oversubscribe: bool = False, hosts=None) -> tuple:
+    """``deep500lite run -n N``: check the job, run it in a staging folder swapped in at the end, read it back.
+
+    What refuses the job (a recipe without a ``distributed`` component, a bad scheme or option, a bad
+    rank count or timeout, no ``mpiexec``) is checked before a rank starts or the results folder is
+    touched. The job writes into a staging folder that replaces ``out`` at the end (as a one-process
+    run does), so an interrupted or failed job leaves the previous results whole; a job whose ranks
+    finished but whose baseline failed has written its results, which are swapped in before its
+    error is raised (naming ``out``, not the staging folder).
+
+    Args:
+        resolved: the resolved recipe (its ``distributed`` component is checked).
+        recipe: the recipe's path or name, as the ranks load it.
+        ranks: the number of MPI ranks.
+        out: the results folder.
+        sets, seed, progress, baseline, mpiexec, timeout, comm_timeout, startup_timeout, oversubscribe, hosts:
+            as for :func:`run_distributed` (``comm_timeout`` None: :data:`DEFAULT_COMM_TIMEOUT`).
+
+    Returns:
+        ``(DistributedRun, lines)``: the job and its report lines, with paths under ``out``.
+    """
+    from deep500lite.errors import Deep500Error
+    from deep500lite.lv3.launch import check_ranks, find_mpiexec, resolve_timeouts
+    from deep500lite.recipe.staging import staged_folder
+
+    check_job(resolved, ranks)
+    check_ranks(ranks, "-n/--ranks", oversubscribe, hosts)
+    resolve_timeouts(timeout, startup_timeout)
+    find_mpiexec(mpiexec, "deep500lite run -n")
+    kept = None
+    with staged_folder(out) as work:
+        try:
+            result = run_distributed(recipe, ranks, work, sets=sets, seed=seed, progress=progress,
+                                     baseline=baseline, mpiexec=mpiexec, timeout=timeout,
+                                     comm_timeout=DEFAULT_COMM_TIMEOUT if comm_timeout is None else comm_timeout,
+                                     startup_timeout=startup_timeout, oversubscribe=oversubscribe, hosts=hosts)
+            lines = result.lines()  # reads the rank folders: before they move
+        except Deep500Error as exc:
+            if not os.path.isfile(os.path.join(work, "results.json")):
+                raise
+            kept = exc
+    if kept is not None:
+        message = str(kept).replace(work, os.path.abspath(out))
+        try:
+            renamed = type(kept)(message)
+        except Exception:  # noqa: BLE001 - an error class with another constructor is raised as it was
+            raise kept from None
+        raise renamed from None
+    return result, [line.replace(work, os.path.abspath(out)) for line in lines]

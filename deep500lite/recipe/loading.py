@@ -1,4 +1,4 @@
-"""Recipe files: ``FIXED``, ``MUTABLE`` and ``METRICS`` read from a file or a bundled recipe.
+"""Recipe files: ``FIXED``, ``MUTABLE`` and ``METRICS`` (and an optional ``MLPERF``) read from a file or a bundled recipe.
 
 :func:`load_recipe` imports a recipe file, or a bundled recipe by name (``deep500lite list
 recipes``), without running its ``__main__`` block and checks the three names; :class:`Recipe`
@@ -30,6 +30,8 @@ class Recipe:
         path: the file it came from, or None.
         name: the file's name without ``.py`` (``"recipe"`` without a file).
         sha256: the SHA-256 of the file's bytes, or None.
+        mlperf: the file's optional ``MLPERF`` dict: the submission fields of its MLPerf log
+            (:func:`deep500lite.recipe.mlperf.submission_fields`), or None.
     """
 
     fixed: dict
@@ -38,6 +40,7 @@ class Recipe:
     path: str | None = None
     name: str = "recipe"
     sha256: str | None = None
+    mlperf: dict | None = None
 
     def resolve(self, overrides: dict | None = None) -> "ResolvedRecipe":
         """:func:`resolve_recipe` of this recipe with ``overrides`` of mutable keys."""
@@ -46,9 +49,10 @@ class Recipe:
 
 
 def _bundled_recipes() -> dict[str, str]:
-    import deep500lite.recipes as pkg
+    import importlib.util
 
-    folder = os.path.dirname(pkg.__file__)
+    # The folder of deep500lite.recipes, found without importing it (its recipes import this package).
+    folder = importlib.util.find_spec("deep500lite.recipes").submodule_search_locations[0]
     return {f[:-3]: os.path.join(folder, f) for f in sorted(os.listdir(folder))
             if f.endswith(".py") and not f.startswith("_")}
 
@@ -135,7 +139,12 @@ def load_recipe(path_or_name) -> Recipe:
         if not isinstance(getattr(module, name), kind):
             raise UserError(f"Recipe '{path}': {name} must be a {'dict' if kind is dict else 'list'}. "
                             f"Received: {type(getattr(module, name)).__name__}")
-    return Recipe(module.FIXED, module.MUTABLE, list(module.METRICS), path, stem, hashlib.sha256(data).hexdigest())
+    mlperf = getattr(module, "MLPERF", None)
+    if mlperf is not None and not isinstance(mlperf, dict):
+        raise UserError(f"Recipe '{path}': MLPERF must be a dict of MLPerf submission fields (org, platform, division, "
+                        f"status, benchmark). Received: {type(mlperf).__name__}")
+    return Recipe(module.FIXED, module.MUTABLE, list(module.METRICS), path, stem, hashlib.sha256(data).hexdigest(),
+                  mlperf)
 
 
 def _user_line(exc: BaseException, path: str) -> str:

@@ -204,7 +204,7 @@ def _reference_optimizers():
 def _optimizer_class(value, framework: str):
     if not isinstance(value, str):
         return value
-    from deep500lite.registry import FRAMEWORKS, canonical_framework, import_framework
+    from deep500lite.registry import FRAMEWORK_ALIASES, FRAMEWORKS, canonical_framework, import_framework
 
     ref = _reference_optimizers()
     prefix, dot, name = value.rpartition(".")
@@ -214,13 +214,13 @@ def _optimizer_class(value, framework: str):
         raise UserError(f"Unknown optimizer {value!r}. Known optimizers (numpy reference, every executor): "
                         f"{format_choices(ref.__all__)}; 'native.NAME' or 'torch.NAME' (or 'tensorflow.NAME') "
                         f"for a framework's own; or an import path 'module.Class'. Received: {value!r}")
-    if prefix in ("native", *FRAMEWORKS, "pytorch", "tf", "ort", "numpy"):
+    if prefix in ("native", *FRAMEWORKS, *FRAMEWORK_ALIASES):
         fw = framework if prefix == "native" else canonical_framework(prefix)
         if fw == "custom":
             raise UserError(f"Optimizer {value!r}: 'native' needs an executor named by its framework; name the "
                             "framework instead of 'native'. Received: a custom executor")
         module = import_framework(fw)
-        native = getattr(module, "optimizers", None) if fw != "reference" else ref
+        native = getattr(module, "optimizers", None) if not FRAMEWORKS[fw].baseline else ref
         if native is None:
             try:
                 native = importlib.import_module(f"{module.__name__}.optimizers")

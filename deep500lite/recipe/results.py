@@ -18,8 +18,9 @@ Layout (``"format": "deep500lite-results"``, ``"version": 1``)::
                   data_time, step_time, forward_backward_time, optimizer_time, elapsed, ...) and
                   epochs (train/test loss and accuracy, times, ...)
     summaries     medians with exact 95% confidence intervals of the step-time parts (after
-                  warmup_steps), throughput, final accuracies and losses, time to accuracy, peak
-                  memory, total training time
+                  warmup_steps), throughput, final accuracies and losses, time to accuracy
+                  (seconds without compilation; wall_seconds with it; compile_seconds until
+                  then), peak memory, total training time
     metrics       each acceptable metric's measured value and raw samples
     verdicts      one per acceptable metric: measured, required, direction, passed
     passed        every acceptable metric held; error: what stopped training, or null
@@ -35,8 +36,8 @@ Layout (``"format": "deep500lite-results"``, ``"version": 1``)::
                   the recipe's folder, the thread counts the frameworks use, the command line
     started, finished, wall_time   Unix times and seconds
 
-Non-finite numbers are written as ``null``. MLPerf-style log lines (``:::MLLOG {...}``) are
-written by :class:`MLLogEvent`.
+Non-finite numbers are written as ``null``. MLPerf log lines (``:::MLLOG {...}``) are written by
+:class:`deep500lite.recipe.mlperf.MLLogEvent`.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ from deep500lite.recipe.verdicts import metric_name
 from deep500lite.utils import atomic_write_text
 
 __all__ = ["RESULTS_FORMAT", "RESULTS_VERSION", "build_results", "write_results", "read_results", "find_results",
-           "jsonable", "summary_of", "MLLogEvent", "runtime_threads", "step_times"]
+           "jsonable", "summary_of", "runtime_threads", "step_times"]
 
 RESULTS_FORMAT = "deep500lite-results"
 RESULTS_VERSION = 1
@@ -151,7 +152,8 @@ def build_results(recipe, parts, stats, judged, values, verdicts, internal, pass
         "final_train_accuracy": stats.train_accuracy,
         "final_train_loss": last.get("train_loss"),
         "final_test_loss": last.get("test_loss"),
-        "time_to_accuracy": ({"target": tta.target, "seconds": tta.seconds, "epoch": tta.epoch}
+        "time_to_accuracy": ({"target": tta.target, "seconds": tta.seconds, "epoch": tta.epoch,
+                              "wall_seconds": tta.wall_seconds, "compile_seconds": tta.compile_seconds}
                              if tta is not None else None),
         "peak_memory_bytes": memory.measure(None, stats, None),
         "host_peak_memory_bytes": memory.host_peak_bytes,
@@ -200,9 +202,18 @@ def build_results(recipe, parts, stats, judged, values, verdicts, internal, pass
 
 
 def write_results(path, results: dict) -> str:
-    """Write a results dict as JSON, atomically (NaN and infinities as null). Returns the path."""
-    text = json.dumps(jsonable(results), indent=1, allow_nan=False)
+    """Write a results dict as JSON, atomically (NaN and infinities as null). Returns the path.
+
+    The run's label (``DEEP500LITE_LABEL``) and machine are added to ``results`` first, and the
+    file is recorded in the results database when ``DEEP500LITE_DB`` names one
+    (:mod:`deep500lite.results.hook`; the CLI sets it).
+    """
+    from deep500lite.recipe.staging import published_path
+    from deep500lite.results.hook import record_results, stamp
+
+    text = json.dumps(jsonable(stamp(results)), indent=1, allow_nan=False)
     atomic_write_text(path, text + "\n")
+    record_results(published_path(path), text)
     return os.fspath(path)
 
 
@@ -292,71 +303,3 @@ def find_results(paths) -> list[str]:
             raise UserError(f"Results path '{p}' does not exist; give results files or folders holding them. "
                             f"Received: {p!r}")
     return found
-
-
-class MLLogEvent:
-    """A training event writing MLPerf-style log lines, ``:::MLLOG {json}``, one per event.
-
-    Each line is ``:::MLLOG {"namespace": "", "time_ms": ..., "event_type": ..., "key": ...,
-    "value": ..., "metadata": {...}}`` as in the ``mlperf_logging`` package: ``POINT_IN_TIME``
-    for ``submission_benchmark``, ``seed``, ``global_batch_size``, ``opt_name``,
-    ``opt_base_learning_rate``, ``train_samples``, ``eval_samples`` and ``eval_accuracy`` (a
-    fraction, with ``epoch_num``); ``INTERVAL_START``/``INTERVAL_END`` for ``run_start`` /
-    ``run_stop`` (with ``status`` ``success`` when every acceptable metric held, else
-    ``aborted``), ``epoch_start`` / ``epoch_stop`` and ``eval_start`` / ``eval_stop`` (with
-    ``epoch_num``, counted from 1). Lines are appended and flushed as they happen; the file is
-    truncated when training starts.
-
-    Args:
-        path: the log file.
-        recipe: the resolved recipe (for the benchmark name and hyperparameters).
-        parts: the built components.
-        seed: the run seed.
-    """
-
-    def __init__(self, path, recipe, parts, seed: int):
-        self.path = os.fspath(path)
-        self.recipe, self.parts, self.seed = recipe, parts, seed
-        self._epoch = 0
-
-    def log(self, key: str, value=None, event_type: str = "POINT_IN_TIME", **metadata) -> None:
-        """Append one ``:::MLLOG`` line."""
-        record = {"namespace": "", "time_ms": int(time.time() * 1000), "event_type": event_type, "key": key,
-                  "value": jsonable(value), "metadata": jsonable(metadata)}
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(":::MLLOG " + json.dumps(record, allow_nan=False) + "\n")
-
-    def before_training(self, trainer, stats):
-        folder = os.path.dirname(os.path.abspath(self.path))
-        os.makedirs(folder, exist_ok=True)
-        open(self.path, "w").close()
-        opt = trainer.optimizer
-        self.log("submission_benchmark", self.recipe.name)
-        self.log("seed", self.seed)
-        self.log("global_batch_size", self.recipe.config["batch_size"])
-        self.log("opt_name", type(opt).__name__)
-        lr = getattr(opt, "learning_rate", None)
-        if isinstance(lr, (int, float)):
-            self.log("opt_base_learning_rate", lr)
-        self.log("train_samples", self.parts.info.get("train_samples"))
-        self.log("eval_samples", self.parts.info.get("test_samples"))
-        self.log("run_start", None, "INTERVAL_START")
-
-    def before_epoch(self, trainer, stats, epoch):
-        self._epoch = epoch + 1
-        self.log("epoch_start", None, "INTERVAL_START", epoch_num=epoch + 1)
-
-    def before_test_set(self, trainer, stats):
-        self.log("eval_start", None, "INTERVAL_START", epoch_num=self._epoch)
-
-    def after_test_set(self, trainer, stats, result):
-        self.log("eval_stop", None, "INTERVAL_END", epoch_num=self._epoch)
-        if result.get("test_accuracy") is not None:
-            self.log("eval_accuracy", result["test_accuracy"] / 100.0, epoch_num=self._epoch)
-
-    def after_epoch(self, trainer, stats, epoch):
-        self.log("epoch_stop", None, "INTERVAL_END", epoch_num=epoch + 1)
-
-    def run_stop(self, passed: bool) -> None:
-        """Write ``run_stop`` (``status``: ``success`` or ``aborted``)."""
-        self.log("run_stop", None, "INTERVAL_END", status="success" if passed else "aborted")

@@ -7,22 +7,23 @@ point (the three objects in, True or False out). :class:`EpochLines` prints one 
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import math
 import os
 import sys
 import time
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from deep500lite.errors import UserError
+from deep500lite.lv1.compile_progress import report_compiling_to
 from deep500lite.recipe import results as res
 from deep500lite.recipe.components import _build
 from deep500lite.recipe.divergence import first_step_divergence
 from deep500lite.recipe.keys import _fresh, _qualified
 from deep500lite.recipe.loading import Recipe
+from deep500lite.recipe.outcome import RecipeRun
 from deep500lite.recipe.resolution import resolve_recipe
 from deep500lite.recipe.verdicts import _judge
 
@@ -64,6 +65,15 @@ class EpochLines:
             self._write(f"training stopped: {stats.stopped_by}")
 
 
+def _compile_stream(progress: str | None):
+    """Where compile lines go for a ``progress`` setting: the stream its lines go to (None: nowhere)."""
+    if progress in (None, "none"):
+        return None
+    if progress == "lines":
+        return sys.stdout
+    return sys.stderr
+
+
 def _progress_events(progress: str | None) -> list:
     if progress in (None, "none"):
         return []
@@ -79,36 +89,6 @@ def _progress_events(progress: str | None) -> list:
 
 
 # ================================================================================== training
-@dataclasses.dataclass
-class RecipeRun:
-    """What :func:`train_recipe` produced.
-
-    Attributes:
-        passed: every judged acceptable metric held (and training ended without error).
-        verdicts: one :class:`Verdict` per acceptable metric, in order.
-        values: the measured value of each acceptable metric, in order.
-        stats: the :class:`~deep500lite.lv2.trainer.TrainingStats`.
-        results: the results-file dict (:mod:`deep500lite.results`).
-        error: the message of an error that stopped training (a non-finite loss), or None.
-        results_path: where the results file was written, or None.
-    """
-
-    passed: bool
-    verdicts: list
-    values: list
-    stats: Any
-    results: dict
-    error: str | None = None
-    results_path: str | None = None
-
-    def lines(self) -> list[str]:
-        """One line per acceptable metric (measured, required, direction, verdict)."""
-        out = [v.line() for v in self.verdicts]
-        if self.error:
-            out.append(f"training stopped: {self.error}")
-        return out
-
-
 class _DistributedSteps:
     """Adds the distributed optimizer's figures of each step to its record in ``stats.steps``:
     ``communication_time`` and ``compute_time`` (= ``step_time`` - ``communication_time``),
@@ -161,8 +141,8 @@ class _ParameterDigest:
 
 def train_recipe(recipe, seed: int | None = None, *, events: Sequence = (), progress: str | None = None,
                  out: str | os.PathLike | None = None, mllog: str | os.PathLike | None = None,
-                 divergence: bool = False, environment: bool = True, _digest: _ParameterDigest | None = None
-                 ) -> RecipeRun:
+                 divergence: bool = False, environment: bool = True, _digest: _ParameterDigest | None = None,
+                 mlperf: dict | None = None) -> RecipeRun:
     """Build every component of a recipe, train, measure and judge.
 
     Args:
@@ -172,10 +152,12 @@ def train_recipe(recipe, seed: int | None = None, *, events: Sequence = (), prog
         progress: ``"auto"`` (a bar on a terminal, else a line per epoch on stderr), ``"bar"``,
             ``"lines"`` (stdout), or None/``"none"``.
         out: a folder for ``results.json`` (and ``epochs.csv``, ``steps.csv``); None writes nothing.
-        mllog: a file for MLPerf-style ``:::MLLOG`` lines, or None.
+        mllog: a file for an MLPerf training log (``:::MLLOG`` lines, :mod:`deep500lite.recipe.mlperf`), or
+            None. A compiled executor then compiles before ``run_start``, as MLPerf rules it.
         divergence: also measure the first step's largest output and gradient differences from
             the reference executor (:func:`first_step_divergence`; recorded in the results).
         environment: record the environment (:func:`deep500lite.environment.collect_environment`).
+        mlperf: the MLPerf log's submission fields (:func:`deep500lite.recipe.mlperf.submission_fields`).
 
     Returns:
         A :class:`RecipeRun`.
@@ -193,7 +175,8 @@ def train_recipe(recipe, seed: int | None = None, *, events: Sequence = (), prog
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise UserError(f"seed must be an integer >= 0. Received: {seed!r}")
     seed = int(seed)
-    from deep500lite.recipe.parallelism import scheme_of, train_parallel
+    from deep500lite.recipe.parallel_training import train_parallel
+    from deep500lite.recipe.parallelism import scheme_of
 
     if scheme_of(recipe.config) is not None:  # spatial / pipeline / tensor parallelism
         return train_parallel(recipe, seed, events=events, progress=progress, out=out)
@@ -205,7 +188,17 @@ def train_recipe(recipe, seed: int | None = None, *, events: Sequence = (), prog
         except Exception as exc:  # noqa: BLE001 - the run itself may still work; the error is recorded
             div = {"reference": "reference", "error": f"{type(exc).__name__}: {exc}", "outputs": None,
                    "gradients": None}
+    writer = None
+    if mllog is not None:
+        from deep500lite.recipe.mlperf import MLLogEvent, precompile_parts, submission_fields
+
+        writer = MLLogEvent(mllog, recipe, seed, mlperf or submission_fields(recipe_name=recipe.name))
+        writer.init_start()
     parts = _build(recipe, seed)
+    if writer is not None:
+        writer.describe(parts)
+        with report_compiling_to(_compile_stream(progress)):
+            writer.init_stop(precompile_parts(parts, recipe))
     comm = parts.communicator
     if comm is not None and comm.size > 1:
         if comm.rank != 0:
@@ -219,9 +212,7 @@ def train_recipe(recipe, seed: int | None = None, *, events: Sequence = (), prog
     if target is not None:
         internal["time_to_accuracy"] = TimeToAccuracy(target)
     run_events = list(parts.events) + _progress_events(progress) + list(events)
-    writer = None
-    if mllog is not None:
-        writer = res.MLLogEvent(mllog, recipe, parts, seed)
+    if writer is not None:
         run_events.insert(0, writer)
     if _digest is not None:
         run_events.append(_digest)
@@ -234,10 +225,12 @@ def train_recipe(recipe, seed: int | None = None, *, events: Sequence = (), prog
     metrics = judged + list(internal.values())
     error = None
     cfg = recipe.config
+    compiled_before = float(getattr(parts.executor, "compile_seconds", 0.0) or 0.0)
     try:
-        values = test_training(parts.executor, parts.train_sampler, parts.validation_sampler, parts.optimizer,
-                               int(cfg["epochs"]), int(cfg["batch_size"]), parts.output_node, metrics=metrics,
-                               events=run_events)
+        with report_compiling_to(_compile_stream(progress)):
+            values = test_training(parts.executor, parts.train_sampler, parts.validation_sampler, parts.optimizer,
+                                   int(cfg["epochs"]), int(cfg["batch_size"]), parts.output_node, metrics=metrics,
+                                   events=run_events)
         stats = values.stats
     except NonFiniteLossError as exc:
         error, stats = str(exc), exc.stats
@@ -253,7 +246,7 @@ def train_recipe(recipe, seed: int | None = None, *, events: Sequence = (), prog
     if comm is not None:
         results["distributed"] = res.jsonable(_distributed_section(parts))
     if writer is not None:
-        writer.run_stop(passed)
+        writer.run_stop(passed, float(getattr(parts.executor, "compile_seconds", 0.0) or 0.0) - compiled_before)
     path = None
     if out is not None:
         path = os.path.join(os.fspath(out), "results.json")

@@ -33,7 +33,7 @@ import shutil
 
 from deep500lite.errors import UserError
 
-__all__ = ["staged_folder", "recover", "restore_aside", "is_staging_name", "RUN_OUTPUTS"]
+__all__ = ["staged_folder", "recover", "restore_aside", "is_staging_name", "published_path", "RUN_OUTPUTS"]
 
 #: Names a run writes into its results folder; a folder holding only these is a run's folder.
 RUN_OUTPUTS = ("results.json", "epochs.csv", "steps.csv", "loss.png", "accuracy.png", "mllog.log", "second-run",
@@ -47,6 +47,13 @@ _AT_FDCWD = -100
 def is_staging_name(name: str) -> bool:
     """Whether a folder name is a staging or set-aside folder of a run (readers skip these)."""
     return _STAGING.match(name) is not None
+
+
+def published_path(path) -> str:
+    """Where a file written inside a staging folder will be once the folder is swapped in (other paths as given)."""
+    parts = os.path.abspath(os.fspath(path)).split(os.sep)
+    return os.sep.join(m.group("base") if (m := _STAGING.match(p)) and m.group("kind") == "partial" else p
+                       for p in parts)
 
 
 def _alive(pid: int) -> bool:

@@ -47,7 +47,7 @@ def header_line(resolved: ResolvedRecipe, seed: int, sets: Sequence[str] = ()) -
 
 def run_single(resolved: ResolvedRecipe, seed: int, out, *, sets: Sequence[str] = (), progress: str | None = None,
                divergence: bool = False, mllog=None, events: Sequence = (), plots: bool = False,
-               staged: bool = False) -> RecipeRun:
+               staged: bool = False, mlperf: dict | None = None) -> RecipeRun:
     """Train a resolved recipe once and print what ``deep500lite run`` prints.
 
     Prints :func:`header_line`, the progress, one line per acceptable metric, the first step's
@@ -60,7 +60,9 @@ def run_single(resolved: ResolvedRecipe, seed: int, out, *, sets: Sequence[str] 
         sets: the ``--set`` texts, for the first line.
         progress: as for :func:`~deep500lite.recipe.running.train_recipe`.
         divergence: also measure the first step against the reference executor.
-        mllog: a file for MLPerf-style log lines, or None (a file inside ``out`` is staged with it).
+        mllog: a file for an MLPerf training log, or None (a file inside ``out`` is staged with it); it
+            is checked with mlperf-logging's compliance checker when that is installed.
+        mlperf: the log's submission fields (:func:`deep500lite.recipe.mlperf.submission_fields`).
         events: more training events.
         plots: also write ``loss.png`` and ``accuracy.png`` to ``out``.
         staged: write every output into a staging folder that replaces ``out`` whole at the end
@@ -80,9 +82,14 @@ def run_single(resolved: ResolvedRecipe, seed: int, out, *, sets: Sequence[str] 
         if plots:
             from deep500lite.lv2.events import PlotWriter
 
-            more.append(PlotWriter(folder))
-        return train_recipe(resolved, seed, progress=progress, out=folder, mllog=log, divergence=divergence,
-                            events=more)
+            more.append(PlotWriter(folder, target=resolved.accuracy_target(), label=_variant_label(resolved)))
+        run = train_recipe(resolved, seed, progress=progress, out=folder, mllog=log, divergence=divergence,
+                           events=more, mlperf=mlperf)
+        if log is not None:
+            checked[0] = _compliance_line(log)
+        return run
+
+    checked = [None]
 
     if staged and out is not None:
         with staged_folder(out) as work:
@@ -98,8 +105,35 @@ def run_single(resolved: ResolvedRecipe, seed: int, out, *, sets: Sequence[str] 
     elif div and not div.get("is_reference"):
         print(f"first step vs {div['reference']}: max |outputs diff| {div['outputs']:.3g}, "
               f"max |gradients diff| {div['gradients']:.3g} ({div['worst_gradient']})")
+    if checked[0]:
+        print(checked[0])
     print(f"results: {result.results_path}" + (f"; MLPerf log: {mllog}" if mllog else ""), flush=True)
     return result
+
+
+def _variant_label(resolved: ResolvedRecipe) -> str:
+    """The executor variant's spelling (``torch:compile``), or the framework key: the plots' colour key."""
+    ex = resolved.config.get("executor")
+    if isinstance(ex, str) and ":" in ex:
+        from deep500lite.registry import canonical_executor_spelling
+
+        return canonical_executor_spelling(ex)
+    return resolved.framework
+
+
+def _compliance_line(log) -> str:
+    """One line: the MLPerf log checked by mlperf-logging's compliance checker (or why it was not)."""
+    import importlib.util
+
+    if importlib.util.find_spec("mlperf_logging") is None:
+        return "MLPerf compliance: not checked (pip install 'deep500lite[mlperf]' brings the checker)"
+    from deep500lite.recipe.mlperf import check_log
+
+    report = check_log(log)
+    line = report.line()
+    if not report.passed:
+        line += ": " + " | ".join(" ".join(m.split())[:300] for m in report.messages[:3])
+    return line
 
 
 def _inside(path, folder) -> bool:

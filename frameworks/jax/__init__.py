@@ -31,7 +31,8 @@ device until fetched as ``"<param>_grad"``. The native optimizers (``GradientDes
 ``AdamOptimizer``; see :mod:`deep500lite.frameworks.jax.optimizers`) fuse forward, backward and
 the optax update into one compiled training step.
 
-Custom-domain operators are not supported (the whole graph is compiled by XLA).
+Registered custom operators run on the host through ``jax.pure_callback``, differentiable through
+their ``backward``.
 
 Role modules (the same names in every framework package; see ``docs/architecture.md``):
 
@@ -39,24 +40,32 @@ Role modules (the same names in every framework package; see ``docs/architecture
 - ``ops/``: the ONNX-to-JAX operator converters, one module per operator family, and
   ``SUPPORTED_OPS``; ``dtypes.py``: ONNX and numpy dtypes to JAX's and back (and the x64 switch).
 - ``optimizers.py``: the native optimizers (optax, or ``jax.numpy`` where optax's formula differs).
+- ``custom.py``: ``custom_op``, a deep500lite custom operator as a JAX function (``jax.pure_callback``).
+- ``bench.py``: this framework's benchmark runners; ``models.py``: ``lenet``, ``resnet20`` and ``export_onnx``.
+- ``spec.py``: the framework's declaration (roles and capabilities), read through the entry point.
 """
 
-try:
-    import jax  # noqa: F401
-    import optax  # noqa: F401
-except ImportError as exc:
-    from deep500lite.errors import FrameworkNotAvailableError
-    raise FrameworkNotAvailableError("Framework 'jax' needs JAX and optax: pip install 'deep500lite[jax]' "
-                                     f"(missing: {exc.name})") from exc
+# Light on purpose: deep500lite.registry imports this package to read SPEC, so the framework itself
+# is imported only when one of the names below is first used (lazy_exports).
+from deep500lite.frameworkspec import lazy_exports
+from deep500lite.frameworks.jax.spec import SPEC
 
-from deep500lite.frameworks.jax import dtypes  # noqa: F401 - turns on jax_enable_x64 first
-from deep500lite.frameworks.jax.executor import JaxExecutor, from_model, from_onnx, jax_device
-from deep500lite.frameworks.jax.ops import SUPPORTED_OPS
-from deep500lite.frameworks.jax.optimizers import (
-    AdaGradOptimizer, AdamOptimizer, GradientDescent, MomentumOptimizer, NesterovOptimizer, RMSPropOptimizer)
+_EXPORTS = {
+    "JaxExecutor": "executor",
+    "from_model": "executor",
+    "from_onnx": "executor",
+    "jax_device": "executor",
+    "SUPPORTED_OPS": "ops",
+    "executor_class": "executor:JaxExecutor",
+    "GradientDescent": "optimizers",
+    "MomentumOptimizer": "optimizers",
+    "NesterovOptimizer": "optimizers",
+    "AdamOptimizer": "optimizers",
+    "AdaGradOptimizer": "optimizers",
+    "RMSPropOptimizer": "optimizers",
+}
 
-executor_class = JaxExecutor
+__all__ = ["JaxExecutor", "from_model", "from_onnx", "jax_device", "SUPPORTED_OPS", "executor_class", "GradientDescent",
+           "MomentumOptimizer", "NesterovOptimizer", "AdamOptimizer", "AdaGradOptimizer", "RMSPropOptimizer"]
 
-__all__ = ["JaxExecutor", "from_model", "from_onnx", "jax_device", "SUPPORTED_OPS", "executor_class",
-           "GradientDescent", "MomentumOptimizer", "NesterovOptimizer", "AdamOptimizer", "AdaGradOptimizer",
-           "RMSPropOptimizer"]
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, SPEC)

@@ -28,17 +28,21 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from deep500lite.bench.op import OpRunner
-from deep500lite.bench.overhead import LEARNING_RATE, MODEL_SHAPES, MOMENTUM, random_labels, with_loss
+from deep500lite.bench.contract import LEARNING_RATE, MODEL_SHAPES, MOMENTUM, OpRunner, random_labels, with_loss
 from deep500lite.errors import DeviceError
 from deep500lite.frameworks.jax import models
 from deep500lite.lv1.network import load_model
 from deep500lite.registry import executor
 
-__all__ = ["op_runner", "op_threads", "set_seed", "set_device", "inference_pair", "training_pair", "custom_op_pair"]
+__all__ = ["TRAINING_SAME_WEIGHTS", "op_runner", "op_threads", "set_seed", "set_device", "inference_pair", "training_pair",
+           "custom_op_pair"]
 
 _seed = 0
 _device = None  # the deep500lite Device of bench overhead (None: the CPU)
+
+
+#: bench overhead --training: the native side starts from the deep500lite side's weights (the model is exported).
+TRAINING_SAME_WEIGHTS = True
 
 
 def _jax_device(device):

@@ -11,6 +11,7 @@ import numpy as np
 
 from deep500lite.errors import Deep500Error, FeedError, ModelError, UserError, UserKeyError, UserTypeError
 from deep500lite.lv1.device import Device
+from deep500lite.lv1.compile_progress import compiling
 from deep500lite.lv1.control_flow import subgraph_captures
 from deep500lite.lv1.execution_errors import execution_error, shape_of
 from deep500lite.lv1.executor import GraphExecutor
@@ -52,6 +53,18 @@ def jax_device(device: Device):
 
 def _signature(arrays) -> tuple:
     return tuple((tuple(a.shape), str(a.dtype)) for a in arrays)
+
+
+def _compile_description(cache_key: tuple) -> tuple[str, list]:
+    """What a compile cache key compiles, in words, and its feeds' shapes (for the progress line)."""
+    kind = cache_key[0][0] if cache_key and isinstance(cache_key[0], tuple) and cache_key[0] else None
+    what = {"infer": "the inference function", "train": "the training function",
+            "step": "the training step"}.get(kind, "a function")
+    try:
+        shapes = [tuple(shape) for shape, _ in cache_key[1]]
+    except (IndexError, TypeError, ValueError):
+        shapes = []
+    return what, shapes
 
 
 # Indexing ops whose indices (input 1) XLA clamps or fills when out of range instead of failing;
@@ -206,6 +219,16 @@ class JaxExecutor(GraphExecutor):
                              f"output must come from a node, an input or an initializer. "
                              f"Received: outputs {list(net.outputs)}")
 
+    def is_compiled(self) -> bool:
+        """True with ``jit=True`` (the default: ``jax.jit`` compiles once per feed signature)."""
+        return bool(self.options["jit"])
+
+    def _random_state(self):
+        return self._step
+
+    def _restore_random_state(self, state) -> None:
+        self._step = state
+
     def _network_changed(self) -> None:
         super()._network_changed()
         self._build()
@@ -306,23 +329,25 @@ class JaxExecutor(GraphExecutor):
         start = time.perf_counter()
         self._index_checks = []
         error = None
-        try:
-            with jax.default_matmul_precision(self.options["matmul_precision"]):
-                lowered = jax.jit(fn, donate_argnums=donate).lower(*args)
-            compiled = self._compile_lowered(lowered)
-        except ModelError as exc:
-            why = getattr(exc, "needs_eager", None)
-            if why is None:
+        what, shapes = _compile_description(cache_key)
+        with compiling(self, what, shapes, "jax.jit, XLA"):
+            try:
+                with jax.default_matmul_precision(self.options["matmul_precision"]):
+                    lowered = jax.jit(fn, donate_argnums=donate).lower(*args)
+                compiled = self._compile_lowered(lowered)
+            except ModelError as exc:
+                why = getattr(exc, "needs_eager", None)
+                if why is None:
+                    raise
+                # an output shape that depends on the values: this graph runs op by op, without XLA
+                self.options["eager"] = why
+                compiled = fn
+            except Deep500Error:
                 raise
-            # an output shape that depends on the values: this graph runs op by op, without XLA
-            self.options["eager"] = why
-            compiled = fn
-        except Deep500Error:
-            raise
-        except Exception as exc:  # noqa: BLE001 - XLA refusing to compile a node's attributes
-            error = execution_error("jax", exc)
-        finally:
-            self.compile_seconds += time.perf_counter() - start
+            except Exception as exc:  # noqa: BLE001 - XLA refusing to compile a node's attributes
+                error = execution_error("jax", exc)
+            finally:
+                self.compile_seconds += time.perf_counter() - start
         if error is not None:
             raise error
         self._compiled[cache_key] = compiled

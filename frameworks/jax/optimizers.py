@@ -48,22 +48,13 @@ import numpy as np
 import optax
 
 from deep500lite.errors import UserAttributeError, UserError, UserTypeError
+from deep500lite.lv2.hyperparameters import check_hyperparameter, nesterov_variant, set_hyperparameters
+from deep500lite.lv2.hyperparameters import check_number as _number
 from deep500lite.lv2.optimizer import Optimizer, deep500_arguments
 from deep500lite.frameworks.jax.executor import JaxExecutor
 
 __all__ = ["GradientDescent", "MomentumOptimizer", "NesterovOptimizer", "AdamOptimizer",
            "AdaGradOptimizer", "RMSPropOptimizer"]
-
-
-def _number(name, value, allow_zero=True, below_one=False):
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
-        raise UserTypeError(f"{name} must be a number. Received: {value!r}")
-    value = float(value)
-    ok = (value >= 0 if allow_zero else value > 0) and (value < 1 or not below_one)
-    if not ok:
-        allowed = (">= 0" if allow_zero else "> 0") + (" and < 1" if below_one else "")
-        raise UserError(f"{name} must be a number {allowed}. Received: {value!r}")
-    return value
 
 
 # ------------------------------------------------------------------ transforms
@@ -219,15 +210,7 @@ class _JaxOptimizer(Optimizer):
             self._transform = None
 
     def _check(self, name, value):
-        if name == "learning_rate":
-            _number(name, value, allow_zero=False)
-        elif name in ("nesterov", "centered"):
-            if not isinstance(value, bool):
-                raise UserTypeError(f"{name} must be a bool. Received: {value!r}")
-        elif name in ("beta", "beta1", "beta2"):
-            _number(name, value, below_one=True)
-        else:
-            _number(name, value)
+        check_hyperparameter(name, value)
 
 
 class GradientDescent(_JaxOptimizer):
@@ -245,8 +228,7 @@ class GradientDescent(_JaxOptimizer):
     def __init__(self, executor, learning_rate: float = 0.1, loss: str = "loss", gradient_modifier=None,
                  weight_decay: float = 0.0):
         super().__init__(executor, loss, gradient_modifier)
-        self.learning_rate = _number("learning_rate", learning_rate, allow_zero=False)
-        self.weight_decay = _number("weight_decay", weight_decay)
+        set_hyperparameters(self, learning_rate=learning_rate, weight_decay=weight_decay)
 
 
 class MomentumOptimizer(_JaxOptimizer):
@@ -275,26 +257,18 @@ class MomentumOptimizer(_JaxOptimizer):
     def __init__(self, executor, learning_rate: float = 0.1, momentum: float = 0.9, nesterov: bool = False,
                  loss: str = "loss", gradient_modifier=None, dampening: float = 0.0, weight_decay: float = 0.0):
         super().__init__(executor, loss, gradient_modifier)
-        self.learning_rate = _number("learning_rate", learning_rate, allow_zero=False)
-        self.momentum = _number("momentum", momentum)
+        set_hyperparameters(self, learning_rate=learning_rate, momentum=momentum)
         if _number("dampening", dampening) != 0:
             raise UserError("The jax MomentumOptimizer has no dampening (optax's momentum has none); use "
                             f"dampening=0 or the torch optimizer. Received: dampening={dampening!r}")
-        self.weight_decay = _number("weight_decay", weight_decay)
+        set_hyperparameters(self, weight_decay=weight_decay)
         self._check("nesterov", nesterov)
         if nesterov and self.momentum == 0:
             raise UserError("nesterov=True needs momentum > 0. Received: momentum=0")
         self.nesterov = nesterov
 
 
-class NesterovOptimizer(MomentumOptimizer):
-    """:class:`MomentumOptimizer` with ``nesterov=True`` (the reference's class name)."""
-
-    @deep500_arguments(["learning_rate", "momentum", "dampening", "weight_decay"])
-    def __init__(self, executor, learning_rate: float = 0.1, momentum: float = 0.9, loss: str = "loss",
-                 gradient_modifier=None, dampening: float = 0.0, weight_decay: float = 0.0):
-        super().__init__(executor, learning_rate, momentum, True, loss, gradient_modifier, dampening=dampening,
-                         weight_decay=weight_decay)
+NesterovOptimizer = nesterov_variant(MomentumOptimizer)
 
 
 class AdaGradOptimizer(_JaxOptimizer):
@@ -323,11 +297,8 @@ class AdaGradOptimizer(_JaxOptimizer):
                  gradient_modifier=None, lr_decay: float = 0.0, weight_decay: float = 0.0,
                  initial_accumulator_value: float = 0.0):
         super().__init__(executor, loss, gradient_modifier)
-        self.learning_rate = _number("learning_rate", learning_rate, allow_zero=False)
-        self.epsilon = _number("epsilon", epsilon)
-        self.lr_decay = _number("lr_decay", lr_decay)
-        self.weight_decay = _number("weight_decay", weight_decay)
-        self.initial_accumulator_value = _number("initial_accumulator_value", initial_accumulator_value)
+        set_hyperparameters(self, learning_rate=learning_rate, epsilon=epsilon, lr_decay=lr_decay,
+                            weight_decay=weight_decay, initial_accumulator_value=initial_accumulator_value)
 
 
 class RMSPropOptimizer(_JaxOptimizer):
@@ -358,11 +329,8 @@ class RMSPropOptimizer(_JaxOptimizer):
                  loss: str = "loss", gradient_modifier=None, momentum: float = 0.0, weight_decay: float = 0.0,
                  centered: bool = False):
         super().__init__(executor, loss, gradient_modifier)
-        self.learning_rate = _number("learning_rate", learning_rate, allow_zero=False)
-        self.beta = _number("beta", beta, below_one=True)
-        self.epsilon = _number("epsilon", epsilon)
-        self.momentum = _number("momentum", momentum)
-        self.weight_decay = _number("weight_decay", weight_decay)
+        set_hyperparameters(self, learning_rate=learning_rate, beta=beta, epsilon=epsilon, momentum=momentum,
+                            weight_decay=weight_decay)
         self._check("centered", centered)
         self.centered = centered
 
@@ -389,8 +357,5 @@ class AdamOptimizer(_JaxOptimizer):
     def __init__(self, executor, learning_rate: float = 0.001, beta1: float = 0.9, beta2: float = 0.999,
                  epsilon: float = 1e-8, loss: str = "loss", gradient_modifier=None, weight_decay: float = 0.0):
         super().__init__(executor, loss, gradient_modifier)
-        self.learning_rate = _number("learning_rate", learning_rate, allow_zero=False)
-        self.beta1 = _number("beta1", beta1, below_one=True)
-        self.beta2 = _number("beta2", beta2, below_one=True)
-        self.epsilon = _number("epsilon", epsilon)
-        self.weight_decay = _number("weight_decay", weight_decay)
+        set_hyperparameters(self, learning_rate=learning_rate, beta1=beta1, beta2=beta2, epsilon=epsilon,
+                            weight_decay=weight_decay)

@@ -1,4 +1,4 @@
-"""ONNX Runtime executor.
+r"""ONNX Runtime executor.
 
 The network runs in an ``onnxruntime.InferenceSession`` with the execution provider of the
 device (``CPUExecutionProvider``; ``CUDAExecutionProvider`` for ``gpu:N`` when the installed
@@ -28,38 +28,29 @@ Role modules (the same names in every framework package; see ``docs/architecture
 ONNX Runtime runs ONNX as it is, so it has no ``dtypes.py``, ``native.py`` or ``models.py``.
 """
 
-try:
-    import onnxruntime  # noqa: F401
-except ImportError as exc:
-    from deep500lite.errors import FrameworkNotAvailableError
+# Light on purpose: deep500lite.registry imports this package to read SPEC, so the framework itself
+# is imported only when one of the names below is first used (lazy_exports).
+from deep500lite.frameworkspec import lazy_exports
+from deep500lite.frameworks.onnxruntime.spec import SPEC
 
-    raise FrameworkNotAvailableError(
-        "Framework 'onnxruntime' needs ONNX Runtime: pip install 'deep500lite[onnxruntime]'") from exc
-
-from deep500lite.frameworks.onnxruntime.custom import custom_op
-from deep500lite.frameworks.onnxruntime.executor import OnnxRuntimeExecutor, from_model
-from deep500lite.frameworks.onnxruntime.ops import SUPPORTED_OPS
-from deep500lite.frameworks.onnxruntime.optimizers import (AcceleGradOptimizer, AdaGradOptimizer, AdamOptimizer,
-                                                           GradientDescent, MomentumOptimizer, NesterovOptimizer,
-                                                           RMSPropOptimizer)
-
-executor_class = OnnxRuntimeExecutor
+_EXPORTS = {
+    "custom_op": "custom",
+    "OnnxRuntimeExecutor": "executor",
+    "from_model": "executor",
+    "SUPPORTED_OPS": "ops",
+    "executor_class": "executor:OnnxRuntimeExecutor",
+    "GradientDescent": "optimizers",
+    "MomentumOptimizer": "optimizers",
+    "NesterovOptimizer": "optimizers",
+    "AdaGradOptimizer": "optimizers",
+    "RMSPropOptimizer": "optimizers",
+    "AdamOptimizer": "optimizers",
+    "AcceleGradOptimizer": "optimizers",
+    "from_onnx": "executor",
+}
 
 __all__ = ["custom_op", "OnnxRuntimeExecutor", "from_model", "SUPPORTED_OPS", "executor_class", "GradientDescent",
            "MomentumOptimizer", "NesterovOptimizer", "AdaGradOptimizer", "RMSPropOptimizer", "AdamOptimizer",
-           "AcceleGradOptimizer"]
+           "AcceleGradOptimizer", "from_onnx"]
 
-# Deep500's own names (issue 15), grouped by area; each block adds its imports and extends __all__.
-# [training]
-# [/training]
-# [data-metrics]
-# [/data-metrics]
-# [ops-custom]
-# [/ops-custom]
-# [graph-executors]
-from deep500lite.frameworks.onnxruntime.executor import from_onnx  # noqa: E402
-
-__all__ += ["from_onnx"]
-# [/graph-executors]
-# [distributed]
-# [/distributed]
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, SPEC)

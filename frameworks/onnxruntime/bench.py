@@ -19,12 +19,9 @@ import contextlib
 import numpy as np
 import onnxruntime as ort
 
-from deep500lite.bench.op import OpRunner
-from deep500lite.bench.op_overhead import graph_pair
-from deep500lite.bench.overhead import MODEL_SHAPES, d5_training_step
+from deep500lite.bench.contract import MODEL_SHAPES, OpRunner, d5_training_step, graph_pair, zoo_network
 from deep500lite.errors import DeviceError
 from deep500lite.frameworks.onnxruntime.optimizers import MomentumOptimizer
-from deep500lite.networks import create_model
 from deep500lite.registry import executor
 
 __all__ = ["op_runner", "op_threads", "set_seed", "inference_pair", "training_pair", "custom_op_pair"]
@@ -108,9 +105,7 @@ def inference_pair(model, batch, rng):
     Returns:
         ``(deep500lite_call, native_call, executor)``.
     """
-    name = "lenet" if model == "lenet" else "resnet"
-    kwargs = {} if model == "lenet" else {"depth": 20}
-    net, _, _ = create_model(name, batch, classes=10, shape=MODEL_SHAPES[model], **kwargs)
+    net = zoo_network(model, batch)
     def options():
         # Two sessions in one process: with spinning intra-op thread pools, the idle one would
         # spin while the other works and slow it down; both sides get the same settings.

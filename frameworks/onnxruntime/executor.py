@@ -27,7 +27,6 @@ OPTIMIZATION_LEVELS = {name: getattr(ort.GraphOptimizationLevel, member) for nam
 
 # Execution providers that the plain onnxruntime package lacks, and the package that has each.
 _PROVIDER_PACKAGES = {
-    "OpenVINOExecutionProvider": "onnxruntime-openvino",
     "CUDAExecutionProvider": "onnxruntime-gpu",
     "TensorrtExecutionProvider": "onnxruntime-gpu",
     "DmlExecutionProvider": "onnxruntime-directml",
@@ -55,7 +54,7 @@ class OnnxRuntimeExecutor(HostGraphExecutor):
         intra_op_num_threads: threads inside one operator (0: ONNX Runtime's default).
         inter_op_num_threads: threads across operators (0: ONNX Runtime's default).
         providers: execution provider names (or ``(name, provider options)`` pairs) in priority
-            order, such as ``["OpenVINOExecutionProvider", "CPUExecutionProvider"]``; each must be
+            order, such as ``["CUDAExecutionProvider", "CPUExecutionProvider"]``; each must be
             in ``onnxruntime.get_available_providers()``. None: the device's provider.
 
     Raises:

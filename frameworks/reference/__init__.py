@@ -12,51 +12,56 @@ Role modules (the same names in every framework package; see ``docs/architecture
 - ``custom.py``: ``custom_op``, a deep500lite custom operator as an ``onnx.reference`` operator.
 - ``optimizers.py``: the reference optimizers in numpy, which run on every executor.
 - ``bench.py``: this framework's benchmark runners.
-- ``transforms.py`` (reference only): data augmentation in numpy, for any framework's samplers.
-- ``perf.py`` (reference only): ``python -m deep500lite.frameworks.reference.perf``, the LeNet
-  training step against torch's and the gradient check's time (benchmarks, issue 17).
+
+The data augmentation it re-exports (``RandomCrop``, ``Cutout``, ...) is level 2's
+(:mod:`deep500lite.lv2.augmentation`); ``transforms`` stays as its old import path.
 
 The reference executor converts nothing, so it has no ``dtypes.py``, ``native.py`` or
 ``models.py``.
 """
 
-from deep500lite.frameworks.reference.custom import custom_op
-from deep500lite.frameworks.reference.executor import ReferenceExecutor, from_model
-from deep500lite.frameworks.reference.ops import SUPPORTED_OPS
-from deep500lite.frameworks.reference.transforms import (BatchTransform, Cutout, Normalize, RandomCrop,
-                                                         RandomHorizontalFlip, RandomTransform)
-from deep500lite.frameworks.reference.optimizers import (AcceleGradOptimizer, AdaGradOptimizer, AdamOptimizer,
-                                                         GradientDescent, MomentumOptimizer, NesterovOptimizer,
-                                                         RMSPropOptimizer)
+# Light on purpose: deep500lite.registry imports this package to read SPEC, so the framework itself
+# is imported only when one of the names below is first used (lazy_exports).
+from deep500lite.frameworkspec import lazy_exports
+from deep500lite.frameworks.reference.spec import SPEC
 
-executor_class = ReferenceExecutor
+_EXPORTS = {
+    "ReferenceExecutor": "executor",
+    "from_model": "executor",
+    "custom_op": "custom",
+    "SUPPORTED_OPS": "ops",
+    "executor_class": "executor:ReferenceExecutor",
+    "GradientDescent": "optimizers",
+    "MomentumOptimizer": "optimizers",
+    "NesterovOptimizer": "optimizers",
+    "AdaGradOptimizer": "optimizers",
+    "RMSPropOptimizer": "optimizers",
+    "AdamOptimizer": "optimizers",
+    "AcceleGradOptimizer": "optimizers",
+    "BatchTransform": "deep500lite.lv2.augmentation",
+    "RandomTransform": "deep500lite.lv2.augmentation",
+    "RandomCrop": "deep500lite.lv2.augmentation",
+    "RandomHorizontalFlip": "deep500lite.lv2.augmentation",
+    "Cutout": "deep500lite.lv2.augmentation",
+    "Normalize": "deep500lite.lv2.augmentation",
+    "Crop": "deep500lite.lv2.augmentation",
+    "RandomFlip": "deep500lite.lv2.augmentation",
+    "from_onnx": "executor",
+    "DistributedOptimizer": "distributed_optimizers",
+    "ConsistentParameterServer": "distributed_optimizers",
+    "InconsistentParameterServer": "distributed_optimizers",
+    "ConsistentDecentralized": "distributed_optimizers",
+    "ModelAverageDecentralized": "distributed_optimizers",
+    "ConsistentNeighbors": "distributed_optimizers",
+    "ElasticAveraging": "distributed_optimizers",
+    "StaleSynchronous": "distributed_optimizers",
+}
 
 __all__ = ["ReferenceExecutor", "from_model", "custom_op", "SUPPORTED_OPS", "executor_class", "GradientDescent",
            "MomentumOptimizer", "NesterovOptimizer", "AdaGradOptimizer", "RMSPropOptimizer", "AdamOptimizer",
            "AcceleGradOptimizer", "BatchTransform", "RandomTransform", "RandomCrop", "RandomHorizontalFlip", "Cutout",
-           "Normalize"]
+           "Normalize", "Crop", "RandomFlip", "from_onnx", "DistributedOptimizer", "ConsistentParameterServer",
+           "InconsistentParameterServer", "ConsistentDecentralized", "ModelAverageDecentralized", "ConsistentNeighbors",
+           "ElasticAveraging", "StaleSynchronous"]
 
-# Deep500's own names (issue 15), grouped by area; each block adds its imports and extends __all__.
-# [training]
-# [/training]
-# [data-metrics]
-from deep500lite.frameworks.reference.transforms import Crop, RandomFlip  # noqa: E402
-
-__all__ += ["Crop", "RandomFlip"]
-# [/data-metrics]
-# [ops-custom]
-# [/ops-custom]
-# [graph-executors]
-from deep500lite.frameworks.reference.executor import from_onnx  # noqa: E402
-
-__all__ += ["from_onnx"]
-# [/graph-executors]
-# [distributed]
-from deep500lite.frameworks.reference.distributed_optimizers import (  # noqa: E402
-    ConsistentDecentralized, ConsistentNeighbors, ConsistentParameterServer, DistributedOptimizer, ElasticAveraging,
-    InconsistentParameterServer, ModelAverageDecentralized, StaleSynchronous)
-
-__all__ += ["DistributedOptimizer", "ConsistentParameterServer", "InconsistentParameterServer",
-            "ConsistentDecentralized", "ModelAverageDecentralized", "ConsistentNeighbors", "ElasticAveraging",
-            "StaleSynchronous"]
-# [/distributed]
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, SPEC)

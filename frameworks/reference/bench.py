@@ -18,10 +18,7 @@ import contextlib
 
 import numpy as np
 
-from deep500lite.bench.op import OpRunner
-from deep500lite.bench.op_overhead import graph_pair
-from deep500lite.bench.overhead import d5_training_step
-from deep500lite.bench.peak import blas_threads
+from deep500lite.bench.contract import OpRunner, blas_threads, d5_training_step, graph_pair
 from deep500lite.errors import DeviceError
 from deep500lite.frameworks.reference.optimizers import MomentumOptimizer
 from deep500lite.lv1.network import load_model

@@ -45,59 +45,48 @@ Role modules (the same names in every framework package; see ``docs/architecture
 - ``models.py``: ``lenet``, ``resnet20`` (Keras, NHWC ``input_shape``) and ``export_onnx``, with
   the same names as :mod:`deep500lite.frameworks.torch.models`.
 - ``layout.py`` (TensorFlow only): the NCHW/NHWC layout propagation of the converter.
+- ``distributed.py``: Deep500's ``HorovodDistributedOptimizer`` over ``horovod.tensorflow`` (an optimizer
+  wrapper, where torch's module is also a communicator); ``zoo.py``, ``op_validation.py``: the zoo's
+  Keras exports and Deep500's native-operator tests; ``state.py``: the seed and checkpoint state.
+- ``spec.py``: the framework's declaration (roles and capabilities), read through the entry point.
 """
 
-try:
-    import tensorflow  # noqa: F401
-except ImportError as exc:
-    from deep500lite.errors import FrameworkNotAvailableError
-    raise FrameworkNotAvailableError(
-        "Framework 'tensorflow' needs TensorFlow: pip install 'deep500lite[tensorflow]'") from exc
+# Light on purpose: deep500lite.registry imports this package to read SPEC, so the framework itself
+# is imported only when one of the names below is first used (lazy_exports).
+from deep500lite.frameworkspec import lazy_exports
+from deep500lite.frameworks.tensorflow.spec import SPEC
 
-from deep500lite.frameworks.tensorflow.custom import custom_op  # noqa: E402
-from deep500lite.frameworks.tensorflow.executor import TensorFlowExecutor, from_model  # noqa: E402
-from deep500lite.frameworks.tensorflow.native import NativeNetwork, TensorFlowNativeExecutor  # noqa: E402
-from deep500lite.frameworks.tensorflow.ops import SUPPORTED_OPS  # noqa: E402
-from deep500lite.frameworks.tensorflow.optimizers import (  # noqa: E402
-    AdaGradOptimizer, AdamOptimizer, GradientDescent, MomentumOptimizer, NesterovOptimizer, RMSPropOptimizer,
-    TensorFlowOptimizer)
-
-executor_class = TensorFlowExecutor
+_EXPORTS = {
+    "custom_op": "custom",
+    "TensorFlowExecutor": "executor",
+    "TensorFlowNativeExecutor": "native",
+    "NativeNetwork": "native",
+    "from_model": "executor",
+    "SUPPORTED_OPS": "ops",
+    "executor_class": "executor:TensorFlowExecutor",
+    "TensorFlowOptimizer": "optimizers",
+    "GradientDescent": "optimizers",
+    "MomentumOptimizer": "optimizers",
+    "NesterovOptimizer": "optimizers",
+    "AdamOptimizer": "optimizers",
+    "AdaGradOptimizer": "optimizers",
+    "RMSPropOptimizer": "optimizers",
+    "desc_from_tensor": "op_validation",
+    "custom_op_from_native": "op_validation",
+    "test_nativeop_forward": "op_validation",
+    "test_nativeop_gradient": "op_validation",
+    "from_onnx": "executor",
+    "TensorflowGraphExecutor": "executor:TensorFlowExecutor",
+    "HorovodDistributedOptimizer": "distributed",
+}
 
 __all__ = ["custom_op", "TensorFlowExecutor", "TensorFlowNativeExecutor", "NativeNetwork", "from_model",
            "SUPPORTED_OPS", "executor_class", "TensorFlowOptimizer", "GradientDescent", "MomentumOptimizer",
-           "NesterovOptimizer", "AdamOptimizer", "AdaGradOptimizer", "RMSPropOptimizer"]
+           "NesterovOptimizer", "AdamOptimizer", "AdaGradOptimizer", "RMSPropOptimizer", "desc_from_tensor",
+           "custom_op_from_native", "test_nativeop_forward", "test_nativeop_gradient", "from_onnx",
+           "TensorflowGraphExecutor", "HorovodDistributedOptimizer"]
 
+_DEPRECATED = {"KerasExecutor": ("TensorFlowNativeExecutor", "KerasExecutor is deprecated; use "
+                                "deep500lite.frameworks.tensorflow.TensorFlowNativeExecutor (the same class).")}
 
-def __getattr__(name: str):
-    """``KerasExecutor``, the old name of :class:`TensorFlowNativeExecutor`, with a DeprecationWarning."""
-    if name == "KerasExecutor":
-        import warnings
-
-        warnings.warn("KerasExecutor is deprecated; use deep500lite.frameworks.tensorflow.TensorFlowNativeExecutor "
-                      "(the same class).", DeprecationWarning, stacklevel=2)
-        return TensorFlowNativeExecutor
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-# Deep500's own names (issue 15), grouped by area; each block adds its imports and extends __all__.
-# [training]
-# [/training]
-# [data-metrics]
-# [/data-metrics]
-# [ops-custom]
-from deep500lite.frameworks.tensorflow.op_validation import (  # noqa: E402
-    custom_op_from_native, desc_from_tensor, test_nativeop_forward, test_nativeop_gradient)
-
-__all__ += ["desc_from_tensor", "custom_op_from_native", "test_nativeop_forward", "test_nativeop_gradient"]
-# [/ops-custom]
-# [graph-executors]
-from deep500lite.frameworks.tensorflow.executor import from_onnx  # noqa: E402
-
-TensorflowGraphExecutor = TensorFlowExecutor  # Deep500's name of the ONNX-converting executor
-__all__ += ["from_onnx", "TensorflowGraphExecutor"]
-# [/graph-executors]
-# [distributed]
-from deep500lite.frameworks.tensorflow.distributed import HorovodDistributedOptimizer  # noqa: E402
-
-__all__ += ["HorovodDistributedOptimizer"]
-# [/distributed]
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, SPEC, deprecated=_DEPRECATED)

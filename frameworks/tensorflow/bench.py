@@ -19,14 +19,13 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from deep500lite.bench.op import OpRunner
-from deep500lite.bench.overhead import LEARNING_RATE, MODEL_SHAPES, MOMENTUM, random_labels, with_loss
+from deep500lite.bench.contract import (LEARNING_RATE, MODEL_SHAPES, MOMENTUM, OpRunner, random_labels, with_loss,
+                                        zoo_network)
 from deep500lite.errors import DeviceError
 from deep500lite.frameworks.tensorflow import models
 from deep500lite.frameworks.tensorflow.custom import custom_op
 from deep500lite.frameworks.tensorflow.optimizers import MomentumOptimizer
 from deep500lite.lv1.network import load_model
-from deep500lite.networks import create_model
 from deep500lite.registry import executor
 
 __all__ = ["op_runner", "op_threads", "set_seed", "inference_pair", "training_pair", "custom_op_pair"]
@@ -149,8 +148,7 @@ def training_pair(model, batch, rng):
     """
     c, h, w = MODEL_SHAPES[model]
     keras_model = models.lenet(input_shape=(h, w, c)) if model == "lenet" else models.resnet20(input_shape=(h, w, c))
-    name, kwargs = ("lenet", {}) if model == "lenet" else ("resnet", {"depth": 20})
-    net = with_loss(create_model(name, batch, classes=10, shape=MODEL_SHAPES[model], **kwargs)[0])
+    net = with_loss(zoo_network(model, batch))
     ex = executor(net, "tensorflow")
     optimizer = MomentumOptimizer(ex, learning_rate=LEARNING_RATE, momentum=MOMENTUM)
     x = rng.standard_normal((batch, c, h, w)).astype(np.float32)

@@ -26,6 +26,11 @@ def _shape(d):
     return None if d.shape is None else list(d.shape)
 
 
+def _as_list(results) -> list:
+    """``tf.numpy_function``'s results as a list: run eagerly it returns one tensor, not a list of one."""
+    return list(results) if isinstance(results, (list, tuple)) else [results]
+
+
 def custom_op(op):
     """The operator as a differentiable function of TensorFlow tensors.
 
@@ -60,13 +65,14 @@ def custom_op(op):
     @tf.custom_gradient
     def fn(*xs):
         xs = [tf.convert_to_tensor(x, dtype=t) for x, t in zip(xs, in_types)]
-        ys = tf.numpy_function(np_forward, xs, out_types, stateful=False, name=name)
+        ys = _as_list(tf.numpy_function(np_forward, xs, out_types, stateful=False, name=name))
         for y, d in zip(ys, outs):
             y.set_shape(_shape(d))
 
         def grad(*dys):
             dys = [tf.zeros_like(y) if g is None else tf.cast(g, y.dtype) for g, y in zip(dys, ys)]
-            gxs = tf.numpy_function(np_backward, [*dys, *xs, *ys], in_types, stateful=False, name=f"{name}_Grad")
+            gxs = _as_list(tf.numpy_function(np_backward, [*dys, *xs, *ys], in_types, stateful=False,
+                                             name=f"{name}_Grad"))
             for g, x in zip(gxs, xs):
                 g.set_shape(x.shape)
             return [g if x.dtype.is_floating else None for g, x in zip(gxs, xs)]

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 import numpy as np
 import tensorflow as tf
 
-from deep500lite.errors import Deep500Error, FeedError, UserKeyError, UserTypeError
+from deep500lite.errors import Deep500Error, FeedError, UnsupportedOperatorError, UserKeyError, UserTypeError
+from deep500lite.lv1.compile_progress import compiling
 from deep500lite.lv1.control_flow import subgraph_captures
 from deep500lite.lv1.execution_errors import execution_error, shape_of
 from deep500lite.lv1.executor import GraphExecutor
-from deep500lite.lv1.network import FLOAT_DTYPES
+from deep500lite.lv1.network import FLOAT_DTYPES, iter_nodes, load_model
 from deep500lite.frameworks.tensorflow.layout import Value
 from deep500lite.frameworks.tensorflow import param_layout
 from deep500lite.frameworks.tensorflow.dtypes import check_types
@@ -55,6 +57,17 @@ def _refined(value, shape):
         except (ValueError, AttributeError):  # an eager tensor, or shapes that disagree: left as is
             pass
     return value
+
+
+def _refuse_custom_nodes_under_xla(network) -> None:
+    """Refuse a custom operator under XLA before anything is built: XLA cannot call back into Python or C."""
+    for node in iter_nodes(network.graph):
+        if node.domain not in ("", "ai.onnx"):
+            raise UnsupportedOperatorError(
+                f"tensorflow:xla cannot run the custom operator '{node.op_type}' (node '{node.name or node.output[0]}'):"
+                " XLA compiles the whole function and has no kernel for a Python or C++ callback (tf.numpy_function); "
+                "run it on tensorflow (without XLA), torch:compile or jax, which call it from compiled code. "
+                f"Received: executor tensorflow:xla and domain {node.domain!r}")
 
 
 class TensorFlowExecutor(GraphExecutor):
@@ -104,6 +117,9 @@ class TensorFlowExecutor(GraphExecutor):
     def __init__(self, network, device=None, seed: int = 0, jit_compile: bool = False):
         if not isinstance(jit_compile, bool):
             raise UserTypeError(f"jit_compile must be True or False. Received: {jit_compile!r}")
+        if jit_compile:
+            network = load_model(network)
+            _refuse_custom_nodes_under_xla(network)
         super().__init__(network, device)
         self._jit = jit_compile
         self.compile_seconds = 0.0
@@ -170,8 +186,9 @@ class TensorFlowExecutor(GraphExecutor):
                 env: dict[str, Value] = {name: self._param_value(name) for name in used_vars}
                 env.update((name, Value(tf.constant(constants[name]))) for name in used_consts)
                 env.update(zip(inputs, (Value(t) for t in feeds)))
-                for run, ins, outs in plan:
-                    results = run([env[n] if n else None for n in ins])
+                for i, (run, ins, outs) in enumerate(plan):
+                    with tf.name_scope(_node_scope(i)):
+                        results = run([env[n] if n else None for n in ins])
                     for name, value in zip(outs, results):
                         if name and value is not None:
                             env[name] = _refined(value, ranks.get(name))
@@ -242,6 +259,14 @@ class TensorFlowExecutor(GraphExecutor):
         key = (id(fn), tuple((np.shape(a), np.asarray(a).dtype.str) for a in args))
         if key in self._compiled_shapes:
             return fn(*args)
+        if self._jit:
+            what = "the training function" if training else "the inference function"
+            with compiling(self, what, [np.shape(a) for a in args], "XLA, jit_compile=True"):
+                return self._first_call(fn, args, training, key)
+        return self._first_call(fn, args, training, key)
+
+    def _first_call(self, fn, args, training: bool, key):
+        """The first call of ``fn`` for a concrete input shape, its tracing and compilation timed (see the class docs)."""
         t0 = time.perf_counter()
         fn.get_concrete_function(*args)  # traces, or finds the trace of this shape family
         spent = time.perf_counter() - t0
@@ -261,6 +286,16 @@ class TensorFlowExecutor(GraphExecutor):
         self.compile_seconds += spent
         self._compiled_shapes.add(key)
         return results
+
+    def is_compiled(self) -> bool:
+        """True with ``jit_compile=True`` (XLA compiles on the first call per input shape)."""
+        return self._jit
+
+    def _random_state(self):
+        return self._rng.state.numpy()
+
+    def _restore_random_state(self, state) -> None:
+        self._rng.state.assign(state)
 
     def _training_state(self) -> list:
         """``(variable, value)`` of the state a training run changes: running statistics, the Dropout generator."""
@@ -289,8 +324,9 @@ class TensorFlowExecutor(GraphExecutor):
             env.update(zip(self._inputs, (Value(t) for t in feeds)))
             updates = []
             ranks = self._ranks
-            for run, ins, outs, state in self._train_plan:
-                results = run([env[n] if n else None for n in ins])
+            for i, (run, ins, outs, state) in enumerate(self._train_plan):
+                with tf.name_scope(_node_scope(i)):
+                    results = run([env[n] if n else None for n in ins])
                 for name, value in zip(outs, results):
                     if name and value is not None:
                         env[name] = _refined(value, ranks.get(name))
@@ -384,39 +420,59 @@ class TensorFlowExecutor(GraphExecutor):
             cache[1][key] = fn.get_concrete_function(*args)
         return results
 
-    def _run_error(self, exc, feeds, training: bool):
+    def _run_error(self, exc, feeds, training: bool, y=None):
         """The :class:`ExecutionError` for a failed run of the (training) function.
 
-        The converted graph gives no cheap way back to the ONNX node, so only now, after the
-        failure, is it run again eagerly node by node with the same feeds: the first node that
-        raises is the one reported, with its input shapes.
+        The converted graph keeps no per-node bookkeeping, so only now, after the failure, is it
+        run again eagerly node by node with the same feeds: the first node that raises is the
+        one reported, with its input shapes. For the training graph, when the forward pass runs,
+        each node that leads to ``y`` is then differentiated on its own, last node first, as
+        the backward pass would meet them. A failure that happens only in the graph (a kernel
+        TensorFlow's graph optimizer chose, XLA) is found by name instead: every node's ops are
+        traced in a name scope of its own (:func:`_node_scope`), which TensorFlow's message
+        names (``gradient_tape/d5node3/Conv2DBackpropInput``).
         """
         if isinstance(exc, Deep500Error):
             return exc
         try:
-            node, shapes = self._locate_failure(feeds, training)
+            node, shapes = self._locate_failure(exc, feeds, training, y)
         except Exception:  # noqa: BLE001 - the diagnosis must not hide the error it diagnoses
             node = shapes = None
         return execution_error("tensorflow", exc, node, shapes, "training graph" if training else None)
 
-    def _locate_failure(self, feeds, training: bool):
-        """``(node, input shapes)`` of the first node that raises when run eagerly, or ``(None, None)``."""
+    def _locate_failure(self, exc, feeds, training: bool, y=None):
+        """``(node, input shapes)`` of the node that failed, or ``(None, None)`` (see :meth:`_run_error`)."""
+        nodes = self.network.graph.node
         plan = self._train_plan if training else self._plan
-        with tf.device(self._tfdev):
-            env: dict[str, Value] = {n: self._param_value(n) for n in self._variables}
-            env.update((n, Value(tf.constant(c))) for n, c in self._constants.items())
-            env.update((n, Value(tf.convert_to_tensor(feeds[n]))) for n in self._inputs)
-            for node, (run, ins, outs, *_) in zip(self.network.graph.node, plan):
-                args = [env.get(n) if n else None for n in ins]
-                try:
-                    results = run(args)
-                except Exception:  # noqa: BLE001 - this is the failing node
-                    return node, ["absent" if not n else None if a is None else shape_of(a.plain)
-                                  for n, a in zip(ins, args)]
-                for name, value in zip(outs, results):
-                    if name and value is not None:
-                        env[name] = value
-        return None, None
+        backward = _nodes_leading_to(nodes, y) if training else set()
+        state = self._training_state() if training else []  # restored after: the rerun must not advance Dropout
+        inputs = {}  # node index -> its input Values, for the nodes reached
+        try:
+            with tf.device(self._tfdev):
+                env: dict[str, Value] = {n: self._param_value(n) for n in self._variables}
+                env.update((n, Value(tf.constant(c))) for n, c in self._constants.items())
+                env.update((n, Value(tf.convert_to_tensor(feeds[n]))) for n in self._inputs)
+                for i, (run, ins, outs, *_) in enumerate(plan):
+                    args = inputs[i] = [env.get(n) if n else None for n in ins]
+                    try:
+                        results = run(args)
+                    except Exception:  # noqa: BLE001 - this is the failing node
+                        return nodes[i], _input_shapes(ins, args)
+                    for name, value in zip(outs, results):
+                        if name and value is not None:
+                            env[name] = value
+                for i in sorted(backward, reverse=True):
+                    try:
+                        _run_and_differentiate(plan[i][0], inputs[i])
+                    except Exception:  # noqa: BLE001 - this node's gradient is what fails
+                        return nodes[i], _input_shapes(plan[i][1], inputs[i])
+        finally:
+            for var, value in state:
+                var.assign(value)
+        named = _scoped_node(exc, len(nodes))
+        if named is None:
+            return None, None
+        return nodes[named], _input_shapes(plan[named][1], inputs[named]) if named in inputs else None
 
     def inference_and_backprop(self, feeds, y="loss"):
         """Run forward in training mode, then backward from the scalar ``y`` (see the class docs).
@@ -434,7 +490,7 @@ class TensorFlowExecutor(GraphExecutor):
         try:
             outs, loss, grads = self._call(fn, [feeds[name] for name in self._inputs], training=True)
         except Exception as exc:  # noqa: BLE001 - reported as an ExecutionError naming the node
-            error = self._run_error(exc, feeds, training=True)
+            error = self._run_error(exc, feeds, training=True, y=y)
         else:
             error = None
         if error is not None:
@@ -525,6 +581,56 @@ def _check_scalar(y, loss):
     if not loss.dtype.is_floating:
         raise FeedError(f"inference_and_backprop: y='{y}' must be a floating-point tensor. "
                         f"Received: {loss.dtype.name}")
+
+
+_SCOPE_PREFIX = "d5node"
+# A node's scope in an op name of a failure message; TensorFlow appends "_1" to a scope opened twice.
+_SCOPE_IN_MESSAGE = re.compile(rf"(?:^|[\s/{{'\"]){_SCOPE_PREFIX}(\d+)(?:_\d+)?/")
+
+
+def _node_scope(index: int) -> str:
+    """The name scope the ops of node ``index`` are traced in (it names them in TensorFlow's messages)."""
+    return f"{_SCOPE_PREFIX}{index}"
+
+
+def _scoped_node(exc, n_nodes: int) -> int | None:
+    """The index of the node whose scope TensorFlow's message names first, or None."""
+    text = str(getattr(exc, "message", None) or exc)
+    for match in _SCOPE_IN_MESSAGE.finditer(text):
+        index = int(match.group(1))
+        if index < n_nodes:
+            return index
+    return None
+
+
+def _nodes_leading_to(nodes, y) -> set:
+    """The indices of the nodes whose outputs ``y`` depends on (the ones the training step differentiates)."""
+    needed = {y}
+    found = set()
+    for i in range(len(nodes) - 1, -1, -1):
+        if any(o and o in needed for o in nodes[i].output):
+            found.add(i)
+            needed.update(n for n in nodes[i].input if n)
+    return found
+
+
+def _input_shapes(names, args) -> list:
+    """The shapes of a node's input Values (``"absent"`` for an omitted input, None for an unknown one)."""
+    return ["absent" if not n else None if a is None else shape_of(a.plain) for n, a in zip(names, args)]
+
+
+def _run_and_differentiate(run, args):
+    """``run(args)`` eagerly under a tape, then the gradient of its floating-point outputs with respect
+    to its floating-point inputs (an upstream gradient of ones): raises where the node's backward fails."""
+    fresh = [None if a is None else Value(a.tensor, a.perm) for a in args]  # no transposes cached off the tape
+    sources = [a.tensor for a in fresh if a is not None and a.tensor.dtype.is_floating]
+    with tf.GradientTape() as tape:
+        tape.watch(sources)
+        results = run(fresh)
+    targets = [v.tensor for v in results if v is not None and v.tensor.dtype.is_floating]
+    if sources and targets:
+        tape.gradient(targets, sources, output_gradients=[tf.ones_like(t) for t in targets])
+    return results
 
 
 def _flatten_channels_last(plan, indices):

@@ -31,23 +31,62 @@ Semantics:
 
 from __future__ import annotations
 
+import functools
 import warnings
 from typing import Callable, Sequence
 
 import numpy as np
 import tensorflow as tf
 
-from deep500lite.errors import Deep500Error, DeviceError, FeedError, UserKeyError, UserTypeError
+from deep500lite.errors import (Deep500Error, DeviceError, FeedError, UnsupportedOperatorError, UserKeyError,
+                                UserTypeError)
 from deep500lite.lv0.tensordesc import TensorDescriptor
 from deep500lite.lv1.device import as_device
 from deep500lite.lv1.executor import GraphExecutor
 from deep500lite.lv1.network import Deep500NetworkNames, gradient_name
 from deep500lite.frameworks.tensorflow.executor import TensorFlowExecutor, tf_device_name
 
-__all__ = ["TensorFlowNativeExecutor", "NativeNetwork"]
+__all__ = ["TensorFlowNativeExecutor", "NativeNetwork", "cpu_runs_nchw_convolutions"]
 
 # Old public names -> their new names; resolved with a DeprecationWarning by __getattr__ below.
 _DEPRECATED = {"KerasExecutor": "TensorFlowNativeExecutor", "KerasNetwork": "NativeNetwork"}
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_runs_nchw_convolutions() -> bool:
+    """Whether TensorFlow's CPU kernels run 2-D convolutions on NCHW tensors in this process.
+
+    They do with oneDNN and do not without it (TensorFlow's own CPU Conv2D and its input gradient,
+    which a transposed convolution runs, are NHWC only); asked by running both once on tiny tensors.
+    """
+    with tf.device("/CPU:0"):
+        try:
+            tf.nn.conv2d(tf.zeros([1, 1, 2, 2]), tf.zeros([1, 1, 1, 1]), 1, "VALID", data_format="NCHW")
+            tf.raw_ops.Conv2DBackpropInput(input_sizes=[1, 1, 2, 2], filter=tf.zeros([1, 1, 1, 1]),
+                                           out_backprop=tf.zeros([1, 1, 2, 2]), strides=[1, 1, 1, 1],
+                                           padding="VALID", data_format="NCHW")
+        except (tf.errors.UnimplementedError, tf.errors.InvalidArgumentError):
+            return False
+    return True
+
+
+def _check_cpu_layouts(model) -> None:
+    """Refuse, before running, a model with channels-first 1-D or 2-D (transposed) convolution layers
+    where TensorFlow's CPU kernels cannot run them (:func:`cpu_runs_nchw_convolutions`), naming them."""
+    import keras
+
+    kinds = (keras.layers.Conv1D, keras.layers.Conv2D, keras.layers.Conv1DTranspose, keras.layers.Conv2DTranspose)
+    flatten = getattr(model, "_flatten_layers", None)
+    layers = list(flatten(include_self=False)) if flatten is not None else list(getattr(model, "layers", []))
+    found = [f"'{layer.name}' ({type(layer).__name__})" for layer in layers
+             if isinstance(layer, kinds) and getattr(layer, "data_format", None) == "channels_first"]
+    if found and not cpu_runs_nchw_convolutions():
+        raise UnsupportedOperatorError(
+            f"TensorFlow cannot run 1-D and 2-D convolution layers with data_format='channels_first' on this "
+            f"CPU: only its oneDNN kernels take NCHW tensors, and oneDNN is off in this process "
+            f"(TF_ENABLE_ONEDNN_OPTS=0, or TensorFlow's default on a CPU without AVX-512). Build the layers "
+            f"with data_format='channels_last', run on a GPU, or start Python with TF_ENABLE_ONEDNN_OPTS=1. "
+            f"Received: layers {', '.join(found)}")
 
 
 class NativeNetwork(Deep500NetworkNames):
@@ -155,6 +194,9 @@ class TensorFlowNativeExecutor(GraphExecutor):
 
     Raises:
         DeviceError: the device is not present.
+        UnsupportedOperatorError: on the CPU, the model has 1-D or 2-D convolution layers with
+            ``data_format="channels_first"`` and TensorFlow's oneDNN kernels, the only CPU kernels
+            for them, are off (see :func:`cpu_runs_nchw_convolutions`).
         UserTypeError: ``model`` is not a Keras model (a ``TypeError``).
     """
 
@@ -173,6 +215,8 @@ class TensorFlowNativeExecutor(GraphExecutor):
             raise DeviceError(f"The {self.framework} executor cannot run on {device}: "
                               + TensorFlowExecutor.device_unavailable_reason(device)
                               + f" Received: device={str(device)!r}")
+        if not device.is_gpu:
+            _check_cpu_layouts(model)
         self.devname = device
         self._tfdev = tf_device_name(device)
         self.model = model

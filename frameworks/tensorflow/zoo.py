@@ -46,7 +46,7 @@ import re
 
 import numpy as np
 
-from deep500lite.bench.zoo_model import ZooModel, map_parameters
+from deep500lite.bench.contract import ZooModel, map_parameters
 from deep500lite.errors import FrameworkNotAvailableError, ModelExportError, UserError
 
 __all__ = ["EXPORTERS", "model_names", "model_source", "build"]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from deep500lite.bench.zoo_model import GraphModel
+from deep500lite.bench.contract import GraphModel
 from deep500lite.errors import ModelExportError, UserError, format_choices
 
 __all__ = ["GRAPH_MODELS", "graph_model_names", "build_graph"]

@@ -39,50 +39,46 @@ Role modules (the same names in every framework package; see ``docs/architecture
 - ``native.py``: :class:`TorchNativeExecutor` and its :class:`NativeNetwork`.
 - ``models.py``: ``lenet``, ``resnet20`` (``nn.Module``, CHW ``input_shape``) and ``export_onnx``,
   with the same names as :mod:`deep500lite.frameworks.tensorflow.models`.
-- ``distributed.py`` (torch only): ``TorchDistributedCommunicator`` over ``torch.distributed``,
+- ``zoo.py``, ``op_validation.py``, ``state.py``: the zoo's exports, Deep500's native-operator tests, the
+  seed and checkpoint state; ``spec.py``: the declaration read through the entry point.
+- ``distributed.py``: ``TorchDistributedCommunicator`` over ``torch.distributed``,
   re-exported lazily as ``deep500lite.lv3.TorchDistributedCommunicator``.
 """
 
-try:
-    import torch  # noqa: F401
-except ImportError as exc:
-    from deep500lite.errors import FrameworkNotAvailableError
-    raise FrameworkNotAvailableError("Framework 'torch' needs PyTorch: pip install 'deep500lite[torch]'") from exc
+# Light on purpose: deep500lite.registry imports this package to read SPEC, so the framework itself
+# is imported only when one of the names below is first used (lazy_exports).
+from deep500lite.frameworkspec import lazy_exports
+from deep500lite.frameworks.torch.spec import SPEC
 
-from deep500lite.frameworks.torch.custom import custom_op
-from deep500lite.frameworks.torch.executor import TorchExecutor, from_model, torch_device
-from deep500lite.frameworks.torch.native import NativeNetwork, TorchNativeExecutor
-from deep500lite.frameworks.torch.ops import SUPPORTED_OPS
-from deep500lite.frameworks.torch.optimizers import (
-    AdaGradOptimizer, AdamOptimizer, GradientDescent, MomentumOptimizer, NesterovOptimizer,
-    RMSPropOptimizer)
-
-executor_class = TorchExecutor
+_EXPORTS = {
+    "custom_op": "custom",
+    "TorchExecutor": "executor",
+    "TorchNativeExecutor": "native",
+    "NativeNetwork": "native",
+    "from_model": "executor",
+    "torch_device": "executor",
+    "SUPPORTED_OPS": "ops",
+    "executor_class": "executor:TorchExecutor",
+    "GradientDescent": "optimizers",
+    "MomentumOptimizer": "optimizers",
+    "NesterovOptimizer": "optimizers",
+    "AdamOptimizer": "optimizers",
+    "AdaGradOptimizer": "optimizers",
+    "RMSPropOptimizer": "optimizers",
+    "desc_from_tensor": "custom",
+    "custom_op_from_native": "custom",
+    "test_nativeop_forward": "op_validation",
+    "test_nativeop_gradient": "op_validation",
+    "from_onnx": "executor",
+    "PyTorchNativeGraphExecutor": "native",
+    "PyTorchGraphExecutor": "executor:TorchExecutor",
+    "HorovodDistributedOptimizer": "distributed",
+}
 
 __all__ = ["custom_op", "TorchExecutor", "TorchNativeExecutor", "NativeNetwork", "from_model", "torch_device",
-           "SUPPORTED_OPS", "executor_class", "GradientDescent", "MomentumOptimizer",
-           "NesterovOptimizer", "AdamOptimizer", "AdaGradOptimizer", "RMSPropOptimizer"]
+           "SUPPORTED_OPS", "executor_class", "GradientDescent", "MomentumOptimizer", "NesterovOptimizer",
+           "AdamOptimizer", "AdaGradOptimizer", "RMSPropOptimizer", "desc_from_tensor", "custom_op_from_native",
+           "test_nativeop_forward", "test_nativeop_gradient", "from_onnx", "PyTorchNativeGraphExecutor",
+           "PyTorchGraphExecutor", "HorovodDistributedOptimizer"]
 
-# Deep500's own names (issue 15), grouped by area; each block adds its imports and extends __all__.
-# [training]
-# [/training]
-# [data-metrics]
-# [/data-metrics]
-# [ops-custom]
-from deep500lite.frameworks.torch.custom import custom_op_from_native, desc_from_tensor  # noqa: E402
-from deep500lite.frameworks.torch.op_validation import test_nativeop_forward, test_nativeop_gradient  # noqa: E402
-
-__all__ += ["desc_from_tensor", "custom_op_from_native", "test_nativeop_forward", "test_nativeop_gradient"]
-# [/ops-custom]
-# [graph-executors]
-from deep500lite.frameworks.torch.executor import from_onnx  # noqa: E402
-from deep500lite.frameworks.torch.native import PyTorchNativeGraphExecutor  # noqa: E402
-
-PyTorchGraphExecutor = TorchExecutor  # Deep500's name of the ONNX-converting executor
-__all__ += ["from_onnx", "PyTorchNativeGraphExecutor", "PyTorchGraphExecutor"]
-# [/graph-executors]
-# [distributed]
-from deep500lite.frameworks.torch.distributed import HorovodDistributedOptimizer  # noqa: E402
-
-__all__ += ["HorovodDistributedOptimizer"]
-# [/distributed]
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, SPEC)

@@ -22,9 +22,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from deep500lite.bench.op import OpRunner
-from deep500lite.bench.overhead import LEARNING_RATE, MODEL_SHAPES, MOMENTUM, random_labels, with_loss
-from deep500lite.bench.peak import measure_kernel
+from deep500lite.bench.contract import (LEARNING_RATE, MODEL_SHAPES, MOMENTUM, OpRunner, measure_kernel, random_labels,
+                                        with_loss)
 from deep500lite.errors import DeviceError
 from deep500lite.frameworks.torch import models
 from deep500lite.frameworks.torch.custom import custom_op
@@ -32,11 +31,15 @@ from deep500lite.frameworks.torch.optimizers import MomentumOptimizer
 from deep500lite.lv1.network import load_model
 from deep500lite.registry import executor
 
-__all__ = ["op_runner", "op_threads", "set_seed", "set_device", "inference_pair", "training_pair", "custom_op_pair",
+__all__ = ["TRAINING_SAME_WEIGHTS", "op_runner", "op_threads", "set_seed", "set_device", "inference_pair", "training_pair", "custom_op_pair",
            "peak_cpu_kernels", "peak_gpu_kernels", "gpu_info", "require_gpu"]
 
 
 # --------------------------------------------------------------------------------------------- bench op
+
+
+#: bench overhead --training: the native side starts from the deep500lite side's weights (the model is exported).
+TRAINING_SAME_WEIGHTS = True
 
 
 def op_runner(case, inputs, device, threads) -> OpRunner:

@@ -11,6 +11,10 @@ current stream is synchronized; an operator without CUDA support runs on host co
 operator gets numpy views of CPU tensors (``Tensor.numpy()``, no copy) and its results are wrapped
 with ``torch.from_numpy`` (no copy); on CUDA, inputs are copied to the host and results back.
 
+Under ``torch.compile`` the module calls :func:`library_op` instead: the operator registered as
+a ``torch.library`` custom operator (with a fake implementation and its backward), which
+TorchDynamo keeps as one opaque node of the compiled graph.
+
 Deep500's form: ``custom_op`` returns a ``torch.nn.Module``; an operator with one output gives
 a :class:`OneOutput` tensor, which is the tensor (``y = fn(x); y.sum()``) and also unpacks as
 Deep500's 1-tuple (``y, = fn(x)``). ``desc_from_tensor`` and ``custom_op_from_native`` keep
@@ -19,6 +23,8 @@ Deep500's names and arguments.
 
 from __future__ import annotations
 
+import itertools
+import re
 from typing import Sequence
 
 import numpy as np
@@ -31,7 +37,7 @@ from deep500lite.lv0.custom import as_tuple, check_outputs
 from deep500lite.lv0.operator import CustomOp
 from deep500lite.lv0.tensordesc import TensorDescriptor
 
-__all__ = ["custom_op", "CustomOpFunction", "CustomOpModule", "OneOutput", "desc_from_tensor",
+__all__ = ["custom_op", "library_op", "CustomOpFunction", "CustomOpModule", "OneOutput", "desc_from_tensor",
            "custom_op_from_native"]
 
 def _torch_dtype(dtype) -> torch.dtype:
@@ -119,6 +125,72 @@ class CustomOpFunction(torch.autograd.Function):
         return (None, *[g if x.is_floating_point() else None for g, x in zip(gxs, xs)])
 
 
+_library_names = itertools.count()
+
+
+def _library_name(op) -> str:
+    stem = re.sub(r"\W", "_", type(op).__name__) or "op"
+    return f"deep500lite::{stem}_{next(_library_names)}"
+
+
+def library_op(op):
+    """The operator as a ``torch.library`` custom operator, which ``torch.compile`` keeps opaque.
+
+    TorchDynamo cannot trace into numpy or a ctypes call, so under ``torch.compile`` the module
+    :func:`custom_op` returns calls this instead of its ``torch.autograd.Function``: a custom
+    operator ``deep500lite::<Class>_<n>`` taking and returning lists of tensors, with a fake
+    (meta) implementation from the output descriptors, and its backward (``op.backward``,
+    itself such an operator) registered with ``register_autograd``. One is made per operator
+    object and kept on it.
+
+    Returns:
+        The custom operator: call it with a list of tensors; it returns a list of tensors.
+    """
+    found = getattr(op, "_torch_library_op", None)
+    if found is not None:
+        return found
+    name = _library_name(op)
+    in_descs, out_descs = list(op.input_descriptors), list(op.output_descriptors)
+
+    def forward_impl(xs: list[torch.Tensor]) -> list[torch.Tensor]:
+        return [y.clone() if any(y is x for x in xs) else y for y in _run_forward(op, _prepare(op, xs, in_descs))]
+
+    def forward_fake(xs):
+        device = xs[0].device if xs else None
+        return [torch.empty(d.shape, dtype=_torch_dtype(d.dtype), device=device) for d in out_descs]
+
+    def backward_impl(gys: list[torch.Tensor], xs: list[torch.Tensor], ys: list[torch.Tensor]) -> list[torch.Tensor]:
+        return _run_backward(op, [g.contiguous() for g in gys], [x.contiguous() for x in xs],
+                             [y.contiguous() for y in ys])
+
+    def backward_fake(gys, xs, ys):
+        return [torch.empty_like(x) for x in xs]
+
+    forward_impl.__annotations__ = {"xs": list[torch.Tensor], "return": list[torch.Tensor]}
+    backward_impl.__annotations__ = {"gys": list[torch.Tensor], "xs": list[torch.Tensor], "ys": list[torch.Tensor],
+                                     "return": list[torch.Tensor]}
+    fwd = torch.library.custom_op(name, forward_impl, mutates_args=())
+    fwd.register_fake(forward_fake)
+    bwd = torch.library.custom_op(name + "_backward", backward_impl, mutates_args=())
+    bwd.register_fake(backward_fake)
+
+    def setup_context(ctx, inputs, output):
+        xs = list(inputs[0])
+        ctx.n_in = len(xs)
+        ctx.save_for_backward(*xs, *output)
+
+    def backward(ctx, grads):
+        saved = ctx.saved_tensors
+        xs, ys = list(saved[:ctx.n_in]), list(saved[ctx.n_in:])
+        gys = [torch.zeros_like(y) if g is None else g.to(y.dtype) for g, y in zip(grads, ys)]
+        gxs = bwd(gys, xs, ys)
+        return [g if x.is_floating_point() else None for g, x in zip(gxs, xs)]
+
+    fwd.register_autograd(backward, setup_context=setup_context)
+    op._torch_library_op = fwd
+    return fwd
+
+
 class OneOutput(torch.Tensor):
     """The result of a one-output custom operator: a tensor that also unpacks as a 1-tuple.
 
@@ -150,10 +222,16 @@ class CustomOpModule(torch.nn.Module):
         self.op = op
         self.use_autodiff = use_autodiff
         self.__name__ = f"custom_{type(op).__name__}"
+        # made here, outside any compiled region, for torch.compile to call (see library_op)
+        self._library_op = None if use_autodiff else library_op(op)
 
     def forward(self, *tensors):
         if self.use_autodiff:
             outs = as_tuple(self.op.forward(*tensors))
+        elif torch.compiler.is_compiling():
+            # torch.compile cannot trace into numpy or a ctypes call: an opaque torch.library operator
+            outs = tuple(self._library_op(list(tensors)))
+            return outs[0] if len(outs) == 1 else outs
         else:
             out = CustomOpFunction.apply(self.op, *tensors)
             outs = out if isinstance(out, tuple) else (out,)

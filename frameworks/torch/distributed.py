@@ -504,9 +504,7 @@ class TorchDistributedCommunicator(_common.AlgorithmChoice, CommunicationNetwork
             out = np.array(x, copy=True, order="C")
         else:
             out = _ar.run_allreduce(_common.Transport(self, "allreduce"), x, "sum" if op == "mean" else op, algorithm)
-        if op == "mean":
-            out /= self.size
-        return out
+        return _common.finish_mean(out, op, self.size)
 
     # ------------------------------------------------- other collectives
     def broadcast(self, x: np.ndarray, root: int = 0) -> np.ndarray:
@@ -588,20 +586,8 @@ class TorchDistributedCommunicator(_common.AlgorithmChoice, CommunicationNetwork
             algorithm: ``native`` (``torch.distributed.reduce_scatter``, which gloo and NCCL both
                 provide, blocks of unequal length included) or ``ring``.
         """
-        x = np.asarray(x)
-        _common.check_op(op, x)
-        _common.check_algorithm(algorithm, ("native", "ring"), "reduce_scatter")
-        self._count("reduce_scatter", call=True)
-        b = _ar.block_bounds(x.size, self.size)
-        lo, hi = b[self.rank], b[self.rank + 1]
-        if self.group is None:
-            out = np.array(x, copy=True, order="C").reshape(-1)
-        elif algorithm == "ring":
-            buf = np.array(x, copy=True, order="C").reshape(-1)
-            _ar.ring_reduce_scatter(_common.Transport(self, "reduce_scatter"), buf,
-                                    _ar.REDUCTIONS["sum" if op == "mean" else op])
-            out = buf[lo:hi].copy()
-        else:
+        x, b, lo, hi, out = _common.reduce_scatter_start(self, x, op, algorithm, single=self.group is None)
+        if out is None:
             self._check_reducible(x, "reduce_scatter(native)")
             send = self._array(x).reshape(-1)
             out = np.empty(hi - lo, x.dtype)
@@ -623,9 +609,7 @@ class TorchDistributedCommunicator(_common.AlgorithmChoice, CommunicationNetwork
             sent, received = _common.native_volume("reduce_scatter", send.nbytes, self.size, self.rank,
                                                    own_bytes=out.nbytes)
             self._count("reduce_scatter", sent, received)
-        if op == "mean":
-            out /= self.size
-        return out
+        return _common.finish_mean(out, op, self.size)
 
     def neighbor_exchange(self, x: np.ndarray, left: int | None = None,
                           right: int | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -633,13 +617,8 @@ class TorchDistributedCommunicator(_common.AlgorithmChoice, CommunicationNetwork
 
         With one rank both results are copies of ``x``.
         """
-        left, right = _common.ring_neighbors(self.rank, self.size, left, right)
-        send = self._array(x)
-        from_left, from_right = np.empty_like(send), np.empty_like(send)
-        self._count("neighbor_exchange", call=True)
-        if self.size == 1:
-            from_left[...] = send
-            from_right[...] = send
+        left, right, send, from_left, from_right, done = _common.neighbor_exchange_start(self, x, left, right)
+        if done:
             return from_left, from_right
         # A message going right carries _TAG_RIGHT (gloo matches tags). NCCL ignores tags but
         # matches in posting order, and every rank posts left before right for receives and

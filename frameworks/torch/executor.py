@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import linecache
 import shutil
@@ -11,6 +12,7 @@ import torch
 
 from deep500lite.errors import (Deep500Error, FeedError, FrameworkNotAvailableError, UserError, UserKeyError,
                                  UserTypeError, format_choices)
+from deep500lite.lv1.compile_progress import compiling
 from deep500lite.lv1.device import Device
 from deep500lite.lv1.execution_errors import execution_error, shape_of
 from deep500lite.lv1.executor import GraphExecutor
@@ -117,6 +119,7 @@ class TorchExecutor(GraphExecutor):
         self._io_names: tuple = (None, [], [])  # (network structure key, inputs, outputs) for inference
         self._generator = torch.Generator(device=self._device)
         self._generator.manual_seed(seed)
+        self._compile_seen: set = set()  # (function id, input shapes) whose compilation was reported
         self._grads: dict[str, torch.Tensor] = {}    # gradient name -> parameter (holds .grad)
         self._grad_params: list[torch.Tensor] = []
         self._have_grads = False
@@ -272,6 +275,26 @@ class TorchExecutor(GraphExecutor):
         out.append(f"    return ({', '.join(outputs)}{',' if outputs else ''})")
         return "\n".join(out) + "\n"
 
+    def is_compiled(self) -> bool:
+        """True with ``compile=True`` (``torch.compile`` compiles on the first call per input shape)."""
+        return self._compile
+
+    def _random_state(self):
+        return self._generator.get_state()
+
+    def _restore_random_state(self, state) -> None:
+        self._generator.set_state(state)
+
+    def _compile_notice(self, fn, args, what: str):
+        """:func:`~deep500lite.lv1.compile_progress.compiling` on the first call of ``fn`` per input shape."""
+        if not self._compile:
+            return contextlib.nullcontext()
+        key = (id(fn), tuple(tuple(a.shape) for a in args))
+        if key in self._compile_seen:
+            return contextlib.nullcontext()
+        self._compile_seen.add(key)
+        return compiling(self, what, [k for k in key[1]], f"torch.compile, inductor, mode {self._compile_mode}")
+
     def _network_changed(self) -> None:
         super()._network_changed()
         self._build()
@@ -295,7 +318,7 @@ class TorchExecutor(GraphExecutor):
             raise _feed_error(feeds, names[1]) from exc
         before = _compile_clock() if self._compile else 0.0
         try:
-            with torch.inference_mode():
+            with self._compile_notice(self._run, args, "the inference function"), torch.inference_mode():
                 results = self._run(*args)
         except Exception as exc:  # noqa: BLE001 - reported as an ExecutionError naming the node
             error = self._node_error(exc, None)
@@ -375,7 +398,8 @@ class TorchExecutor(GraphExecutor):
         self._have_grads = False
         before = _compile_clock() if self._compile else 0.0
         try:
-            results, error = self._train_run(run, args, y)
+            with self._compile_notice(run, args, "the training function"):
+                results, error = self._train_run(run, args, y)
         finally:
             if self._compile:
                 self.compile_seconds += _compile_clock() - before

@@ -64,6 +64,7 @@ import numpy as np
 import torch
 
 from deep500lite.errors import UserAttributeError, UserError, UserTypeError
+from deep500lite.lv2.hyperparameters import check_hyperparameter, nesterov_variant, set_hyperparameters
 from deep500lite.lv2.optimizer import Optimizer, deep500_arguments
 from deep500lite.frameworks.torch.executor import TorchExecutor
 from deep500lite.frameworks.torch.native import TorchNativeExecutor
@@ -71,17 +72,6 @@ from deep500lite.frameworks.torch.dtypes import to_numpy
 
 __all__ = ["GradientDescent", "MomentumOptimizer", "NesterovOptimizer", "AdamOptimizer",
            "AdaGradOptimizer", "RMSPropOptimizer"]
-
-
-def _number(name, value, allow_zero=True, below_one=False):
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
-        raise UserTypeError(f"{name} must be a number. Received: {value!r}")
-    value = float(value)
-    ok = (value >= 0 if allow_zero else value > 0) and (value < 1 or not below_one)
-    if not ok:
-        allowed = (">= 0" if allow_zero else "> 0") + (" and < 1" if below_one else "")
-        raise UserError(f"{name} must be a number {allowed}. Received: {value!r}")
-    return value
 
 
 def _check_executor(executor) -> None:
@@ -187,15 +177,7 @@ class _TorchOptimizer(Optimizer):
                     group[key] = self._group_value(name)
 
     def _check(self, name, value):
-        if name == "learning_rate":
-            _number(name, value, allow_zero=False)
-        elif name in ("nesterov", "centered"):
-            if not isinstance(value, bool):
-                raise UserTypeError(f"{name} must be a bool. Received: {value!r}")
-        elif name in ("momentum", "beta", "beta1", "beta2"):
-            _number(name, value, below_one=name != "momentum")
-        else:
-            _number(name, value)
+        check_hyperparameter(name, value)
 
 
 class GradientDescent(_TorchOptimizer):
@@ -214,8 +196,7 @@ class GradientDescent(_TorchOptimizer):
     def __init__(self, executor, learning_rate: float = 0.1, loss: str = "loss", gradient_modifier=None,
                  weight_decay: float = 0.0):
         super().__init__(executor, loss, gradient_modifier)
-        self.learning_rate = _number("learning_rate", learning_rate, allow_zero=False)
-        self.weight_decay = _number("weight_decay", weight_decay)
+        set_hyperparameters(self, learning_rate=learning_rate, weight_decay=weight_decay)
 
     def _make(self, params):
         return torch.optim.SGD(params, lr=self.learning_rate, weight_decay=self.weight_decay)
@@ -243,10 +224,8 @@ class MomentumOptimizer(_TorchOptimizer):
     def __init__(self, executor, learning_rate: float = 0.1, momentum: float = 0.9, nesterov: bool = False,
                  loss: str = "loss", gradient_modifier=None, dampening: float = 0.0, weight_decay: float = 0.0):
         super().__init__(executor, loss, gradient_modifier)
-        self.learning_rate = _number("learning_rate", learning_rate, allow_zero=False)
-        self.momentum = _number("momentum", momentum)
-        self.dampening = _number("dampening", dampening)
-        self.weight_decay = _number("weight_decay", weight_decay)
+        set_hyperparameters(self, learning_rate=learning_rate, momentum=momentum, dampening=dampening,
+                            weight_decay=weight_decay)
         self._check("nesterov", nesterov)
         if nesterov and self.momentum == 0:
             raise UserError("nesterov=True needs momentum > 0. Received: momentum=0")
@@ -257,14 +236,7 @@ class MomentumOptimizer(_TorchOptimizer):
                                dampening=self.dampening, weight_decay=self.weight_decay)
 
 
-class NesterovOptimizer(MomentumOptimizer):
-    """:class:`MomentumOptimizer` with ``nesterov=True`` (the reference's class name)."""
-
-    @deep500_arguments(["learning_rate", "momentum", "dampening", "weight_decay"])
-    def __init__(self, executor, learning_rate: float = 0.1, momentum: float = 0.9, loss: str = "loss",
-                 gradient_modifier=None, dampening: float = 0.0, weight_decay: float = 0.0):
-        super().__init__(executor, learning_rate, momentum, True, loss, gradient_modifier, dampening=dampening,
-                         weight_decay=weight_decay)
+NesterovOptimizer = nesterov_variant(MomentumOptimizer)
 
 
 class AdaGradOptimizer(_TorchOptimizer):
@@ -286,11 +258,8 @@ class AdaGradOptimizer(_TorchOptimizer):
                  gradient_modifier=None, lr_decay: float = 0.0, weight_decay: float = 0.0,
                  initial_accumulator_value: float = 0.0):
         super().__init__(executor, loss, gradient_modifier)
-        self.learning_rate = _number("learning_rate", learning_rate, allow_zero=False)
-        self.epsilon = _number("epsilon", epsilon)
-        self.lr_decay = _number("lr_decay", lr_decay)
-        self.weight_decay = _number("weight_decay", weight_decay)
-        self.initial_accumulator_value = _number("initial_accumulator_value", initial_accumulator_value)
+        set_hyperparameters(self, learning_rate=learning_rate, epsilon=epsilon, lr_decay=lr_decay,
+                            weight_decay=weight_decay, initial_accumulator_value=initial_accumulator_value)
 
     def _make(self, params):
         return torch.optim.Adagrad(params, lr=self.learning_rate, eps=self.epsilon, lr_decay=self.lr_decay,
@@ -319,11 +288,8 @@ class RMSPropOptimizer(_TorchOptimizer):
                  loss: str = "loss", gradient_modifier=None, momentum: float = 0.0, weight_decay: float = 0.0,
                  centered: bool = False):
         super().__init__(executor, loss, gradient_modifier)
-        self.learning_rate = _number("learning_rate", learning_rate, allow_zero=False)
-        self.beta = _number("beta", beta, below_one=True)
-        self.epsilon = _number("epsilon", epsilon)
-        self.momentum = _number("momentum", momentum)
-        self.weight_decay = _number("weight_decay", weight_decay)
+        set_hyperparameters(self, learning_rate=learning_rate, beta=beta, epsilon=epsilon, momentum=momentum,
+                            weight_decay=weight_decay)
         self._check("centered", centered)
         self.centered = centered
 
@@ -352,11 +318,8 @@ class AdamOptimizer(_TorchOptimizer):
     def __init__(self, executor, learning_rate: float = 0.001, beta1: float = 0.9, beta2: float = 0.999,
                  epsilon: float = 1e-8, loss: str = "loss", gradient_modifier=None, weight_decay: float = 0.0):
         super().__init__(executor, loss, gradient_modifier)
-        self.weight_decay = _number("weight_decay", weight_decay)
-        self.learning_rate = _number("learning_rate", learning_rate, allow_zero=False)
-        self.beta1 = _number("beta1", beta1, below_one=True)
-        self.beta2 = _number("beta2", beta2, below_one=True)
-        self.epsilon = _number("epsilon", epsilon)
+        set_hyperparameters(self, weight_decay=weight_decay, learning_rate=learning_rate, beta1=beta1, beta2=beta2,
+                            epsilon=epsilon)
 
     def _group_value(self, name):
         if name in ("beta1", "beta2"):

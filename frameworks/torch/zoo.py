@@ -23,7 +23,7 @@ import onnx
 import torch
 from torch import nn
 
-from deep500lite.bench.zoo_model import ZooModel, map_parameters
+from deep500lite.bench.contract import ZooModel, map_parameters
 from deep500lite.errors import FrameworkNotAvailableError, ModelExportError, UserError, format_choices
 from deep500lite.frameworks.torch import zoo_models
 from deep500lite.utils import is_package_available

@@ -26,7 +26,7 @@ import onnx
 import torch
 from torch import nn
 
-from deep500lite.bench.zoo_model import GraphModel
+from deep500lite.bench.contract import GraphModel
 from deep500lite.errors import ModelExportError, UserError, format_choices
 from deep500lite.frameworks.torch.zoo import _quiet, _short_message
 from deep500lite.frameworks.torch.zoo_models import CLASSES, VOCAB, perturb

@@ -122,7 +122,7 @@ def test_framework_module_without_the_package_is_a_clear_error(fw, package):
 def test_bench_modules_import_no_framework():
     code = ("import sys\n"
             "import deep500lite.bench.op, deep500lite.bench.overhead, deep500lite.bench.op_overhead\n"
-            "import deep500lite.bench.peak, deep500lite.bench.dataset, deep500lite.bench.allreduce\n"
+            "import deep500lite.perfmodel.peak, deep500lite.bench.dataset, deep500lite.bench.allreduce\n"
             "import deep500lite.lv2.checkpoint\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'tensorflow', 'keras', "
             "'onnxruntime', 'tf2onnx') or m.startswith('deep500lite.frameworks.')))\n")

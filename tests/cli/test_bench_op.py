@@ -15,7 +15,7 @@ import pytest
 import deep500lite as d5
 from support import run_cli
 from deep500lite.bench import op
-from deep500lite.bench.peak import Peak, roofline
+from deep500lite.perfmodel.peak import Peak, roofline
 from deep500lite.errors import DeviceError, UserError
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -123,9 +123,9 @@ def test_roofline_on_both_sides_of_the_ridge():
 @pytest.mark.parametrize("call, message", [
     (lambda: op.parse_suites("gemm,fft"), "--suite takes a comma-separated list of 'gemm', 'conv', 'skinny', 'custom'. "
                                           "Received: 'gemm,fft' (unknown: 'fft')"),
-    (lambda: op.parse_frameworks("torch,caffe"), "--frameworks takes a comma-separated list of 'torch', "
-                                                 "'tensorflow', 'onnxruntime', 'reference', 'jax'. "
-                                                 "Received: 'torch,caffe'"),
+    # the built-in frameworks first, then any plugin's
+    (lambda: op.parse_frameworks("torch,caffe"), "--frameworks takes a comma-separated list of 'reference', "
+                                                 "'torch', 'tensorflow', 'onnxruntime', 'jax'"),
     (lambda: op.check_size("huge"), "--size must be one of 'small', 'default', 'large'. Received: 'huge'"),
     (lambda: op.run_op_benchmark(max_time=0), "--max-time must be a positive number of seconds. Received: 0"),
     (lambda: op.run_op_benchmark(device="tpu"), "Device must be 'cpu', 'gpu' or 'gpu:N'"),
@@ -239,7 +239,7 @@ def test_device_error_from_a_runner_skips_the_framework(monkeypatch):
         raise DeviceError("cannot run here")
 
     fake = types.SimpleNamespace(op_threads=op_threads, op_runner=op_runner)
-    monkeypatch.setattr("deep500lite.registry.framework_module", lambda name, module=None: fake)
+    monkeypatch.setattr("deep500lite.frameworkspec.FrameworkSpec.role", lambda self, role: fake)
     peak = Peak("cpu", flops=100e9, bandwidth=10e9, flops_method="given", bandwidth_method="given", kernels={})
     bench = op.run_op_benchmark(["gemm"], ["reference"], "small", 0.02, peak=peak)
     assert bench.results == []

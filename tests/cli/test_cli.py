@@ -36,6 +36,25 @@ def test_env_reports_versions_and_machine():
 
     env = json.loads(run_cli("env", "--json").stdout)
     assert env["cpu"]["logical_cores"] >= 1 and env["packages"]["numpy"] == np.__version__
+    try:  # x86 Linux lists the instructions on a "flags" line (other machines: no features reported)
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            flags = next((line for line in f if line.startswith("flags")), ":").split(":", 1)[1].split()
+    except OSError:
+        flags = []
+    assert set(env["cpu"]["features"]) <= set(flags)
+    assert ("avx2" in flags) == ("avx2" in env["cpu"]["features"])
+
+
+def test_env_reports_the_variables_that_choose_cpu_kernels():
+    import json
+
+    settings = {"TF_ENABLE_ONEDNN_OPTS": "0", "OPENBLAS_CORETYPE": "Haswell"}
+    proc = run_cli("env", env=settings)
+    assert proc.returncode == 0, proc.stderr
+    line = next(line for line in proc.stdout.splitlines() if line.startswith("cpu kernels"))
+    assert "TF_ENABLE_ONEDNN_OPTS=0" in line and "OPENBLAS_CORETYPE=Haswell" in line, line
+    env = json.loads(run_cli("env", "--json", env=settings).stdout)
+    assert {k: v for k, v in env["cpu_kernels"].items() if k in settings} == settings
 
 
 def test_list_names_everything():

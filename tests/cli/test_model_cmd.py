@@ -7,7 +7,7 @@ import json
 import pytest
 
 from deep500lite.cli import main
-from deep500lite.lv3.costmodel import CalibratedModel, CostParameters
+from deep500lite.perfmodel.allreduce import CalibratedModel, CostParameters
 from support import run_cli
 
 
@@ -161,7 +161,7 @@ def test_scheme_pipeline_prints_the_gpipe_formula(tmp_path, capsys):
 
 
 def test_scheme_spatial_and_tensor_equal_the_formulas(tmp_path, capsys):
-    from deep500lite.bench import scaling_networks as sn
+    from deep500lite.perfmodel import scaling_networks as sn
     from deep500lite.lv3.allreduce import AlphaBeta, allreduce_cost, choose_algorithm
     from deep500lite.lv3.tensor_parallel import allreduce_bytes
 

@@ -16,6 +16,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import deep500lite as d5
+from deep500lite import registry
 from deep500lite.datasets import dataset_loss
 from deep500lite.errors import UnsupportedOperatorError
 
@@ -95,7 +96,13 @@ def expected():
     return out, grads, losses, params
 
 
+def _require_custom_ops(framework):
+    if not registry.spec(framework).custom_ops:
+        pytest.skip(f"{framework} does not run custom operators in its graphs (its spec: custom_ops=False)")
+
+
 def test_python_op_in_network_forward_and_gradients(framework, op_type, expected):
+    _require_custom_ops(framework)
     out, grads, _, _ = expected
     net = _network(swish_op(), op_type)
     ex = d5.executor(net, framework)
@@ -108,6 +115,7 @@ def test_python_op_in_network_forward_and_gradients(framework, op_type, expected
 
 
 def test_python_op_network_trains(framework, op_type, expected):
+    _require_custom_ops(framework)
     _, _, want_losses, want_params = expected
     losses, params = _train(_network(swish_op(), op_type), framework)
     assert losses[-1] < losses[0]
@@ -287,6 +295,7 @@ def cpp_swish(tmp_path_factory):
 
 
 def test_cpp_op_in_network_forward_gradients_and_training(framework, op_type, expected, cpp_swish):
+    _require_custom_ops(framework)
     out, grads, want_losses, want_params = expected
     net = _network(cpp_swish, op_type)
     ex = d5.executor(net, framework)

@@ -316,7 +316,7 @@ def test_plots_are_png_files_with_content(tmp_path):
         data = (tmp_path / name).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n"
         pixels = image.imread(tmp_path / name)
-        assert pixels.shape[:2] == (400, 600) and pixels.std() > 0.01
+        assert pixels.shape[:2] == (420, 750) and pixels.std() > 0.01  # 7.5 x 4.2 inches at 100 dpi
 
 
 def test_event_modules_import_no_plotting_or_framework_library():

@@ -5,7 +5,7 @@ import sys
 
 import numpy as np
 
-from deep500lite.lv3.costmodel import CalibratedModel, calibrate_allreduce
+from deep500lite.perfmodel.allreduce import CalibratedModel, calibrate_allreduce
 from deep500lite.lv3.mpi import MPICommunicator
 
 path = sys.argv[1]

@@ -141,7 +141,8 @@ def test_bench_allreduce_reports_bandwidths_model_and_data_check(tmp_path, ranks
         os.killpg(proc.pid, signal.SIGKILL)
         pytest.fail(f"bench allreduce did not end: {proc.communicate()[0][-3000:]}")
     assert proc.returncode == 0, out
-    for text in ("busbw GB/s", "algbw GB/s", "alpha-beta model", "#wrong", "auto->", "data check: 0 wrong"):
+    for text in ("busbw", "algbw", "(GB/s)", "out-of-place", "in-place", "# Avg bus bandwidth    : ",
+                 "alpha-beta model (us)", "#wrong", "auto->", "data check: 0 wrong"):
         assert text in out, out
     data = json.loads(out_json.read_text())
     if platform.libc_ver()[0] == "glibc":  # the ranks kept their freed memory, and the output says so

@@ -17,7 +17,7 @@ import pytest
 
 from support import REPO, requires_mpi
 
-from deep500lite.bench.scaling_parallel import predict_tensor
+from deep500lite.perfmodel.scaling_parallel import predict_tensor
 from deep500lite.lv3.allreduce import AlphaBeta
 from deep500lite.recipe import load_recipe, train_recipe
 from deep500lite.recipe.parallelism import check_distributed, scheme_of

@@ -40,23 +40,52 @@ def two_runs(tmp_path_factory):
     return folder, frameworks
 
 
-def test_report_table_from_files(two_runs, capsys):
+def test_report_csv_is_numbers_with_units_in_the_headers(two_runs, capsys):
+    pandas = pytest.importorskip("pandas")
     folder, frameworks = two_runs
     files = [folder / fw / "results.json" for fw in frameworks]
     assert cli.main(["report", *map(str, files), "--format", "csv"]) == 0
     out = capsys.readouterr().out
     rows = list(csv.DictReader(io.StringIO(out)))
     assert [r["framework"] for r in rows] == frameworks
-    for row, path in zip(rows, files):
+    frame = pandas.read_csv(io.StringIO(out))
+    unit = next(c for c in frame.columns if c.startswith("step median (")).split("(")[1].rstrip(")")
+    scale = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}[unit]
+    for column in ("runs", "test acc (%)", "throughput (samples/s)", f"step median ({unit})",
+                   f"step CI low ({unit})", f"step CI high ({unit})", "steps", "step IQR/median (%)",
+                   "compile (s)", "peak memory (MiB)"):
+        assert pandas.api.types.is_numeric_dtype(frame[column]), (column, frame[column].tolist())
+    for i, path in enumerate(files):
         data = read_results(path)
         steps = [s["step_time"] for s in data["samples"]["steps"][1:]]
-        assert row["test acc"] == f"{data['summaries']['final_test_accuracy']:.2f}%"
-        assert row["runs"] == "1" and row["metrics"] == "pass"
-        median_ms = float(np.median(steps)) * 1e3
-        text = row["step latency median [95% CI]"]
-        assert text.endswith(f"(n={len(steps)})")
-        value, unit = text.split(" [")[0].split()
-        assert float(value) * {"ms": 1, "us": 1e-3, "s": 1e3}[unit] == pytest.approx(median_ms, rel=1e-3)
+        assert frame["test acc (%)"][i] == pytest.approx(data["summaries"]["final_test_accuracy"])
+        assert frame["runs"][i] == 1 and rows[i]["metrics"] == "pass"
+        assert frame[f"step median ({unit})"][i] * scale == pytest.approx(float(np.median(steps)), rel=1e-9)
+        assert frame["steps"][i] == len(steps)
+        q1, q3 = np.percentile(steps, [25, 75])
+        assert frame["step IQR/median (%)"][i] == pytest.approx((q3 - q1) / np.median(steps) * 100)
+    for cell in out.splitlines()[1:]:  # no unit and no display mark inside any cell
+        assert not any(mark in cell for mark in (" ms", " s,", "%", "(!", "[", "MiB"))
+
+
+def test_report_text_table_has_one_unit_per_column_and_flags_noisy_rows(two_runs, capsys):
+    from deep500lite.metrics.tables import NOISE_THRESHOLD
+    from deep500lite.recipe.compare import compare_results
+    from deep500lite.recipe.report import load_results
+
+    folder, frameworks = two_runs
+    assert cli.main(["report", str(folder)]) == 0
+    text = capsys.readouterr().out
+    header = text.splitlines()[0]
+    assert "test acc (%)" in header and "peak memory (MiB)" in header and "compile (s)" in header
+    rows = compare_results(load_results([folder]))["rows"]
+    body = text.split("\n\n")[0].splitlines()[2:2 + len(rows)]
+    for row, line in zip(rows, body):
+        st = row["step_time"]
+        noisy = (st["q3"] - st["q1"]) / st["median"] > NOISE_THRESHOLD
+        assert ("(! " in line) == noisy, (line, st)
+        assert " ms" not in line and "MiB" not in line  # the units are in the header
+    assert ("(! XX%)" in text) == any("(! " in line for line in body)
 
 
 def test_report_folder_markdown_and_plots(two_runs, capsys, tmp_path):

@@ -40,7 +40,7 @@ elementwise operators, smooth reductions, GroupNormalization, Resize), :mod:`.ru
 :mod:`.training` (the training graph, the entry points the executors call).
 """
 
-from deep500lite.lv1.autodiff.rules import NOT_DIFFERENTIABLE, differentiable_operators, operators_without_gradient
+from deep500lite.lv1.autodiff.gradients import NOT_DIFFERENTIABLE, differentiable_operators, operators_without_gradient
 from deep500lite.lv1.autodiff.training import (MIN_OPSET, TrainingGraph, build_training_model, save_backward_graph,
                                                training_graph, updated_name)
 

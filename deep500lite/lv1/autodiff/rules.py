@@ -19,7 +19,8 @@ from deep500lite.lv1.autodiff.builder import GraphBuilder, RuleContext
 __all__ = ["RULES", "NOT_DIFFERENTIABLE", "differentiable_operators", "operators_without_gradient", "custom_rule"]
 
 #: ONNX operator type -> gradient rule, filled by the ``@_rule`` decorators below and in :mod:`.rules_nn`,
-#: :mod:`.rules_index`, :mod:`.rules_math` and :mod:`.rules_recurrent`.
+#: :mod:`.rules_index`, :mod:`.rules_math` and :mod:`.rules_recurrent`; :mod:`.gradients` imports them
+#: all (use its ``RULES``: the table is complete only once every family is imported).
 RULES: dict[str, Callable] = {}
 
 #: ONNX operators declared not differentiable: their outputs are integer or boolean, or they are
@@ -827,10 +828,3 @@ def custom_rule(node):
         return outs
 
     return rule
-
-
-# The activation, normalization, indexing and contraction rules register themselves in RULES on import.
-from deep500lite.lv1.autodiff import rules_index as _rules_index  # noqa: E402,F401
-from deep500lite.lv1.autodiff import rules_nn as _rules_nn  # noqa: E402,F401
-from deep500lite.lv1.autodiff import rules_math as _rules_math  # noqa: E402,F401
-from deep500lite.lv1.autodiff import rules_recurrent as _rules_recurrent  # noqa: E402,F401

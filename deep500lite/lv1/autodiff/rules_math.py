@@ -4,7 +4,7 @@ Sin, Cos, Tan, Asin, Acos, Atan, Sinh, Cosh, Asinh, Acosh, Atanh, ThresholdedRel
 Mean, CastLike, ReduceSumSquare, ReduceL1, ReduceL2, ReduceLogSum, ReduceLogSumExp, ReduceProd,
 LpNormalization, GroupNormalization (opset 18: scale and bias per group; 21: per channel) and
 Resize (nearest and linear, 1-D to N-D with constant scales or sizes). The rules register
-themselves in :data:`~deep500lite.lv1.autodiff.rules.RULES` when this module is imported (:mod:`.rules`
+themselves in :data:`~deep500lite.lv1.autodiff.rules.RULES` when this module is imported (:mod:`.gradients`
 imports it at its end).
 
 Resize is linear in its input: along each resized axis the output is ``A @ x`` with an

@@ -19,8 +19,8 @@ from onnx import helper, numpy_helper
 from deep500lite.errors import ModelError, UnsupportedOperatorError, UserError
 from deep500lite.lv1.autodiff.builder import GraphBuilder, GraphInfo, RuleContext, node_name
 from deep500lite.lv1.autodiff.fold import fold_constants
+from deep500lite.lv1.autodiff.gradients import NOT_DIFFERENTIABLE, RULES, custom_rule, differentiable_operators
 from deep500lite.lv1.autodiff.lower import lower_control_flow
-from deep500lite.lv1.autodiff.rules import NOT_DIFFERENTIABLE, RULES, custom_rule, differentiable_operators
 from deep500lite.lv1.control_flow import SUBGRAPH_OPS, subgraph_captures
 from deep500lite.lv1.network import Network, gradient_name
 

@@ -94,9 +94,12 @@ def _conv(ctx, x, w, b=None):
             return tf.nn.conv2d(xx, ww, run_strides, padding, dilations=dilations)
         return tf.nn.convolution(xx, ww, strides=run_strides, padding=padding, dilations=dilations)
 
-    if group == 1:
+    depthwise = group > 1 and n in (1, 2) and w.shape[-2] == 1
+    if n == 2 and not depthwise and any(d > 1 for d in dilations):
+        y = _dilated_conv2d(x if padding == "VALID" else _pad_spatial(x, pads), w, group, dilations)
+    elif group == 1:
         y = conv(x, w)
-    elif n in (1, 2) and w.shape[-2] == 1:
+    elif depthwise:
         y = _depthwise(x, w, group, kernel, run_strides, padding, pads, dilations)
     elif n == 2:
         y = _grouped_conv2d(x, w, group, run_strides, padding, dilations)
@@ -112,6 +115,22 @@ def _conv(ctx, x, w, b=None):
 
 
 _conv.weight_layout = channels_last_filter  # build_node hands w over in this layout (HWIO for 2-D)
+
+
+def _dilated_conv2d(x, w, group, dilations):
+    """A dilated 2-D convolution of the padded ``x``, stride 1, as ``tf.nn.convolution`` computes one:
+    an undilated convolution of ``tf.space_to_batch_nd(x)`` (``tf.nn.with_space_to_batch``).
+
+    Conv2D's own ``dilations`` run forward everywhere, but its gradient kernels on CPU refuse
+    dilation rates above 1 unless oneDNN runs them (TensorFlow leaves oneDNN off on CPUs without
+    AVX-512), and refuse them with explicit padding even then. Space-to-batch needs neither.
+    """
+    def undilated(xx, _rank, _padding):
+        if group == 1:
+            return tf.nn.conv2d(xx, w, 1, "VALID")
+        return _grouped_conv2d(xx, w, group, [1, 1], "VALID", [1, 1])
+
+    return tf.nn.with_space_to_batch(x, dilations, "VALID", undilated)
 
 
 def _grouped_conv2d(x, w, group, strides, padding, dilations):
@@ -250,13 +269,32 @@ def _pool_geometry(ctx, x):
 
 
 def _run_pool(x, kind, kernel, strides, dilations, n):
+    no_3d_kernel = n == 3 and x.dtype in (tf.float16, tf.float64)
     if all(d == 1 for d in dilations):
+        if no_3d_kernel:
+            return _pool3d_as_2d(x, kind, kernel, strides)
         f = tf.nn.max_pool if kind == "MAX" else tf.nn.avg_pool
         return f(x, kernel, strides, "VALID")
-    y = tf.nn.pool(x, kernel, kind, strides=[1] * n, padding="VALID", dilations=dilations)
+    if no_3d_kernel:
+        y = tf.nn.with_space_to_batch(x, dilations, "VALID", lambda xx, _n, _p: _pool3d_as_2d(xx, kind, kernel,
+                                                                                              [1, 1, 1]))
+    else:
+        y = tf.nn.pool(x, kernel, kind, strides=[1] * n, padding="VALID", dilations=dilations)
     if any(s > 1 for s in strides):
         y = y[(slice(None),) + tuple(slice(None, None, s) for s in strides)]
     return y
+
+
+def _pool3d_as_2d(x, kind, kernel, strides):
+    """A 3-D pooling without padding as two 2-D poolings, for the dtypes TensorFlow has no CPU
+    MaxPool3D/AvgPool3D kernels for (float16, float64; the 2-D ones exist): the window is a box, so
+    pooling over height and width, then over depth, gives the same maximum (or mean) exactly."""
+    f = tf.nn.max_pool2d if kind == "MAX" else tf.nn.avg_pool2d
+    n, d, c = tf.shape(x)[0], tf.shape(x)[1], tf.shape(x)[4]
+    hw = f(tf.reshape(x, tf.concat([[-1], tf.shape(x)[2:]], 0)), kernel[1:], strides[1:], "VALID")
+    h, w = tf.shape(hw)[1], tf.shape(hw)[2]
+    y = f(tf.reshape(hw, tf.stack([n, d, h * w, c])), [kernel[0], 1], [strides[0], 1], "VALID")
+    return tf.reshape(y, tf.stack([n, tf.shape(y)[1], h, w, c]))
 
 
 @op("MaxPool", kind=SPATIAL)
@@ -264,10 +302,7 @@ def _max_pool(ctx, x):
     n, kernel, strides, dilations, pads, extra = _pool_geometry(ctx, x)
     total = [(b, e + ex) for (b, e), ex in zip(pads, extra)]
     padded = _pad_spatial(x, total, _lowest(x.dtype))
-    if x.dtype == tf.float64 and n == 3:
-        y = tf.cast(_run_pool(tf.cast(padded, tf.float32), "MAX", kernel, strides, dilations, n), x.dtype)
-    else:
-        y = _run_pool(padded, "MAX", kernel, strides, dilations, n)
+    y = _run_pool(padded, "MAX", kernel, strides, dilations, n)
     if ctx.n_outputs < 2:
         return y
     if n != 2 or any(d != 1 for d in dilations):

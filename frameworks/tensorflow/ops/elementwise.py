@@ -186,9 +186,25 @@ def _div(ctx, a, b):
     return tf.divide(a, b)
 
 
+@tf.custom_gradient
+def _fmod(a, b):
+    """``tf.truncatemod`` (C's fmod) with the gradient TensorFlow registers none for: ``dy`` for ``a``,
+    ``-dy * trunc(a / b)`` for ``b``, each summed over the axes it was broadcast along."""
+    def grad(dy):
+        return _sum_to(dy, a), _sum_to(-dy * tf.truncatediv(a, b), b)
+
+    return tf.truncatemod(a, b), grad
+
+
+def _sum_to(g, x):
+    """``g`` summed over the axes along which ``x`` was broadcast to ``g``'s shape."""
+    axes, _ = tf.raw_ops.BroadcastGradientArgs(s0=tf.shape(x), s1=tf.shape(g))
+    return tf.reshape(tf.reduce_sum(g, axes), tf.shape(x))
+
+
 @op("Mod", kind=ELEMENTWISE)
 def _mod(ctx, a, b):
-    f = tf.truncatemod if ctx.get("fmod", 0) else tf.math.floormod
+    f = (_fmod if a.dtype.is_floating else tf.truncatemod) if ctx.get("fmod", 0) else tf.math.floormod
     if a.dtype == tf.float16 or a.dtype == tf.bfloat16:
         return tf.cast(f(tf.cast(a, tf.float32), tf.cast(b, tf.float32)), a.dtype)
     return f(a, b)

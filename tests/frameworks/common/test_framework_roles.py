@@ -8,16 +8,13 @@ import pytest
 
 import deep500lite as d5
 from deep500lite import datasets, networks
-from deep500lite.registry import import_framework, is_framework_available
+from deep500lite.registry import FRAMEWORKS, import_framework, is_framework_available
 
-# Role modules this test checks in each framework package (ops/, dtypes.py and bench.py are
-# checked by their own tests).
-ROLES = {
-    "reference": ["executor", "custom", "optimizers"],
-    "onnxruntime": ["executor", "custom", "optimizers"],
-    "torch": ["executor", "custom", "optimizers", "native", "models", "distributed"],
-    "tensorflow": ["executor", "custom", "optimizers", "native", "models"],
-}
+# Role modules this test checks in each framework package, from the specs (ops/, dtypes.py, bench.py
+# and the plugins' own modules are checked by their own tests).
+_CHECKED = ("executor", "custom", "optimizers", "native", "models", "distributed")
+ROLES = {name: [r for r in _CHECKED if r in spec.roles] for name, spec in FRAMEWORKS.items()
+         if spec.module.startswith("deep500lite.frameworks.")}
 REFERENCE_OPTIMIZERS = ["GradientDescent", "MomentumOptimizer", "NesterovOptimizer", "AdaGradOptimizer",
                         "RMSPropOptimizer", "AdamOptimizer", "AcceleGradOptimizer"]
 

@@ -97,7 +97,9 @@ def test_jit_false_runs_eagerly_with_same_values():
     feeds = net.random_feeds(2, seed=3)
     jitted = d5.executor(net.copy(), "jax").inference(feeds)["output"]
     eager = d5jax.JaxExecutor(net, jit=False)
-    np.testing.assert_allclose(eager.inference(feeds)["output"], jitted, rtol=1e-5, atol=1e-6)
+    # float32 rounding of another evaluation order: with oneDNN limited to AVX2 one logit of 0.087 moved by 2e-6,
+    # so the absolute part scales with the output (1e-5 of its largest value), as it does in test_executor_inference
+    np.testing.assert_allclose(eager.inference(feeds)["output"], jitted, rtol=1e-5, atol=1e-5 * np.abs(jitted).max())
     assert eager.compile_seconds == 0.0 and eager.options["jit"] is False
 
 

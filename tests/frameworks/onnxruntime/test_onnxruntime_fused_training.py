@@ -165,7 +165,14 @@ def test_test_training_uses_the_fused_path():
 
 def test_training_bench_sides_take_the_same_steps():
     from deep500lite.errors import UserError
-    from deep500lite.frameworks.onnxruntime.training_bench import training_step
+    import importlib.util
+    import pathlib
+
+    script = pathlib.Path(__file__).resolve().parents[3] / "scripts" / "onnxruntime_training_bench.py"
+    spec = importlib.util.spec_from_file_location("onnxruntime_training_bench", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    training_step = module.training_step
 
     fused, fex = training_step("onnxruntime", "lenet", 8, fused=True)
     host, hex_ = training_step("onnxruntime", "lenet", 8, fused=False)

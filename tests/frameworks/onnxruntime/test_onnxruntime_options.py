@@ -50,11 +50,11 @@ def test_bad_options_say_what_is_allowed():
     with pytest.raises(UserError, match="intra_op_num_threads must be an integer >= 0.*"
                                         "Received: intra_op_num_threads=-1"):
         d5.executor(net, "onnxruntime", intra_op_num_threads=-1)
-    if "OpenVINOExecutionProvider" not in ort.get_available_providers():
-        with pytest.raises(DeviceError, match="no OpenVINOExecutionProvider.*onnxruntime-openvino"):
-            d5.executor(net, "onnxruntime", providers=["OpenVINOExecutionProvider", "CPUExecutionProvider"])
-    else:  # onnxruntime-openvino installed: its provider is taken and recorded
-        ex = d5.executor(net, "onnxruntime", providers=["OpenVINOExecutionProvider", "CPUExecutionProvider"])
-        assert ex.options["providers"][0] == "OpenVINOExecutionProvider"
+    if "TensorrtExecutionProvider" not in ort.get_available_providers():
+        with pytest.raises(DeviceError, match="no TensorrtExecutionProvider.*onnxruntime-gpu"):
+            d5.executor(net, "onnxruntime", providers=["TensorrtExecutionProvider", "CPUExecutionProvider"])
+    else:  # onnxruntime-gpu with TensorRT installed: its provider is taken and recorded
+        ex = d5.executor(net, "onnxruntime", providers=["TensorrtExecutionProvider", "CPUExecutionProvider"])
+        assert ex.options["providers"][0] == "TensorrtExecutionProvider"
     ex = d5.executor(net, "onnxruntime", providers=["CPUExecutionProvider"])
     assert ex.options["providers"] == ["CPUExecutionProvider"] and ex.options["graph_optimization_level"] == "all"

@@ -32,3 +32,28 @@ def test_keras_native_executor_trains_with_test_training():
     losses = [s["loss"] for s in results.stats.steps]
     assert np.mean(losses[-5:]) < 0.5 * np.mean(losses[:5])
     assert results[0] > 80
+
+
+@pytest.mark.parametrize("layer", ["Conv1D", "Conv2D", "Conv1DTranspose", "Conv2DTranspose"])
+def test_keras_channels_first_convolutions_run_or_are_refused_up_front(layer):
+    # TensorFlow's CPU kernels take NCHW only with oneDNN on; CI runs this with oneDNN on and off.
+    from deep500lite.errors import UnsupportedOperatorError
+    from deep500lite.frameworks.tensorflow.native import cpu_runs_nchw_convolutions
+
+    rank = 1 if "1D" in layer else 2
+    shape = (3,) + (6,) * rank
+    keras.utils.set_random_seed(0)
+    conv = getattr(keras.layers, layer)(4, 3, data_format="channels_first", name="first_conv")
+    model = keras.Sequential([keras.Input(shape), conv, keras.layers.Flatten(), keras.layers.Dense(2)])
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    if not cpu_runs_nchw_convolutions():
+        with pytest.raises(UnsupportedOperatorError, match=rf"data_format='channels_first'.*oneDNN is off.*"
+                                                           rf"Received: layers 'first_conv' \({layer}\)"):
+            TensorFlowNativeExecutor(model, loss=loss)
+        return
+    x = np.random.default_rng(0).standard_normal((2, *shape)).astype(np.float32)
+    ex = TensorFlowNativeExecutor(model, input_names=["x"], loss=loss)
+    out = ex.inference_and_backprop({"x": x, "label": np.array([0, 1])})
+    np.testing.assert_allclose(out["output"], model(x).numpy(), rtol=1e-5, atol=1e-5)
+    kernel = next(p for p in ex.network.parameters if p.endswith("first_conv/kernel"))
+    assert np.abs(ex.network.fetch_tensors([kernel + "_grad"])[0]).max() > 0

@@ -1,6 +1,6 @@
 """TensorFlow converters added for real models: grouped and depthwise convolutions with bias,
 forward against onnx.reference and backward against torch autograd in float64; a small CNN through
-GroupNormalization and Resize; gradients of the added indexing ops against finite differences. Their
+GroupNormalization and Resize; gradients of the added indexing ops and of fmod against finite differences. Their
 forward passes are also checked by ONNX's node tests in test_conformance_tensorflow.py."""
 
 import numpy as np
@@ -24,6 +24,12 @@ CONV_CASES = {
     "depthwise_dilated_strided": (4, 4, 4, (3, 3), dict(dilations=[2, 1], strides=[2, 2], pads=[1, 1, 1, 1])),
     "depthwise_same_upper": (3, 6, 3, (5, 5), dict(auto_pad="SAME_UPPER", strides=[2, 2])),
     "grouped_dilated": (4, 4, 2, (3, 3), dict(dilations=[2, 2])),
+    # Dilated 2-D convolutions train with oneDNN off too (TensorFlow's CPU Conv2D gradients refuse dilations
+    # then), and with explicit padding, which Conv2D's gradients refuse with oneDNN on as well.
+    "dilated_asymmetric_pads": (3, 5, 1, (3, 3), dict(dilations=[2, 3], pads=[1, 2, 3, 0])),
+    "dilated_strided": (3, 4, 1, (3, 2), dict(dilations=[2, 2], strides=[2, 3], pads=[1, 1, 1, 1])),
+    "grouped_dilated_padded_strided": (6, 4, 2, (2, 3), dict(dilations=[3, 2], strides=[1, 2], pads=[2, 0, 1, 2])),
+    "dilated_same_upper": (3, 4, 1, (3, 3), dict(dilations=[2, 2], auto_pad="SAME_UPPER")),
     "depthwise_1d": (4, 8, 4, (3,), dict(pads=[1, 2], strides=[2])),
     "grouped_3d": (4, 6, 2, (2, 2, 2), dict(pads=[0, 1, 0, 1, 0, 1])),
 }
@@ -149,6 +155,11 @@ _GRAD_CASES = {
     "Einsum": (lambda: helper.make_node("Einsum", ["p", "p"], ["o"], equation="ij,kj"), {}),
     "TopK": (lambda: helper.make_node("TopK", ["p", "k"], ["o", "idx"], axis=0, largest=0), {"k": np.array([2])}),
     "Trilu": (lambda: helper.make_node("Trilu", ["p"], ["o"], upper=0), {}),
+    # fmod: TensorFlow registers no gradient for TruncateMod; p as the dividend, then as a broadcast divisor
+    "Mod_fmod_dividend": (lambda: helper.make_node("Mod", ["p", "d"], ["o"], fmod=1),
+                          {"d": np.array([0.7, -0.9, 1.3, -0.45])}),
+    "Mod_fmod_divisor": (lambda: helper.make_node("Mod", ["u", "p"], ["o"], fmod=1),
+                         {"u": np.linspace(-9.3, 8.9, 24).reshape(2, 3, 4)}),
 }
 
 
@@ -183,3 +194,65 @@ def test_added_op_gradients_match_finite_differences(op):
         lo[idx] -= eps
         expected[idx] = (loss_at(hi) - loss_at(lo)) / (2 * eps)
     np.testing.assert_allclose(grad, expected, rtol=1e-5, atol=1e-6)
+
+
+# TensorFlow has no CPU MaxPool3D/AvgPool3D kernels for float16 and float64: the converter pools twice in 2-D
+POOL3D_CASES = {
+    "max_strided_padded": ("MaxPool", dict(kernel_shape=[2, 3, 2], strides=[2, 1, 2], pads=[1, 1, 0, 0, 1, 1])),
+    "max_dilated": ("MaxPool", dict(kernel_shape=[2, 2, 2], dilations=[2, 1, 2])),
+    "avg_strided": ("AveragePool", dict(kernel_shape=[3, 2, 2], strides=[1, 2, 2])),
+    "avg_padded_exclusive": ("AveragePool", dict(kernel_shape=[2, 2, 3], pads=[1, 0, 1, 0, 1, 1], count_include_pad=0)),
+}
+
+
+def _pool3d_model(case, dtype, x=None):
+    op_type, attrs = POOL3D_CASES[case]
+    onnx_type = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    nodes = [helper.make_node(op_type, ["x"], ["y"], **attrs)]
+    if x is None:
+        graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", onnx_type, [2, 3, 5, 6, 7])],
+                                  [helper.make_tensor_value_info("y", onnx_type, None)])
+    else:  # x a parameter, with a loss whose gradient differs per output element
+        nodes += [helper.make_node("Sigmoid", ["y"], ["s"]), helper.make_node("Mul", ["s", "y"], ["p"]),
+                  helper.make_node("ReduceSum", ["p"], ["loss"], keepdims=0)]
+        graph = helper.make_graph(nodes, "g", [], [helper.make_tensor_value_info("loss", onnx_type, [])],
+                                  initializer=[numpy_helper.from_array(x, "x")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float64])
+@pytest.mark.parametrize("case", sorted(POOL3D_CASES))
+def test_3d_pooling_without_a_tensorflow_kernel_matches_onnx_reference(case, dtype):
+    x = np.random.default_rng(3).standard_normal((2, 3, 5, 6, 7)).astype(dtype)
+    model = _pool3d_model(case, dtype)
+    expected = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    got = d5.executor(d5.load_model(model, check=False), "tensorflow").inference({"x": x})["y"]
+    assert got.shape == expected.shape and got.dtype == expected.dtype
+    tol = 1e-3 if dtype == np.float16 else 1e-12
+    np.testing.assert_allclose(got, expected, rtol=tol, atol=tol)
+
+
+@pytest.mark.requires("torch")
+@pytest.mark.parametrize("case", sorted(POOL3D_CASES))
+def test_3d_pooling_without_a_tensorflow_kernel_gradients_match_torch(case):
+    import torch
+
+    x = np.random.default_rng(4).standard_normal((2, 3, 5, 6, 7))
+    net = d5.load_model(_pool3d_model(case, np.float64, x), check=False)
+    d5.executor(net, "tensorflow").inference_and_backprop({}, "loss")
+    (got,) = net.fetch_tensors(["x_grad"])
+    op_type, attrs = POOL3D_CASES[case]
+    xt = torch.from_numpy(x).requires_grad_()
+    pads = attrs.get("pads", [0] * 6)
+    fill = -np.inf if op_type == "MaxPool" else 0.0
+    padded = torch.nn.functional.pad(xt, [p for i in (2, 1, 0) for p in (pads[i], pads[i + 3])], value=fill)
+    if op_type == "MaxPool":
+        y = torch.nn.functional.max_pool3d(padded, attrs["kernel_shape"], attrs.get("strides", 1),
+                                           dilation=attrs.get("dilations", 1))
+    else:  # count_include_pad=0: the mean over the window's cells inside x
+        ones = torch.nn.functional.pad(torch.ones_like(xt), [p for i in (2, 1, 0) for p in (pads[i], pads[i + 3])])
+        size, stride = attrs["kernel_shape"], attrs.get("strides", 1)
+        y = (torch.nn.functional.avg_pool3d(padded, size, stride) /
+             torch.nn.functional.avg_pool3d(ones, size, stride))
+    (torch.sigmoid(y) * y).sum().backward()
+    np.testing.assert_allclose(got, xt.grad.numpy(), rtol=1e-10, atol=1e-12)
