@@ -470,26 +470,36 @@ def format_matrix(result: ZooResult, fmt: str = "table") -> str:
 
 
 def verify_input(spec: str, training: bool = False):
-    """The ONNX model and feeds of the zoo case ``NAME[/EXPORTER]``, for ``deep500lite verify zoo:...``.
+    """The ONNX model, feeds and loss of the zoo case ``NAME[/EXPORTER]``, for ``deep500lite verify zoo:...``.
 
     Args:
         spec: a model of :func:`list_cases`, optionally with its exporter (default: the first
-            one the model has, e.g. ``torchscript``).
+            one the model has, e.g. ``torchscript``); a graph case (``loop``, ``detection``, ...)
+            too.
         training: the export that keeps every parameter (no constant folding) where the producer
             has one, as the zoo's training check uses.
 
     Returns:
-        ``(onnx.ModelProto, feeds)``.
+        ``(onnx.ModelProto, feeds, loss)``: ``loss`` is the graph case's own loss in ``verify``'s
+        spelling (None for a classifier: ``verify``'s default); a graph case exported with
+        dynamic axes gives its first set of feeds.
 
     Raises:
-        UserError: an unknown model or exporter.
+        UserError: an unknown model or exporter, or ``training`` for a graph case the zoo does not
+            train (the message says why).
     """
     name, _, exporter = spec.partition("/")
     cases = [c for c in list_cases(name or None, exporter or None) if c.name == name]
     if not name or not cases:
         raise UserError(f"zoo: takes NAME or NAME/EXPORTER of 'deep500lite bench zoo --list'. Received: {spec!r}")
     case = cases[0]
+    if case.kind == "graph":
+        graph = _graphs_module(case.producer).build_graph(case.name)
+        if training and not graph.train:
+            raise UserError(f"The zoo's graph {case.key} is checked for inference only: {graph.no_training}. "
+                            f"Run it without --train and --loss. Received: zoo:{spec}")
+        return graph.proto, dict(graph.feeds[0]), graph.loss
     build = _zoo_module(case.producer).build
     extra = {"fold_constants": False} if training and "fold_constants" in inspect.signature(build).parameters else {}
     model = build(case.name, case.exporter, **extra)
-    return model.proto, dict(model.feeds)
+    return model.proto, dict(model.feeds), None

@@ -63,17 +63,18 @@ def run(args) -> int:
         from deep500lite.lv1.device import as_device
 
         as_device(args.device)
-    model, feeds = args.model, None
+    model, feeds, loss = args.model, None, args.loss
     if args.model.startswith("zoo:"):
         from deep500lite.bench.zoo import verify_input
 
-        model, feeds = verify_input(args.model[4:], training=bool(args.train or args.loss))
+        model, feeds, zoo_loss = verify_input(args.model[4:], training=bool(args.train or args.loss))
+        loss = loss or zoo_loss
     if args.inputs:
         from deep500lite.cli.infer_cmd import load_feeds
 
         feeds = load_feeds(args.inputs)
     result = verify_model(model, frameworks=frameworks, feeds=feeds, train=bool(args.train or args.loss),
-                          loss=args.loss, seed=args.seed, device=args.device, localize_failures=not args.no_localize,
+                          loss=loss, seed=args.seed, device=args.device, localize_failures=not args.no_localize,
                           progress=lambda line: print(f"... {line}", file=sys.stderr, flush=True))
     if args.model.startswith("zoo:"):
         result.model = args.model

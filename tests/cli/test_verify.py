@@ -73,3 +73,24 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, lenet_file, args, expected):
     lines = [ln for ln in proc.stderr.splitlines() if "error" in ln]
     assert len(lines) == 1 and expected in lines[0], proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.requires("torch", "onnxruntime")
+def test_a_zoo_graph_beyond_classifiers_is_verified_with_its_own_loss(tmp_path):
+    out = tmp_path / "verify.json"
+    proc = run_cli("verify", "zoo:loop/torchscript", "--train", "--frameworks", "reference,torch,onnxruntime",
+                   "--json", out, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "verdict: 3 of 3 executors pass" in proc.stdout
+    data = json.loads(out.read_text())
+    assert data["loss"].startswith("cross_entropy of 'logits'"), data["loss"]
+    assert all(r["gradients"] and r["status"] == "pass" for r in data["reports"])
+
+
+@pytest.mark.requires("tensorflow", "tf2onnx")
+def test_training_a_zoo_graph_the_autodiff_cannot_differentiate_is_one_line_saying_why():
+    proc = run_cli("verify", "zoo:while_loop/tf2onnx", "--train", "--frameworks", "reference", timeout=600)
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("deep500lite verify: error")]  # not TF's log
+    assert len(lines) == 1 and "inference only" in lines[0] and "trip count" in lines[0], proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
