@@ -19,13 +19,14 @@ def add_parser(subparsers):
         "verify", help="check a model on every executor against the reference executor in float64",
         description=("Run MODEL.onnx on every installed executor and variant (torch:compile, tensorflow:xla, "
                      "onnxruntime:O0, ...; installed plugin frameworks too) and compare each with the reference "
-                     "executor in float64 (the ground truth): the largest error relative to scale of every output and, with --train, of every "
-                     "parameter gradient of a loss, beside the model's float32 noise floor (the reference "
-                     "executor's own float32 error) and a verdict: within max(1e-4, 10 x floor) for outputs, "
-                     "max(1e-3, 10 x floor) for gradients. For a failing executor, names the first node whose "
-                     "output (or backward pass) diverges. MODEL may also be zoo:NAME[/EXPORTER], a model of "
-                     "'deep500lite bench zoo --list' (a graph case such as zoo:loop too, with its own loss). Exit 0 when every executor passes, 1 when one fails, 2 for "
-                     "bad input. See docs/verify.md."))
+                     "executor in float64 (the ground truth): the largest error relative to scale of every output "
+                     "and, with --train, of every parameter gradient of a loss, beside the model's float32 noise "
+                     "floor (the reference executor's own float32 error) and a verdict: within max(1e-4, 10 x "
+                     "floor) for outputs, max(1e-3, 10 x floor) for gradients. For a failing executor, names the "
+                     "first node whose output (or backward pass) diverges. MODEL may also be zoo:NAME[/EXPORTER], "
+                     "a model of 'deep500lite bench zoo --list' (a graph case such as zoo:loop too, with its own "
+                     "loss). Exit 0 when every executor passes, 1 when one fails, 2 for bad input. See "
+                     "docs/verify.md."))
     p.add_argument("model", metavar="MODEL.onnx", help="the ONNX model file, or zoo:NAME[/EXPORTER]")
     p.add_argument("--frameworks", default=None, metavar="A,B,...",
                    help="executors to check, comma-separated, variants included (default: every installed "
