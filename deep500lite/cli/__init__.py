@@ -32,8 +32,8 @@ __all__ = ["main", "build_parser", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
-SUBCOMMANDS = ("env", "list", "infer", "run", "compare", "report", "bench", "pack", "launch", "emulate", "model", "db",
-               "history", "regress", "dashboard")
+SUBCOMMANDS = ("env", "list", "infer", "run", "compare", "report", "bench", "pack", "launch", "emulate", "model", "verify",
+               "db", "history", "regress", "dashboard")
 
 
 class _Parser(argparse.ArgumentParser):

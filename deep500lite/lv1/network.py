@@ -21,6 +21,7 @@ from google.protobuf.message import DecodeError, Message
 
 from deep500lite.errors import FeedError, ModelError, UserKeyError, UserTypeError
 from deep500lite.lv0.tensordesc import TensorDescriptor
+from deep500lite.lv1.control_flow import subgraph_captures
 from deep500lite.utils import check_allocation
 from deep500lite.lv1.model_checks import check_model_proto
 from deep500lite.lv1.value_info import ValueInfo
@@ -444,7 +445,8 @@ class Network(Deep500NetworkNames):
             node = producers.get(t)
             if node is None:
                 continue
-            for idx, name in enumerate(node.input):
+            # values the node's subgraphs (If, Loop, Scan bodies) read count as its inputs
+            for idx, name in enumerate(list(node.input) + subgraph_captures(node)):
                 if not name:
                     continue
                 if name in params and (node.op_type, idx) not in _NON_TRAINABLE_INPUTS:

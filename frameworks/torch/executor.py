@@ -16,6 +16,7 @@ from deep500lite.lv1.compile_progress import compiling
 from deep500lite.lv1.device import Device
 from deep500lite.lv1.execution_errors import execution_error, shape_of
 from deep500lite.lv1.executor import GraphExecutor
+from deep500lite.lv1.control_flow import subgraph_captures
 from deep500lite.lv1.network import FLOAT_DTYPES
 from deep500lite.frameworks.torch.dtypes import to_numpy, to_torch
 from deep500lite.frameworks.torch.ops import SUPPORTED_OPS, NodeSpec, build_node
@@ -36,7 +37,7 @@ _MAY_ALIAS = frozenset({
     "Expand", "Split", "Cast", "CastLike", "Gather", "Clip", "Sum", "Max", "Min", "Where",
     "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
     "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", "Pad", "Concat", "Tile", "Einsum",
-    "DepthToSpace", "SpaceToDepth",
+    "DepthToSpace", "SpaceToDepth", "If", "Loop", "Scan",
 })
 
 _compiled_graphs = itertools.count()
@@ -209,11 +210,12 @@ class TorchExecutor(GraphExecutor):
             for k, node in enumerate(net.graph.node):
                 spec = NodeSpec(node, opset, [const_of(n) for n in node.input], self._device,
                                 training=training, generator=generator)
+                captured = spec.captured = subgraph_captures(node)
                 fn = build_node(spec)
-                foldable = all(not n or n in static for n in node.input) or (
+                foldable = all(not n or n in static for n in list(node.input) + captured) or (
                     node.op_type == "Shape" and node.input[0] in self._tensors)
                 if foldable and node.op_type not in unfoldable:
-                    args = [static.get(n, self._tensors.get(n)) if n else None for n in node.input]
+                    args = [static.get(n, self._tensors.get(n)) if n else None for n in list(node.input) + captured]
                     result = fn(*args)
                     results = result if isinstance(result, (tuple, list)) else (result,)
                     for out, value in zip(node.output, results):
@@ -227,6 +229,7 @@ class TorchExecutor(GraphExecutor):
                 args = [env[n] if n else "None" for n in node.input]
                 while args and args[-1] == "None":
                     args.pop()
+                args += [env[n] for n in captured]  # what the node's subgraphs read from outside
                 outs = []
                 for j, out in enumerate(node.output):
                     var = f"v{k}_{j}"
