@@ -158,7 +158,7 @@ class TorchExecutor(GraphExecutor):
         host = net.host_values()
         for name in net.initializers:
             if name not in self._tensors:
-                self._tensors[name] = to_torch(np.array(host[name], copy=True), self._device)
+                self._tensors[name] = _owned_tensor(host[name], self._device)
         params = {n for n in net.initializers if self._tensors[n].is_floating_point()
                   and host[n].dtype in FLOAT_DTYPES}
         self._params = params
@@ -303,16 +303,9 @@ class TorchExecutor(GraphExecutor):
         Outputs are fresh numpy arrays: one that would share memory with a parameter, a constant
         or a feed is copied.
         """
-        net = self.network
-        feeds = net.check_feeds(feeds)
-        names = self._io_names
-        if names[0] != (net.version, len(net.initializers)):
-            names = self._io_names = ((net.version, len(net.initializers)), net.inputs, net.outputs)
-        device = self._device
-        try:
-            args = [_input_tensor(feeds[name], device) for name in names[1]]
-        except TypeError as exc:
-            raise _feed_error(feeds, names[1]) from exc
+        feeds = self.network.check_feeds(feeds)
+        names = self._names()
+        args = self._input_tensors(feeds, names[1])
         before = _compile_clock() if self._compile else 0.0
         try:
             with self._compile_notice(self._run, args, "the inference function"), torch.inference_mode():
@@ -326,6 +319,27 @@ class TorchExecutor(GraphExecutor):
         if error is None:
             return {name: _output_array(r, copy) for name, r, copy in zip(names[2], results, self._copy_out)}
         raise error  # outside the except block: the error keeps no frame of the failed run alive
+
+    def _names(self) -> tuple:
+        """``(structure key, input names, output names)``, read from the ONNX graph once per structure.
+
+        ``Network.inputs`` and ``outputs`` walk the graph's protobuf fields on every access; the
+        per-call paths take the names from here instead.
+        """
+        net = self.network
+        names = self._io_names
+        key = (net.version, len(net.initializers))
+        if names[0] != key:
+            names = self._io_names = (key, net.inputs, net.outputs)
+        return names
+
+    def _input_tensors(self, feeds, inputs) -> list:
+        """The checked feeds as tensors on the device, in the order of ``inputs``."""
+        device = self._device
+        try:
+            return [_input_tensor(feeds[name], device) for name in inputs]
+        except TypeError as exc:
+            raise _feed_error(feeds, inputs) from exc
 
     def _node_error(self, exc: Exception, where: str | None) -> Exception:
         """The :class:`ExecutionError` for ``exc``, raised while running generated code.
@@ -378,11 +392,8 @@ class TorchExecutor(GraphExecutor):
         """
         net = self.network
         feeds = net.check_feeds(feeds)
-        device = self._device
-        try:
-            args = [to_torch(feeds[name], device) for name in net.inputs]
-        except TypeError as exc:
-            raise _feed_error(feeds, net.inputs) from exc
+        names = self._names()
+        args = self._input_tensors(feeds, names[1])
         if self._grad_state != (net.version, y):
             self._prepare_gradients(y)
         entry = self._train_fns.get(y)
@@ -403,7 +414,7 @@ class TorchExecutor(GraphExecutor):
         if error is not None:
             raise error
         self._have_grads = True
-        return {name: to_numpy(r, copy) for name, r, copy in zip(net.outputs, results, copy_out)}
+        return {name: to_numpy(r, copy) for name, r, copy in zip(names[2], results, copy_out)}
 
     def _train_run(self, run, args, y):
         """The training function's forward then backward: ``(results, None)`` or ``(None, error)``."""
@@ -509,6 +520,14 @@ _PLAIN_NUMPY = frozenset(np.dtype(t) for t in (np.float16, np.float32, np.float6
                                                 np.int64, np.uint8, np.bool_, np.complex64, np.complex128))
 _PLAIN_TORCH = frozenset((torch.float16, torch.float32, torch.float64, torch.int8, torch.int16, torch.int32,
                           torch.int64, torch.uint8, torch.bool, torch.complex64, torch.complex128))
+
+
+def _owned_tensor(value: np.ndarray, device: torch.device) -> torch.Tensor:
+    """A copy of an initializer in memory torch allocated: on the CPU 64-byte aligned, as a native
+    module's parameters are (numpy's buffers are often only 16-byte aligned), so the kernels and the
+    optimizer read and update the parameters as they would a ``torch.nn.Module``'s."""
+    t = to_torch(value, device)
+    return t.clone() if t.device.type == "cpu" else t
 
 
 def _input_tensor(value, device: torch.device) -> torch.Tensor:
