@@ -46,7 +46,8 @@ def add_parser(subparsers):
                         "(--models lenet --max-time 3 for a short run)")
     o.add_argument("--threads", type=positive_int, default=None,
                    help="with --all: intra-op threads of torch and TensorFlow in the rows that compare a "
-                        "framework with itself (1 steadies torch on a shared machine; default: the framework's)")
+                        "framework with itself, and of torch's loop in ONNX Runtime's training row (1 steadies "
+                        "torch on a shared machine; default: the framework's)")
     o.add_argument("--models", default="lenet,resnet20", help="comma-separated: lenet, resnet20 (default both)")
     o.add_argument("--batch-size", type=positive_int, default=64, help="samples per call (default 64)")
     o.add_argument("--max-time", type=positive_seconds, default=20.0,
