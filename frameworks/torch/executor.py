@@ -442,9 +442,10 @@ class TorchExecutor(GraphExecutor):
                 return None, error
         return results, None
 
-    def _prepare_gradients(self, y: str) -> None:
-        """Make exactly the parameters ``y`` depends on require grad."""
-        pairs = self.network.gradient(y)
+    def _prepare_gradients(self, y) -> None:
+        """Make exactly the parameters ``y`` (a name, or a tuple of names) depends on require grad."""
+        pairs = list(dict.fromkeys(pair for name in ((y,) if isinstance(y, str) else y)
+                                   for pair in self.network.gradient(name)))
         wanted = {p for p, _ in pairs}
         for name in self._params:
             t = self._tensors[name]
@@ -455,6 +456,89 @@ class TorchExecutor(GraphExecutor):
         self._grad_params = list(self._grads.values())
         self._have_grads = False
         self._grad_state = (self.network.version, y)
+
+    def backprop(self, feeds, output_grads) -> dict:
+        """Forward in training mode, then backward from given gradients of outputs (a vector-Jacobian product).
+
+        Where :meth:`inference_and_backprop` starts backward from a scalar loss, this starts it
+        from ``dL/d(output)`` for each output named in ``output_grads``, as a rank of a model-parallel
+        scheme needs when it receives the gradient of its output from the next rank: torch
+        autograd runs ``torch.autograd.backward(outputs, output_grads)`` through the same
+        training-mode function, with no second forward pass.
+
+        Args:
+            feeds: one numpy array per network input.
+            output_grads: graph output name -> its gradient, a numpy array of the output's shape
+                (outputs left out contribute nothing).
+
+        Returns:
+            ``"<param>_grad"`` for every parameter those outputs depend on (as
+            ``network.gradient`` lists them; zero where no gradient flows) and ``"<input>_grad"``
+            for every floating-point network input, as numpy arrays. The parameter gradients also
+            stay on the device as the parameters' ``.grad`` (fetchable as after
+            :meth:`inference_and_backprop`).
+
+        Raises:
+            FeedError: the feeds do not match the inputs, or a gradient names no graph output or
+                has another shape than its output.
+        """
+        net = self.network
+        feeds = net.check_feeds(feeds)
+        _, inputs, outputs = self._names()
+        if not isinstance(output_grads, dict) or not output_grads:
+            raise FeedError(f"backprop: output_grads must be a non-empty dict of graph output name to gradient. "
+                            f"Outputs: {list(outputs)}. Received: {output_grads!r:.200}")
+        unknown = [k for k in output_grads if k not in outputs]
+        if unknown:
+            raise FeedError(f"backprop: output_grads names tensors that are not graph outputs: {unknown}. "
+                            f"Outputs: {list(outputs)}. Received: {list(output_grads)}")
+        args = self._input_tensors(feeds, inputs)
+        args = [t.detach().requires_grad_(True) if t.is_floating_point() else t for t in args]
+        ys = tuple(o for o in outputs if o in output_grads)
+        if self._grad_state != (net.version, ys):
+            self._prepare_gradients(ys)
+        entry = self._train_fns.get(None)
+        if entry is None:
+            run, copy_out = self._generate(training=True)
+            entry = self._train_fns[None] = (self._compiled(run) if self._compile else run), copy_out
+        run = entry[0]
+        for t in self._grad_params:
+            t.grad = None
+        self._have_grads = False
+        try:
+            with torch.enable_grad():
+                results = run(*args)
+        except Exception as exc:  # noqa: BLE001 - reported as an ExecutionError naming the node
+            error = self._node_error(exc, "training graph")
+        else:
+            error = None
+        if error is not None:
+            raise error
+        tensors, grads = [], []
+        for name, r in zip(outputs, results):
+            if name not in output_grads:
+                continue
+            g = np.asarray(output_grads[name])
+            if tuple(g.shape) != tuple(r.shape):
+                raise FeedError(f"backprop: the gradient of '{name}' must have the output's shape {list(r.shape)}. "
+                                f"Received: shape {list(g.shape)}")
+            if r.requires_grad:
+                tensors.append(r)
+                grads.append(to_torch(g, self._device).to(r.dtype))
+        if tensors:
+            try:
+                torch.autograd.backward(tensors, grads)
+            except Exception as exc:  # noqa: BLE001 - autograd does not say which ONNX node failed
+                error = execution_error("torch", exc, where="backward pass")
+            if error is not None:
+                raise error
+        self._have_grads = True
+        out = {g: to_numpy(self.torch_tensor(g), copy=True) for g in self._grads}
+        for name, t in zip(inputs, args):
+            if t.is_floating_point():
+                out[f"{name}_grad"] = np.zeros(tuple(t.shape), to_numpy(t.detach()).dtype) if t.grad is None \
+                    else to_numpy(t.grad, copy=True)
+        return out
 
     # --------------------------------------------------------------- tensors
     def torch_tensor(self, name: str) -> torch.Tensor:
