@@ -26,6 +26,7 @@ Hierarchy::
     │   ├── CompilationError               a custom C++/CUDA operator the compiler rejected
     │   └── CheckpointError                a checkpoint missing, corrupt or not fitting
     ├── FrameworkNotAvailableError (ImportError)
+    ├── DatasetNotAvailableError (ImportError)  a dataset of Deep500's that deep500lite has no loader for
     ├── CppOpError (RuntimeError)          a C++ operator that failed while running
     ├── ExecutionError (RuntimeError)      an executor that failed at run time (names the ONNX node)
     ├── ModelExportError (RuntimeError)    a framework's ONNX exporter that failed on a model
@@ -55,6 +56,7 @@ __all__ = [
     "FeedError",
     "UnsupportedOperatorError",
     "FrameworkNotAvailableError",
+    "DatasetNotAvailableError",
     "DeviceError",
     "MissingDatasetError",
     "CorruptFileError",
@@ -114,6 +116,14 @@ class FrameworkNotAvailableError(Deep500Error, ImportError):
     """A framework (or another optional package, such as scikit-learn) that is not installed.
 
     The message names the extra to install.
+    """
+
+
+class DatasetNotAvailableError(Deep500Error, ImportError):
+    """A dataset Deep500 could load that deep500lite has no loader for (ImageNet's TFRecord files, UCF101).
+
+    An ImportError, as Deep500's loaders raised for a missing dependency, so a script that skips
+    such datasets with ``except ImportError`` goes on. The message names the loaders to use instead.
     """
 
 

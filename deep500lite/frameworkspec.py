@@ -51,7 +51,7 @@ CAPABILITIES = ("inference", "training", "gradients", "custom_ops", "runtime_che
                 "native_optimizers", "distributed", "bench")
 
 #: What a framework's ``bench`` module can run (:class:`deep500lite.bench.contract.FrameworkBench`).
-BENCH_RUNNERS = ("op", "inference", "training", "custom_op", "peak", "gpu")
+BENCH_RUNNERS = ("op", "inference", "training", "custom_op", "peak", "gpu", "data_parallel")
 
 
 def _resolve(reference: str):

@@ -134,6 +134,7 @@ EXEMPT_ERRORS = {
     "MissingDatasetError": "names the file that is missing and where to put it",
     "CheckpointError": "describes a checkpoint file's contents",
     "FrameworkNotAvailableError": "the environment: names the extra to install",
+    "DatasetNotAvailableError": "a loader deep500lite does not have: names the loaders to use instead",
     "CompilationError": "the compiler's verdict on a source file, with its output",
     "CppOpError": "a C++ operator that failed while running",
     "ExecutionError": "a framework that failed while running a node (names the node, its shapes, the executor)",

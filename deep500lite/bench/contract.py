@@ -42,6 +42,9 @@ class FrameworkBench(Protocol):
     each call returning ``(y, dL/dx)``. ``"peak"`` (the measured peak): ``peak_cpu_kernels(a, b,
     threads)``, ``peak_gpu_kernels(index, gemm_n, copy_elements)``, ``gpu_info(index)`` and
     ``require_gpu(index)``. ``"gpu"``: ``set_device(device)``, so ``bench overhead --device gpu:N`` runs it.
+    ``"data_parallel"`` (``bench distributed``'s ``ddp`` row): ``gloo_group()`` and
+    ``data_parallel_pair(model, batch, rng, comm, group, bucket_bytes)``, a deep500lite data-parallel step
+    and the framework's own data-parallel engine's on one rank of an MPI job.
     """
 
     def op_runner(self, case, inputs, device, threads) -> OpRunner:  # pragma: no cover - protocol

@@ -55,7 +55,16 @@ def build_parser() -> argparse.ArgumentParser:
     from deep500lite.cli.store_args import wire_store_options
 
     wire_store_options(sub)  # --db and --label on every command whose results are recorded
+    _name_subcommands(sub)
     return parser
+
+
+def _name_subcommands(sub) -> None:
+    """Append each command's own sub-commands to its line in the top-level help, so none is left out."""
+    for choice in sub._choices_actions:
+        inner = [a for a in sub.choices[choice.dest]._actions if isinstance(a, argparse._SubParsersAction)]
+        if inner:
+            choice.help = f"{choice.help}: {', '.join(inner[0].choices)}"
 
 
 def _one_line(exc: BaseException) -> tuple[str, int]:

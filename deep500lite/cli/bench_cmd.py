@@ -12,7 +12,7 @@ from deep500lite.metrics.tables import format_ci, format_table
 from deep500lite.registry import FRAMEWORKS, is_framework_available
 from deep500lite.utils import atomic_write_text, check_allocation
 
-BENCHMARKS = ("overhead", "op", "dataset", "allreduce", "zoo")
+BENCHMARKS = ("overhead", "op", "dataset", "allreduce", "zoo", "spatial", "distributed")
 
 
 #: ``--op`` without a value: the built-in Swish against each framework's own SiLU.
@@ -20,7 +20,7 @@ BUILTIN_OP = "swish"
 
 
 def add_parser(subparsers):
-    p = subparsers.add_parser("bench", help="run a benchmark (overhead, op, dataset, allreduce, zoo)",
+    p = subparsers.add_parser("bench", help="run a benchmark",
                               description="Run a benchmark and print its table; --json keeps every raw sample.")
     sub = p.add_subparsers(dest="benchmark", metavar="BENCHMARK", parser_class=type(p))
     o = sub.add_parser("overhead", help="deep500lite executor vs the framework's own call",
@@ -62,9 +62,10 @@ def add_parser(subparsers):
     bench_dataset.add_subparser(sub)
     bench_allreduce.add_subparser(sub)
     bench_zoo.add_subparser(sub)
-    from deep500lite.cli import bench_spatial
+    from deep500lite.cli import bench_distributed, bench_spatial
 
     bench_spatial.add_subparser(sub)
+    bench_distributed.add_subparser(sub)
     p.set_defaults(func=lambda args: _no_benchmark(p))
     return p
 

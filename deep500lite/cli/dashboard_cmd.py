@@ -21,7 +21,7 @@ def add_parser(subparsers):
                                                                "written before)")
     p.add_argument("--title", default="deep500lite results", help="the index page's title")
     p.add_argument("--min-effect", type=fraction, default=MIN_EFFECT, metavar="PCT",
-                   help=f"smallest change marked as a regression (default {MIN_EFFECT:.0%})")
+                   help=f"smallest change marked as a regression (default {MIN_EFFECT:.0%}%)")
     p.add_argument("--alpha", type=alpha_level, default=ALPHA, help=f"significance level (default {ALPHA})")
     add_filter_options(p)
     add_store_options(p, label=False)

@@ -13,7 +13,7 @@ def add_parser(subparsers):
     from deep500lite.cli.store_args import add_filter_options, add_store_options
     from deep500lite.metrics.tables import TABLE_FORMATS
 
-    p = subparsers.add_parser("db", help="the results database: import, export, list, info",
+    p = subparsers.add_parser("db", help="the results database",
                               description="Work with the results database (SQLite file or PostgreSQL; see "
                                           "docs/tracking.md).")
     sub = p.add_subparsers(dest="db_command", metavar="ACTION", parser_class=type(p))

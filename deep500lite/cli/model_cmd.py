@@ -29,7 +29,7 @@ __all__ = ["add_parser", "run", "run_allreduce", "run_layers", "parse_interconne
 
 def add_parser(sub):
     """Add ``model`` (with its ``scaling`` subcommand) to the CLI's subparsers ``sub``."""
-    p = sub.add_parser("model", help="performance models: predicted scaling of data-parallel training",
+    p = sub.add_parser("model", help="performance models",
                        description="Performance models. 'model scaling' predicts synchronous data-parallel training "
                                    "on 1 to thousands of nodes. See docs/scaling.md.")
     msub = p.add_subparsers(dest="model_command", metavar="MODEL_COMMAND", parser_class=type(p))

@@ -46,7 +46,7 @@ def add_parser(subparsers):
     p.add_argument("baseline", metavar="BASELINE", help="the runs to compare against (label:main, commit:1a2b3c4)")
     p.add_argument("candidate", metavar="CANDIDATE", help="the runs to judge (label:pr-123, run:42)")
     p.add_argument("--min-effect", type=fraction, default=MIN_EFFECT, metavar="PCT",
-                   help=f"smallest change called slower or faster (default {MIN_EFFECT:.0%}; raise it on a "
+                   help=f"smallest change called slower or faster (default {MIN_EFFECT:.0%}%; raise it on a "
                         "shared machine)")
     p.add_argument("--alpha", type=alpha_level, default=ALPHA, help=f"family-wise significance level (default {ALPHA})")
     p.add_argument("--metric", default=None, metavar="NAME",

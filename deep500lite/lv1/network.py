@@ -356,9 +356,18 @@ class Network(Deep500NetworkNames):
         return None if self._executor_ref is None else self._executor_ref()
 
     def _attach(self, executor: "deep500lite.lv1.executor.GraphExecutor") -> "Network":  # noqa: F821
-        """Attach to ``executor``; a network attached elsewhere is copied (current values) instead."""
+        """Attach to ``executor``; a network attached elsewhere is copied instead.
+
+        The copy holds the values the network holds on the host (:meth:`host_values`: those it was
+        built or loaded with, or fed while detached), not what the other executor has trained since,
+        so every executor made from one network starts from the same weights, as each executor that
+        Deep500's ``from_model(model)`` built started from the model's initializers.
+        """
         if self.executor is not None and self.executor is not executor:
-            clone = self.copy()
+            model = copy.deepcopy(self._model)
+            model.graph.initializer.extend(
+                numpy_helper.from_array(np.asarray(self._values[k]), k) for k in self._initializer_names)
+            clone = Network._own(model, source=self.source)
             clone._executor_ref = weakref.ref(executor)
             return clone
         self._executor_ref = weakref.ref(executor)

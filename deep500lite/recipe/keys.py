@@ -18,13 +18,13 @@ import numpy as np
 
 from deep500lite.errors import UserError, UserTypeError, format_choices
 
-__all__ = ["RECIPE_KEYS", "COMPONENT_KEYS", "REQUIRED_KEYS", "MAX_EPOCHS", "MAX_BATCH_SIZE"]
+__all__ = ["RECIPE_KEYS", "COMPONENT_KEYS", "REQUIRED_KEYS", "MAX_EPOCHS", "MAX_BATCH_SIZE", "MAX_BUCKET_MB"]
 
 #: Keys whose value names or builds a component (each also takes ``<key>_args`` and ``<key>_kwargs``).
 COMPONENT_KEYS = ("dataset", "model", "executor", "train_sampler", "validation_sampler", "optimizer", "events",
                   "distributed", "communicator")
 #: Every key a recipe may set.
-RECIPE_KEYS = ("epochs", "batch_size", "microbatches") + COMPONENT_KEYS + tuple(
+RECIPE_KEYS = ("epochs", "batch_size", "microbatches", "bucket_mb") + COMPONENT_KEYS + tuple(
     f"{c}_{s}" for c in COMPONENT_KEYS for s in ("args", "kwargs"))
 #: Keys a recipe must set (in FIXED or MUTABLE).
 REQUIRED_KEYS = ("dataset", "model", "executor", "optimizer", "epochs", "batch_size")
@@ -57,6 +57,8 @@ def _normalize_keys(d: dict, where: str) -> dict:
 #: The most epochs a recipe may ask for: a million epochs of even one step each is days of training;
 #: a larger number is a typo (``epochs=10**30``) rather than a plan.
 MAX_EPOCHS = 1_000_000
+#: The largest ``bucket_mb``: 1 TiB of gradients in one bucket is more than any accelerator holds.
+MAX_BUCKET_MB = 1 << 20
 #: The largest batch: 2**31 - 1 samples, what the executors' int32 shape fields hold.
 MAX_BATCH_SIZE = 2**31 - 1
 
@@ -73,6 +75,11 @@ def _check_value(key: str, value) -> None:
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1):
             raise UserError(f"'microbatches' must be an integer >= 1 (micro-batches per step). Received: "
                             f"{_short(value)}")
+    elif key == "bucket_mb":  # the data-parallel optimizer's bucket_bytes, in MiB (recipe.components)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating))
+                                  or not math.isfinite(value) or not 0 <= value <= MAX_BUCKET_MB):
+            raise UserError(f"'bucket_mb' must be a number of MiB from 0 to {MAX_BUCKET_MB:,} (the largest gradient "
+                            f"bucket of a data-parallel step; 0: one bucket per gradient). Received: {_short(value)}")
     elif key.endswith("_args"):
         if not isinstance(value, (list, tuple)):
             raise UserError(f"'{key}' must be a list or tuple of positional arguments. Received: "

@@ -44,7 +44,7 @@ SUMMARY_VALUES = {"final_test_accuracy": ("%", "higher"), "final_train_loss": ("
                   "training_time": ("s", "lower"), "peak_memory_bytes": ("bytes", "lower")}
 
 _SAMPLE_KEYS = {"raw", "samples", "ratios", "cold", "forward", "backward", "step", "times"}
-_ID_KEYS = ("framework", "model", "network", "dataset", "algorithm", "op", "name", "kind", "layer",
+_ID_KEYS = ("framework", "variant", "executor_variant", "model", "network", "dataset", "algorithm", "op", "name", "kind", "layer",
             "mode", "scheme", "device", "dtype", "shape", "batch_size", "batch", "bytes", "elements", "ranks",
             "training", "suite")
 _HIGHER = ("throughput", "bandwidth", "per_second", "flops", "accuracy", "speedup", "efficiency")

@@ -123,6 +123,10 @@ class TorchExecutor(GraphExecutor):
         self._grad_params: list[torch.Tensor] = []
         self._have_grads = False
         self._grad_state: tuple | None = None        # (network version, y) requires_grad is set for
+        self._gradient_hook = None                   # set_gradient_hook's object, its torch handles, its state
+        self._hook_handles: list = []
+        self._hook_copies: list = []                 # (device gradient, host copy) handed to the hook
+        self._hook_error: BaseException | None = None
         self._build()
 
     @classmethod
@@ -411,6 +415,8 @@ class TorchExecutor(GraphExecutor):
         finally:
             if self._compile:
                 self.compile_seconds += _compile_clock() - before
+        if self._gradient_hook is not None:
+            self._gradient_hook_end(error)
         if error is not None:
             raise error
         self._have_grads = True
@@ -456,6 +462,70 @@ class TorchExecutor(GraphExecutor):
         self._grad_params = list(self._grads.values())
         self._have_grads = False
         self._grad_state = (self.network.version, y)
+        if self._gradient_hook is not None:
+            self._install_gradient_hooks()
+
+    # ------------------------------------------------------- gradient hook
+    def set_gradient_hook(self, hook) -> bool:
+        """Call ``hook.on_gradient(name, grad)`` as each parameter's ``.grad`` is complete during the
+        backward pass (torch's ``register_post_accumulate_grad_hook``), and ``hook.on_backward_end()``
+        after it; see :meth:`GraphExecutor.set_gradient_hook`.
+
+        On the CPU ``grad`` is a numpy view of the ``.grad`` tensor (no copy: what the hook writes
+        is the gradient); on a GPU it is a host copy, copied back into ``.grad`` after
+        ``on_backward_end``. The torch hooks stay registered until ``set_gradient_hook(None)``
+        (setting the same hook again changes nothing), so each backward pass then makes one
+        Python call per parameter.
+
+        Returns:
+            True.
+        """
+        if hook is self._gradient_hook:
+            return True
+        self._remove_gradient_hooks()
+        self._gradient_hook = hook
+        if hook is not None and self._grad_state is not None:
+            self._install_gradient_hooks()
+        return True
+
+    def _remove_gradient_hooks(self) -> None:
+        for handle in self._hook_handles:
+            handle.remove()
+        self._hook_handles = []
+
+    def _install_gradient_hooks(self) -> None:
+        self._remove_gradient_hooks()
+        for name, _ in self.network.gradient(self._grad_state[1]):
+            self._hook_handles.append(self._tensors[name].register_post_accumulate_grad_hook(
+                lambda param, name=name: self._gradient_ready(name, param)))
+
+    def _gradient_ready(self, name: str, param: torch.Tensor) -> None:
+        if self._hook_error is not None:
+            return
+        grad = param.grad
+        try:
+            if grad.device.type == "cpu" and grad.dtype in _PLAIN_TORCH:
+                view = grad.detach().numpy()
+            else:
+                view = to_numpy(grad, copy=True)
+                self._hook_copies.append((grad, view))
+            self._gradient_hook.on_gradient(name, view)
+        except BaseException as exc:  # noqa: BLE001 - raised after the backward pass, not through autograd
+            self._hook_error = exc
+
+    def _gradient_hook_end(self, error) -> None:
+        """After the backward pass: ``on_backward_end``, host copies back to the device, a hook's error raised."""
+        failed, self._hook_error = self._hook_error, None
+        try:
+            if failed is None and error is None:
+                self._gradient_hook.on_backward_end()
+                with torch.no_grad():
+                    for grad, host in self._hook_copies:
+                        grad.copy_(to_torch(host, grad.device))
+        finally:
+            self._hook_copies = []
+        if failed is not None:
+            raise failed
 
     def backprop(self, feeds, output_grads) -> dict:
         """Forward in training mode, then backward from given gradients of outputs (a vector-Jacobian product).
@@ -530,8 +600,10 @@ class TorchExecutor(GraphExecutor):
                 torch.autograd.backward(tensors, grads)
             except Exception as exc:  # noqa: BLE001 - autograd does not say which ONNX node failed
                 error = execution_error("torch", exc, where="backward pass")
-            if error is not None:
-                raise error
+        if self._gradient_hook is not None:  # as in inference_and_backprop: the hook sees this backward too
+            self._gradient_hook_end(error)
+        if error is not None:
+            raise error
         self._have_grads = True
         out = {g: to_numpy(self.torch_tensor(g), copy=True) for g in self._grads}
         for name, t in zip(inputs, args):

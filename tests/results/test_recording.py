@@ -132,3 +132,15 @@ def test_bench_records_its_json_and_import_does_not_add_it_twice(tmp_path):
     assert again.returncode == 0, again.stderr
     with _store(db) as store:
         assert [r["label"] for r in store.runs()] == ["ort"]
+
+
+def test_bench_rows_are_named_by_their_executor_variant():
+    from deep500lite.results.extract import from_payload
+
+    rows = [{"variant": v, "executor": {"raw": [1e-4, 2e-4, 3e-4]}, "direct": {"raw": [1e-5, 2e-5]}}
+            for v in ("torch", "torch:compile", "onnxruntime")]
+    record = from_payload({"benchmark": "overhead --op FILE:FACTORY", "op": "myop.py:make", "results": rows},
+                          "bench overhead")
+    names = {s.benchmark for s in record.series}
+    assert any("torch:compile" in n for n in names) and any("onnxruntime" in n for n in names), names
+    assert not any("results[" in n for n in names), names

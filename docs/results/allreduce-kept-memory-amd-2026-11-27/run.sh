@@ -1,6 +1,6 @@
 #!/bin/bash
-# item 1 of issue 18, retaken with the ranks keeping freed memory (the default since this folder):
-# alternating 2- and 4-rank runs of the issue's check command; runs FIRST..LAST (default 1..4).
+# the allreduce accuracy check, retaken with the ranks keeping freed memory (the default since this folder):
+# alternating 2- and 4-rank runs of the accuracy check command; runs FIRST..LAST (default 1..4).
 cd "$(dirname "$0")"
 D5=${D5:-../../../.venv/bin/deep500lite}
 for i in $(seq "${FIRST:-1}" "${LAST:-4}"); do

@@ -40,7 +40,12 @@ SUPPORTED_OPS: frozenset = frozenset(CONVERTERS)
 def build_node(spec: NodeSpec) -> Callable:
     """The function computing ``spec``'s node (see module docstring)."""
     if spec.domain not in ("", "ai.onnx"):
-        return custom_op(lookup_custom_op(spec.op, spec.domain, spec.name))
+        module = custom_op(lookup_custom_op(spec.op, spec.domain, spec.name))
+
+        def run(*xs):
+            outs = module(*xs)  # a tuple, one tensor per output; a one-output node takes the tensor
+            return outs[0] if len(outs) == 1 else outs
+        return run
     try:
         converter = CONVERTERS[spec.op]
     except KeyError:
