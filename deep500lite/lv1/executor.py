@@ -7,7 +7,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from deep500lite.errors import DeviceError, ModelError, UnsupportedOperatorError, UserKeyError
+from deep500lite.errors import DeviceError, ModelError, UnsupportedOperatorError, UserError, UserKeyError
 from deep500lite.lv0.custom import lookup_custom_op
 from deep500lite.lv1.device import Device, as_device
 from deep500lite.lv1.model_checks import newest_opset
@@ -154,6 +154,26 @@ class GraphExecutor(abc.ABC):
         """
 
     # ------------------------------------------------------- optional abilities
+    def backprop(self, feeds: dict[str, np.ndarray], output_grads: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Forward, then backward from given gradients of graph outputs (a vector-Jacobian product).
+
+        Args:
+            feeds: as in :meth:`inference`.
+            output_grads: graph output name -> the gradient of that output.
+
+        Returns:
+            ``"<param>_grad"`` for every parameter the outputs depend on and ``"<input>_grad"``
+            for every floating-point input, as numpy arrays.
+
+        Raises:
+            UserError: this executor does not backpropagate from given output gradients (the
+                default; the torch executor does).
+        """
+        raise UserError(f"The {self.framework or type(self).__name__} executor does not backpropagate from given "
+                        f"output gradients yet; the torch executor does, and every executor backpropagates from a "
+                        f"scalar with inference_and_backprop(feeds, y). Received: output_grads for "
+                        f"{list(output_grads) if isinstance(output_grads, dict) else type(output_grads).__name__}")
+
     def set_gradient_hook(self, hook) -> bool:
         """Have ``hook`` see each parameter's gradient as soon as the backward pass has computed it.
 

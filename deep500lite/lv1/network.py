@@ -132,6 +132,7 @@ class Network(Deep500NetworkNames):
         self._executor_ref = None
         self._input_cache = None  # (structure key, input descriptors): feeds are checked every call
         self._accepted_feeds = None  # (structure key, signatures of feeds check_feeds accepted)
+        self._io_cache = None  # (structure key, inputs, outputs): executors read them on every call
         self.version = 0
 
     # ----------------------------------------------------------------- structure
@@ -151,13 +152,29 @@ class Network(Deep500NetworkNames):
     @property
     def inputs(self) -> list[str]:
         """Names of the inputs that must be fed (graph inputs that are not initializers)."""
-        inits = set(self._initializer_names)
-        return [i.name for i in self.graph.input if i.name not in inits]
+        return list(self._io_names()[1])
 
     @property
     def outputs(self) -> list[str]:
         """Names of the graph outputs."""
-        return [o.name for o in self.graph.output]
+        return list(self._io_names()[2])
+
+    def _io_names(self) -> tuple:
+        """``(key, inputs, outputs)``, read from the graph's protobuf once per structure.
+
+        Executors ask for the names on every call, and walking the protobuf fields took a few
+        microseconds each time. The key is the structure version and the initializer, graph
+        input and graph output counts, so a change through the Network API (which bumps the
+        version) or an input or output added to or removed from the graph by hand is seen.
+        """
+        graph = self._model.graph
+        key = (self.version, len(self._initializer_names), len(graph.input), len(graph.output))
+        cached = self._io_cache
+        if cached is None or cached[0] != key:
+            inits = set(self._initializer_names)
+            cached = self._io_cache = (key, tuple(i.name for i in graph.input if i.name not in inits),
+                                       tuple(o.name for o in graph.output))
+        return cached
 
     @property
     def initializers(self) -> list[str]:
