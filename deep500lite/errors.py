@@ -27,13 +27,15 @@ Hierarchy::
     │   ├── CompilationError               a custom C++/CUDA operator the compiler rejected
     │   └── CheckpointError                a checkpoint missing, corrupt or not fitting
     ├── FrameworkNotAvailableError (ImportError)
+    ├── DatasetNotAvailableError (ImportError)  a dataset of Deep500's that deep500lite has no loader for
     ├── CppOpError (RuntimeError)          a C++ operator that failed while running
     ├── ExecutionError (RuntimeError)      an executor that failed at run time (names the ONNX node)
     ├── ModelExportError (RuntimeError)    a framework's ONNX exporter that failed on a model
     ├── NonFiniteLossError (FloatingPointError)
     ├── CommunicationTimeout (TimeoutError)
-    └── JobTimeout (RuntimeError)          an MPI job killed at its time limit
-        └── StartupTimeout                 a rank that never reached MPI initialisation
+    ├── JobTimeout (RuntimeError)          an MPI job killed at its time limit
+    │   └── StartupTimeout                 a rank that never reached MPI initialisation
+    └── RankFailure (RuntimeError)         a rank that exited, raised, crashed or was killed: the job was ended
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ __all__ = [
     "FeedError",
     "UnsupportedOperatorError",
     "FrameworkNotAvailableError",
+    "DatasetNotAvailableError",
     "DeviceError",
     "MissingDatasetError",
     "CorruptFileError",
@@ -70,6 +73,7 @@ __all__ = [
     "CommunicationTimeout",
     "JobTimeout",
     "StartupTimeout",
+    "RankFailure",
     "format_choices",
 ]
 
@@ -123,6 +127,14 @@ class FrameworkNotAvailableError(Deep500Error, ImportError):
     """A framework (or another optional package, such as scikit-learn) that is not installed.
 
     The message names the extra to install.
+    """
+
+
+class DatasetNotAvailableError(Deep500Error, ImportError):
+    """A dataset Deep500 could load that deep500lite has no loader for (ImageNet's TFRecord files, UCF101).
+
+    An ImportError, as Deep500's loaders raised for a missing dependency, so a script that skips
+    such datasets with ``except ImportError`` goes on. The message names the loaders to use instead.
     """
 
 
@@ -250,6 +262,21 @@ class JobTimeout(Deep500Error, RuntimeError):
 
 class StartupTimeout(JobTimeout):
     """A rank of an MPI job did not reach MPI initialisation in time; the job was killed."""
+
+
+class RankFailure(Deep500Error, RuntimeError):
+    """A rank of an MPI job exited early or with an error status, raised, or was killed by a signal; the
+    whole job was ended. The message names the rank and the cause.
+
+    Attributes:
+        status: the exit status that stands for the rank's end (a signal N as 128 + N), for a
+            command that passes it on (``deep500lite launch``).
+        traceback: the rank's traceback, when an exception ended it (else None).
+    """
+
+    def __init__(self, message: str, status: int = 1, traceback: str | None = None):
+        super().__init__(message)
+        self.status, self.traceback = status, traceback
 
 
 class NetemMissing(UserError):

@@ -41,6 +41,7 @@ ROLES = {
     "native": "executors of models that exist only in this framework",
     "models": "lenet, resnet20 and export_onnx in the framework's own API",
     "zoo": "the zoo's models exported to ONNX (bench zoo's producers)",
+    "zoo_graphs": "the zoo's graphs beyond classifiers (control flow, detection, dynamic axes, a decoder)",
     "op_validation": "Deep500's test_nativeop_forward/_gradient on the framework's own operators",
     "distributed": "its own distributed pieces: a communicator over its collectives and/or a Horovod optimizer",
     "state": "checkpoint state of its optimizers and executors",
@@ -51,7 +52,7 @@ CAPABILITIES = ("inference", "training", "gradients", "custom_ops", "runtime_che
                 "native_optimizers", "distributed", "bench")
 
 #: What a framework's ``bench`` module can run (:class:`deep500lite.bench.contract.FrameworkBench`).
-BENCH_RUNNERS = ("op", "inference", "training", "custom_op", "peak", "gpu")
+BENCH_RUNNERS = ("op", "inference", "training", "custom_op", "peak", "gpu", "data_parallel")
 
 
 def _resolve(reference: str):

@@ -44,12 +44,15 @@ class TrainingEvent:
 
     ``before_training(trainer, stats)`` comes before the first epoch and
     ``after_training(trainer, stats)`` after the last one, also when training stopped early or
-    on a non-finite loss.
+    on a non-finite loss. Between ``before_training`` and the first ``before_epoch``, the trainer
+    evaluates the validation set once with the same four test hooks (Deep500's order; its result
+    is ``stats.initial_test``, and ``stats.epochs`` is still empty).
 
     Returning ``False`` stops training: from ``before_training`` before any epoch, from
     ``before_epoch`` before that epoch, from a sampling, batch or optimizer-step hook after the
     current step (the validation set is still evaluated, so the final accuracy matches the final
-    parameters), from a test hook or ``after_epoch`` after the current epoch. What
+    parameters), from a test hook or ``after_epoch`` after the current epoch (during the test
+    before training: before the first epoch). What
     ``after_training`` returns is ignored.
 
     The sampling hooks here are the trainer's; a sampler's own events (``Sampler(events=...)``)

@@ -129,40 +129,46 @@ def time_function(fn: Callable[[], object], *, label: str = "", sync: Callable[[
     return Measurement(label=label, raw_times=tuple(samples), warmup=warmup, stopped_by=stopped_by)
 
 
+_DEFAULT = object()  # avg_over not given
+
+
 class WallclockTime(TestMetric):
     """Wall-clock time between ``begin`` and ``end``, in seconds (lower is better); keeps every sample.
 
     Two forms:
 
-    - deep500lite's, ``WallclockTime(reruns=1, sync=None, timer=...)``: every ``begin``/``end``
-      pair is one sample in :attr:`samples`; :meth:`measure` is the last one (a float) and
-      :meth:`measure_summary` the :class:`~deep500lite.metrics.statistics.Summary` of all.
-    - Deep500's, ``WallclockTime(reruns, avg_over)`` (used whenever ``avg_over`` is given): the
-      times of ``avg_over`` consecutive runs are averaged; :meth:`measure` is the list of those
-      averages and :meth:`measure_summary` their median as text (``'12.30 ms'``). As in Deep500,
-      ``avg_over`` larger than a positive ``reruns`` becomes ``reruns``; ``reruns=0`` times the
-      test's own run (``WallclockTime(reruns=0, avg_over=1)`` around ``test_training`` gives
-      ``[seconds]``). Deep500's defaults were ``reruns=100, avg_over=10``; write them out to get
-      them, since ``WallclockTime()`` is deep500lite's form.
+    - Deep500's, the default: ``WallclockTime(reruns=100, avg_over=10)``. A test runs the work
+      ``reruns`` times for this metric; the times of ``avg_over`` consecutive runs are averaged;
+      :meth:`measure` is the list of those averages (10 by default) and :meth:`measure_summary`
+      their median as text (``'12.30 ms'``). As in Deep500, ``avg_over`` larger than a positive
+      ``reruns`` becomes ``reruns``. ``reruns=0`` times the test's own run
+      (``WallclockTime(reruns=0, avg_over=1)`` around ``test_training`` gives ``[seconds]``);
+      ``reruns=0`` without ``avg_over`` means ``avg_over=1`` (in Deep500 it divided by zero).
+    - deep500lite's, chosen with ``avg_over=None`` (or positionally as ``WallclockTime(reruns,
+      sync, timer)``): every ``begin``/``end`` pair is one sample in :attr:`samples`;
+      :meth:`measure` is the last one (a float) and :meth:`measure_summary` the
+      :class:`~deep500lite.metrics.statistics.Summary` of all.
 
     Args:
         reruns: runs of the measured work for this metric (0: the test's own run).
-        avg_over: Deep500's form: runs per averaged sample (an integer >= 1).
+        avg_over: runs per averaged sample (an integer >= 1), or None for deep500lite's form.
         sync: called in ``end`` before the clock is read (e.g. ``executor.synchronize``).
         timer: the clock (``time.perf_counter``); tests inject a fake one.
 
     Attributes:
-        samples: the raw times (deep500lite's form) or the averages (Deep500's form), in seconds.
+        samples: the averages (Deep500's form) or the raw times (deep500lite's form), in seconds.
     """
 
     higher_is_better = False
     name = "WallclockTime"
 
-    def __init__(self, reruns: int = 1, avg_over: int | None = None, sync: Callable[[], None] | None = None,
+    def __init__(self, reruns: int = 100, avg_over=_DEFAULT, sync: Callable[[], None] | None = None,
                  timer: Timer = time.perf_counter):
         if callable(avg_over):  # deep500lite's positional form WallclockTime(reruns, sync, timer)
             avg_over, sync, timer = None, avg_over, (sync if sync is not None else timer)
         super().__init__(reruns)
+        if avg_over is _DEFAULT:
+            avg_over = 10 if reruns > 0 else 1
         if avg_over is not None:
             if not isinstance(avg_over, int) or isinstance(avg_over, bool) or avg_over < 1:
                 raise UserError(f"avg_over must be an integer >= 1 (runs per averaged sample). "
@@ -203,7 +209,7 @@ class WallclockTime(TestMetric):
         return summarize(self.samples) if self.samples else None
 
     def __repr__(self) -> str:
-        return f"WallclockTime(reruns={self.reruns}" + (f", avg_over={self.avg_over})" if self.avg_over else ")")
+        return f"WallclockTime(reruns={self.reruns}, avg_over={self.avg_over})"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -2,18 +2,20 @@
 
 What it measures: the zoo's MLP (one hidden layer of 64) trained for 3 epochs on the 1,348
 training digits, batch 32 per rank, momentum SGD from the numpy reference optimizers wrapped in
-``ConsistentDecentralized`` (allreduce of the mean gradient each step, ``algorithm`` and
-``bucket_bytes`` mutable). Each rank trains on its own shard (``PartitionedDistributedSampler``,
-the default for a distributed recipe) and evaluates the whole test set with its replica. The
-acceptable metric is a final test accuracy of at least 80% on every rank (the global batch grows
-with the ranks, so 4 ranks take a quarter of the steps: ~85% after 3 epochs). ``deep500lite run -n N``
-adds, per rank and for the job: step time split into compute and communication, bytes per step,
-and the scaling efficiency against a 1-rank run of the same recipe.
+``ConsistentDecentralized`` (allreduce of the mean gradient each step, in buckets of ``bucket_mb``
+MiB started during the backward pass where the executor allows; ``algorithm`` and ``bucket_mb``
+mutable). Each rank trains on its own shard (``PartitionedDistributedSampler``, the default for
+a distributed recipe) and evaluates the whole test set with its replica. The acceptable metric
+is a final test accuracy of at least 80% on every rank (the global batch grows with the ranks,
+so 4 ranks take a quarter of the steps: ~85% after 3 epochs). ``deep500lite run -n N`` adds, per
+rank and for the job: step time split into compute and communication, bytes per step, and the
+scaling efficiency against a 1-rank run of the same recipe.
 
 How to run it:
 
     deep500lite run recipes/digits_mlp_distributed.py -n 2
     deep500lite run recipes/digits_mlp_distributed.py -n 4 --set distributed_kwargs.algorithm=ring
+    deep500lite run recipes/digits_mlp_distributed.py -n 2 --set bucket_mb=0
     deep500lite run recipes/digits_mlp_distributed.py -n 2 --set distributed=ConsistentParameterServer \\
         --set distributed_kwargs={}
     deep500lite run recipes/digits_mlp_distributed.py            # one rank, in this process
@@ -40,7 +42,8 @@ MUTABLE = {
     'optimizer': d5ref.MomentumOptimizer,
     'optimizer_kwargs': dict(learning_rate=0.05, momentum=0.9),
     'distributed': 'ConsistentDecentralized',
-    'distributed_kwargs': dict(algorithm='native', bucket_bytes=1 << 20),
+    'distributed_kwargs': dict(algorithm='native'),
+    'bucket_mb': None,  # gradient buckets in MiB (None: the optimizer's 25; 0: one per gradient)
     'communicator': 'mpi',
 }
 

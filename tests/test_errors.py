@@ -135,6 +135,7 @@ EXEMPT_ERRORS = {
     "MissingDatasetError": "names the file that is missing and where to put it",
     "CheckpointError": "describes a checkpoint file's contents",
     "FrameworkNotAvailableError": "the environment: names the extra to install",
+    "DatasetNotAvailableError": "a loader deep500lite does not have: names the loaders to use instead",
     "CompilationError": "the compiler's verdict on a source file, with its output",
     "CppOpError": "a C++ operator that failed while running",
     "ExecutionError": "a framework that failed while running a node (names the node, its shapes, the executor)",
@@ -143,6 +144,7 @@ EXEMPT_ERRORS = {
     "CommunicationTimeout": "a collective that waited too long for a peer",
     "JobTimeout": "an MPI job killed at its time limit",
     "StartupTimeout": "an MPI job killed because a rank did not reach MPI initialisation (names the ranks)",
+    "RankFailure": "an MPI job ended because one of its ranks failed (names the rank and how it ended)",
     "SignalReceived": "a signal that stops a command, caught to clean up; never shown as an error",
 }
 RECEIVED = "Received:"
@@ -353,6 +355,7 @@ def test_errors_module_classes_are_all_deep500errors_and_exported():
     (errors.NonFiniteLossError, FloatingPointError),
     (errors.CommunicationTimeout, TimeoutError),
     (errors.JobTimeout, RuntimeError),
+    (errors.RankFailure, RuntimeError),
 ], ids=lambda c: c.__name__)
 def test_hierarchy(cls, builtin):
     assert issubclass(cls, builtin)

@@ -6,7 +6,8 @@ or a plugin's own) with the functions of :class:`FrameworkBench` that its
 ``"training"``, ``"custom_op"``, ``"peak"``). It imports from ``deep500lite.bench`` this module
 only: the shared pieces below (the runner record, the models' shapes and hyperparameters, the
 deep500lite-side training step, the custom-operator graph pair, the peak kernels' timer, and the zoo's
-:class:`~deep500lite.bench.zoo_model.ZooModel` for a ``zoo`` role module), and
+:class:`~deep500lite.bench.zoo_model.ZooModel` for a ``zoo`` role module and
+:class:`~deep500lite.bench.zoo_model.GraphModel` for a ``zoo_graphs`` one), and
 the benchmark drivers (:mod:`~deep500lite.bench.op`, :mod:`~deep500lite.bench.overhead`,
 :mod:`~deep500lite.bench.op_overhead`, :mod:`deep500lite.perfmodel.peak`) reach the framework's module
 through the registry when they run, never the other way round.
@@ -19,11 +20,12 @@ from typing import Callable, Protocol
 
 import numpy as np
 
-from deep500lite.bench.zoo_model import ZooModel, map_parameters
+from deep500lite.bench.zoo_model import GraphModel, ZooModel, map_parameters
 from deep500lite.perfmodel.peak import blas_threads, measure_kernel
 
 __all__ = ["FrameworkBench", "OpRunner", "LEARNING_RATE", "MOMENTUM", "MODEL_SHAPES", "with_loss", "random_labels",
-           "d5_training_step", "zoo_network", "graph_pair", "blas_threads", "measure_kernel", "ZooModel", "map_parameters"]
+           "d5_training_step", "zoo_network", "graph_pair", "blas_threads", "measure_kernel", "ZooModel", "map_parameters",
+           "GraphModel"]
 
 #: Input shapes (one sample) of the models ``bench overhead`` times.
 MODEL_SHAPES = {"lenet": (1, 28, 28), "resnet20": (3, 32, 32)}
@@ -42,6 +44,9 @@ class FrameworkBench(Protocol):
     each call returning ``(y, dL/dx)``. ``"peak"`` (the measured peak): ``peak_cpu_kernels(a, b,
     threads)``, ``peak_gpu_kernels(index, gemm_n, copy_elements)``, ``gpu_info(index)`` and
     ``require_gpu(index)``. ``"gpu"``: ``set_device(device)``, so ``bench overhead --device gpu:N`` runs it.
+    ``"data_parallel"`` (``bench distributed``'s ``ddp`` row): ``gloo_group()`` and
+    ``data_parallel_pair(model, batch, rng, comm, group, bucket_bytes)``, a deep500lite data-parallel step
+    and the framework's own data-parallel engine's on one rank of an MPI job.
     """
 
     def op_runner(self, case, inputs, device, threads) -> OpRunner:  # pragma: no cover - protocol

@@ -4,27 +4,25 @@ Each zoo model is built by a *producer* framework from a public model library wi
 weights (``frameworks/torch/zoo.py``: transformers configs and torch.nn layers, exported by
 torch's TorchScript and dynamo exporters; ``frameworks/tensorflow/zoo.py``: keras.applications
 through tf2onnx), with the producer's own float64 answers (:class:`~deep500lite.bench.zoo_model.ZooModel`).
-Every executor then runs the exported ONNX model and is checked against them:
+Every executor then runs the exported ONNX model and is checked against them with the one rule
+of :mod:`deep500lite.lv1.verify.rule`, which ``deep500lite verify`` applies too:
 
-- **inference**: ``max |y - y64| <= 1e-4 * max |y64|``, the error relative to the output's scale
-  (``y64`` the producer's float64 logits; an absolute tolerance would pass all-zero outputs of a
-  model whose logits are ~1e-9).
+- **inference**: the largest error of the logits relative to their scale (``max |y - y64| /
+  max |y64|``, ``y64`` the producer's float64 logits);
 - **training**: on the export without constant folding where the producer offers one (torch's
   exporters otherwise fold eval-mode BatchNorm into the convolutions, and the folded parameters'
   gradients could not be compared), the mean softmax cross-entropy of the logits is added as
-  docs/training.md says,
-  ``inference_and_backprop`` runs, and every parameter's gradient is compared with the
-  producer's float64 autograd: ``max |g - g64| <= 1e-3 * max(max |g64|, 1e-3 * G)`` per
-  parameter, ``G`` the largest gradient entry of the whole model. The tolerance scales with each
-  parameter's gradient; the floor keeps parameters whose exact gradient is ~0 (a bias before a
-  batch normalization) from being judged on float32 noise alone. Float32 round-off in the
-  producer itself is reported beside (``gradients32``): it is typically 1e-6..1e-4 of the scale,
-  so the tolerance leaves a margin of 10-1000x for another framework's kernels and orders of
-  summation, and a wrong rule (a missing factor, a transposed weight) is off by O(1). Where the
-  gradients are ill-conditioned (training-mode batch normalization over 2 samples and a few
-  pixels: Keras's own float32 gradients of InceptionV3 are 6% off its float64 ones), no float32
-  executor can do better than the producer's float32: the tolerance is then 10x the producer's
-  own float32 error (:func:`gradient_tolerance`), and the matrix shows both numbers.
+  docs/training.md says, ``inference_and_backprop`` runs, and every parameter's gradient is
+  compared with the producer's float64 autograd, relative to its scale ``max(max |g64|, 1e-3 *
+  G)`` (``G`` the largest gradient entry of the whole model);
+- the verdict: within ``max(BASE, 10 x floor)``, BASE 1e-4 (inference) or 1e-3 (gradients), the
+  floor the reference executor's own float32 error on the same cell. The reference executor's
+  own cells (which check its autodiff against the producer's) use the producer's own float32
+  error as their floor, and for gradients the exported graph's own float32 error where that is
+  larger (the reference in float32 against itself in float64: a graph can be worse conditioned in
+  float32 than the framework that wrote it). Well-conditioned models have floors of 1e-7..1e-5, so the base decides;
+  where training-mode batch normalization over two samples and a few pixels makes float32 itself
+  far from float64, an executor passes within 10 times the reference executor's error there.
 
 Cells that fail for a cause outside deep500lite are listed in :data:`KNOWN_FAILURES` with the
 cause; they are shown as ``known`` and do not fail the run, and
@@ -42,26 +40,27 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
+from deep500lite.bench.zoo_cell import Cell, one_line as _one_line
 from deep500lite.bench.zoo_model import ZooModel
-from deep500lite.errors import Deep500Error, ModelExportError, UserError, format_choices
+from deep500lite.errors import ModelExportError, UserError, format_choices
+from deep500lite.lv1.verify.rule import (FLOOR_FACTOR, GRADIENT_FLOOR, GRADIENT_TOLERANCE, INFERENCE_TOLERANCE,
+                                         gradient_errors, gradient_scales, tensor_error, tolerance)
 from deep500lite.registry import FrameworkNames
 
 __all__ = [
     "PRODUCERS", "EXECUTORS", "INFERENCE_TOLERANCE", "GRADIENT_TOLERANCE", "GRADIENT_FLOOR", "PRODUCER_FACTOR",
-    "CI_SLICE", "gradient_tolerance",
-    "KNOWN_FAILURES", "ZooCase", "Cell", "ZooResult", "list_cases", "run_zoo", "check_inference",
-    "check_training", "format_matrix",
+    "CI_SLICE", "gradient_tolerance", "KNOWN_FAILURES", "ZooCase", "Cell", "ZooResult", "list_cases", "run_zoo",
+    "check_inference", "check_training", "format_matrix", "verify_input",
 ]
 
 #: Frameworks whose ``zoo`` module builds models, in the order their cases are listed.
-#: Frameworks that export the zoo's models (a ``zoo`` role module; from the specs).
+#: Frameworks that export the zoo's models (a ``zoo`` role module, and a ``zoo_graphs`` one for the
+#: graphs beyond classifiers; from the specs).
 PRODUCERS = FrameworkNames(zoo_export=True)
 #: Frameworks that run the zoo's cells by default.
 EXECUTORS = FrameworkNames(inference=True, zoo_cells=True)
-INFERENCE_TOLERANCE = 1e-4
-GRADIENT_TOLERANCE = 1e-3
-GRADIENT_FLOOR = 1e-3
-PRODUCER_FACTOR = 10.0
+#: the floor factor of the shared rule (:data:`deep500lite.lv1.verify.rule.FLOOR_FACTOR`), under its older name
+PRODUCER_FACTOR = FLOOR_FACTOR
 LABEL = "zoo_label"
 LOSS = "zoo_loss"
 
@@ -94,37 +93,12 @@ class ZooCase:
     exporter: str
     producer: str
     source: str
+    #: ``"classifier"`` (a :class:`ZooModel`) or ``"graph"`` (a :class:`~deep500lite.bench.zoo_model.GraphModel`)
+    kind: str = "classifier"
 
     @property
     def key(self) -> str:
         return f"{self.name}/{self.exporter}"
-
-
-@dataclasses.dataclass
-class Cell:
-    """One check of one case on one executor.
-
-    Attributes:
-        status: ``pass``, ``fail`` (ran, too far from the producer), ``error`` (raised),
-            ``known`` (fails for the cause in :data:`KNOWN_FAILURES`), ``export`` (the producer's
-            exporter failed, nothing ran) or ``skip`` (the producer gives no gradients).
-        error: the relative error (see the module docstring), when it ran.
-        producer_error: the producer's own float32 relative error, for scale.
-        detail: why it failed, or which parameter was worst.
-    """
-
-    case: str
-    executor: str
-    check: str
-    status: str
-    error: float | None = None
-    producer_error: float | None = None
-    detail: str = ""
-    seconds: float = 0.0
-
-    @property
-    def ok(self) -> bool:
-        return self.status in ("pass", "known", "skip")
 
 
 @dataclasses.dataclass
@@ -150,7 +124,7 @@ class ZooResult:
             "executors": self.executors,
             "checks": self.checks,
             "tolerances": {"inference": INFERENCE_TOLERANCE, "gradient": GRADIENT_TOLERANCE,
-                           "gradient_floor": GRADIENT_FLOOR},
+                           "gradient_floor": GRADIENT_FLOOR, "floor_factor": FLOOR_FACTOR},
             "cells": [dataclasses.asdict(c) for c in self.cells],
             "build_seconds": self.build_seconds,
             "notes": self.notes,
@@ -162,6 +136,12 @@ def _zoo_module(producer: str):
     from deep500lite.registry import spec
 
     return spec(producer).role("zoo")
+
+
+def _graphs_module(producer: str):
+    from deep500lite.registry import spec
+
+    return spec(producer).role("zoo_graphs")
 
 
 def _split(value: str | Sequence[str] | None) -> list[str] | None:
@@ -193,6 +173,8 @@ def list_cases(models: str | Sequence[str] | None = None, exporters: str | Seque
         for name in module.model_names():
             for exporter in module.EXPORTERS:
                 cases.append(ZooCase(name, exporter, producer, module.model_source(name)))
+        for name, (_, source, exporter) in _graphs_module(producer).GRAPH_MODELS.items():
+            cases.append(ZooCase(name, exporter, producer, source, kind="graph"))
     known_models = list(dict.fromkeys(c.name for c in cases))
     known_exporters = list(dict.fromkeys(c.exporter for c in cases))
     wanted_models, wanted_exporters = _split(models), _split(exporters)
@@ -210,23 +192,6 @@ def list_cases(models: str | Sequence[str] | None = None, exporters: str | Seque
             and (subset is None or (c.name, c.exporter) in CI_SLICE)]
 
 
-def _one_line(exc: BaseException, limit: int = 400) -> str:
-    """An exception as one line: its type and its message's meaningful lines."""
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    text = " ".join(lines) if lines else ""
-    text = f"{type(exc).__name__}: {text}" if not isinstance(exc, Deep500Error) else text
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _relative(got: np.ndarray, want: np.ndarray, scale: float) -> float:
-    if got.shape != want.shape:
-        return float("inf")
-    diff = np.abs(got.astype(np.float64) - want)
-    if not np.all(np.isfinite(diff)):
-        return float("inf")
-    return float(diff.max() / scale) if diff.size else 0.0
-
-
 def _known(case: ZooCase, executor: str, check: str) -> str | None:
     for key in ((case.name, case.exporter, executor, check), (case.name, "*", executor, check),
                 (case.name, case.exporter, "*", check), (case.name, "*", "*", check)):
@@ -235,15 +200,28 @@ def _known(case: ZooCase, executor: str, check: str) -> str | None:
     return None
 
 
-def check_inference(model: ZooModel, executor: str, device=None) -> Cell:
-    """Run ``model`` forward on ``executor`` and compare its logits with the producer's float64 ones."""
+def _floor_text(cell_floor: float | None, producer_error: float | None, graph_floor: float | None = None) -> str:
+    if graph_floor is not None:
+        return (f"the producer's own float32 error {producer_error or 0:.2g}; the exported graph's float32 error "
+                f"on the reference executor {graph_floor:.2g}")
+    if cell_floor is None:
+        return f"the producer's own float32 error {producer_error or 0:.2g}"
+    return f"the reference executor's float32 error {cell_floor:.2g}; the producer's {producer_error or 0:.2g}"
+
+
+def check_inference(model: ZooModel, executor: str, device=None, floor: float | None = None) -> Cell:
+    """Run ``model`` forward on ``executor`` and compare its logits with the producer's float64 ones.
+
+    Args:
+        floor: the reference executor's float32 error on this cell (the rule's floor); None: the
+            producer's own float32 error is the floor (the reference executor's own cell).
+    """
     from deep500lite.lv1.network import load_model
     from deep500lite.registry import executor as make_executor
 
     case = f"{model.name}/{model.exporter}"
     want = np.asarray(model.logits64, dtype=np.float64)
-    scale = max(float(np.abs(want).max()), np.finfo(np.float64).tiny)
-    producer_error = _relative(np.asarray(model.logits32), want, scale)
+    producer_error = tensor_error(np.asarray(model.logits32), want)
     start = time.perf_counter()
     try:
         ex = make_executor(load_model(model.proto), executor, device=device)
@@ -251,35 +229,37 @@ def check_inference(model: ZooModel, executor: str, device=None) -> Cell:
     except Exception as exc:  # noqa: BLE001 - every failure becomes the cell's reason
         return Cell(case, executor, "inference", "error", producer_error=producer_error, detail=_one_line(exc),
                     seconds=time.perf_counter() - start)
-    err = _relative(got, want, scale)
+    err = tensor_error(got, want)
     seconds = time.perf_counter() - start
-    if err <= INFERENCE_TOLERANCE:
-        return Cell(case, executor, "inference", "pass", err, producer_error, seconds=seconds)
+    used = producer_error if floor is None else floor
+    limit = tolerance("inference", used)
+    compiled = float(getattr(ex, "compile_seconds", 0.0) or 0.0)
+    if err <= limit:
+        return Cell(case, executor, "inference", "pass", err, producer_error, seconds=seconds, floor=floor,
+                    compile_seconds=compiled)
     detail = (f"output shape {list(got.shape)}, expected {list(want.shape)}" if got.shape != want.shape else
-              f"max |y - y64| = {err:.2g} of the output's scale {scale:.3g} (tolerance {INFERENCE_TOLERANCE:g})")
-    return Cell(case, executor, "inference", "fail", err, producer_error, detail, seconds)
+              f"max |y - y64| = {err:.2g} of the output's scale (tolerance {limit:.2g}; "
+              f"{_floor_text(floor, producer_error)})")
+    return Cell(case, executor, "inference", "fail", err, producer_error, detail, seconds, floor=floor,
+                compile_seconds=compiled)
 
 
 def _gradient_errors(grads: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> tuple[float, str]:
     """The worst per-parameter relative gradient error and the parameter it belongs to."""
-    top = max((float(np.abs(g).max()) for g in want.values() if np.size(g)), default=0.0)
-    floor = max(GRADIENT_FLOOR * top, np.finfo(np.float64).tiny)
-    worst, worst_name = 0.0, ""
-    for name, g64 in want.items():
-        g64 = np.asarray(g64, dtype=np.float64)
-        scale = max(float(np.abs(g64).max()) if g64.size else 0.0, floor)
-        err = _relative(np.asarray(grads[name]), g64, scale)
-        if err > worst or not worst_name:
-            worst, worst_name = err, name
-    return worst, worst_name
+    errors = gradient_errors(grads, want, gradient_scales(want))
+    if not errors:
+        return 0.0, ""
+    worst = max(errors, key=errors.get)
+    return errors[worst], worst
 
 
-def check_training(model: ZooModel, executor: str, device=None) -> Cell:
-    """Add the loss, run ``inference_and_backprop`` on ``executor`` and compare every parameter gradient."""
-    from deep500lite.datasets import SoftmaxCrossEntropy
-    from deep500lite.lv1.network import load_model
-    from deep500lite.registry import executor as make_executor
+def check_training(model: ZooModel, executor: str, device=None, floor: float | None = None) -> Cell:
+    """Add the loss, run ``inference_and_backprop`` on ``executor`` and compare every parameter gradient.
 
+    Args:
+        floor: the reference executor's float32 gradient error on this cell (the rule's floor);
+            None: the producer's own float32 error is the floor (the reference executor's own cell).
+    """
     case = f"{model.name}/{model.exporter}"
     if model.gradients64 is None:
         return Cell(case, executor, "training", "skip", detail="the producer gives no gradients for this model")
@@ -288,39 +268,64 @@ def check_training(model: ZooModel, executor: str, device=None) -> Cell:
     if model.gradients32 is not None:
         producer_error, _ = _gradient_errors({p: model.gradients32[p] for p in want}, want)
     start = time.perf_counter()
+    graph_floor = None
     try:
-        net = load_model(model.proto)
-        net.add_operation(SoftmaxCrossEntropy()([model.output, LABEL], LOSS))
-        ex = make_executor(net, executor, device=device)
-        ex.inference_and_backprop({**model.feeds, LABEL: np.asarray(model.labels, dtype=np.int64)}, LOSS)
-        have = dict(net.gradient(LOSS))
-        grads = {}
-        for pname, places in model.parameters.items():
-            total = np.zeros(np.shape(want[pname]), dtype=np.float64)
-            for init, perm in places:
-                if init in have:
-                    g = np.asarray(net.fetch_tensor(have[init]), dtype=np.float64)
-                    total = total + g.transpose(np.argsort(perm))
-            grads[pname] = total
+        ex, grads = _gradients(model, model.proto, executor, device, want)
+        if floor is None and executor == "reference":
+            # the graph's own float32 noise: the reference in float32 against itself in float64
+            from deep500lite.lv1.verify.float64 import to_float64
+
+            _, grads64 = _gradients(model, to_float64(model.proto), "reference", None, want, float64=True)
+            graph_floor, _ = _gradient_errors(grads, grads64)
     except Exception as exc:  # noqa: BLE001 - every failure becomes the cell's reason
         return Cell(case, executor, "training", "error", producer_error=producer_error, detail=_one_line(exc),
                     seconds=time.perf_counter() - start)
     seconds = time.perf_counter() - start
+    compiled = float(getattr(ex, "compile_seconds", 0.0) or 0.0)
     err, worst = _gradient_errors(grads, want)
-    tolerance = gradient_tolerance(producer_error)
+    if graph_floor is not None:
+        # the reference's own cell: as far from the producer's float64 as float32 allows, on the
+        # producer's side (its float32) or on the exported graph's (its float32 against float64)
+        floor = max(producer_error or 0.0, graph_floor)
+    limit = tolerance("gradient", producer_error if floor is None else floor)
     note = f"; {len(model.unmapped)} parameter(s) folded by the exporter not compared" if model.unmapped else ""
-    if err <= tolerance:
-        return Cell(case, executor, "training", "pass", err, producer_error, note.lstrip("; "), seconds)
+    if err <= limit:
+        return Cell(case, executor, "training", "pass", err, producer_error, note.lstrip("; "), seconds, floor=floor,
+                    compile_seconds=compiled)
     return Cell(case, executor, "training", "fail", err, producer_error,
-                f"gradient of {worst}: max |g - g64| = {err:.2g} of its scale (tolerance {tolerance:.2g}; the "
-                f"producer's own float32 error {producer_error or 0:.2g})" + note, seconds)
+                f"gradient of {worst}: max |g - g64| = {err:.2g} of its scale (tolerance {limit:.2g}; "
+                f"{_floor_text(floor, producer_error, graph_floor)})" + note, seconds, floor=floor,
+                compile_seconds=compiled)
 
 
-def gradient_tolerance(producer_error: float | None) -> float:
-    """The training check's tolerance: :data:`GRADIENT_TOLERANCE`, or :data:`PRODUCER_FACTOR` times
-    the producer's own float32 error where the gradients are so ill-conditioned that float32
-    itself is further off (training-mode batch normalization over 2 samples and a few pixels)."""
-    return max(GRADIENT_TOLERANCE, PRODUCER_FACTOR * (producer_error or 0.0))
+def _gradients(model: ZooModel, proto, executor: str, device, want: dict, float64: bool = False):
+    """``(executor, producer parameter -> gradient)``: the mean cross-entropy's gradients on ``proto``."""
+    from deep500lite.datasets import SoftmaxCrossEntropy
+    from deep500lite.lv1.network import load_model
+    from deep500lite.registry import executor as make_executor
+
+    net = load_model(proto)
+    net.add_operation(SoftmaxCrossEntropy()([model.output, LABEL], LOSS))
+    ex = make_executor(net, executor, device=device)
+    feeds = {k: (np.asarray(v, np.float64) if float64 and np.asarray(v).dtype.kind == "f" else v)
+             for k, v in model.feeds.items()}
+    ex.inference_and_backprop({**feeds, LABEL: np.asarray(model.labels, dtype=np.int64)}, LOSS)
+    have = dict(net.gradient(LOSS))
+    grads = {}
+    for pname, places in model.parameters.items():
+        total = np.zeros(np.shape(want[pname]), dtype=np.float64)
+        for init, perm in places:
+            if init in have:
+                g = np.asarray(net.fetch_tensor(have[init]), dtype=np.float64)
+                total = total + g.transpose(np.argsort(perm))
+        grads[pname] = total
+    return ex, grads
+
+
+def gradient_tolerance(floor: float | None) -> float:
+    """The training check's tolerance for a float32 noise floor ``floor``: the shared rule's
+    ``max(GRADIENT_TOLERANCE, FLOOR_FACTOR * floor)`` (:func:`deep500lite.lv1.verify.rule.tolerance`)."""
+    return tolerance("gradient", floor)
 
 
 def run_zoo(cases: Iterable[ZooCase], executors: Sequence[str] = EXECUTORS, training: bool = True,
@@ -341,6 +346,9 @@ def run_zoo(cases: Iterable[ZooCase], executors: Sequence[str] = EXECUTORS, trai
     checks = ["inference", "training"] if training else ["inference"]
     result = ZooResult(cases, executors, checks)
     for case in cases:
+        if case.kind == "graph":
+            _run_graph_case(case, executors, checks, device, result, progress)
+            continue
         start = time.perf_counter()
         build = _zoo_module(case.producer).build
         try:
@@ -364,15 +372,23 @@ def run_zoo(cases: Iterable[ZooCase], executors: Sequence[str] = EXECUTORS, trai
                                             for m in (model, train_model) for n in m.proto.graph.node})
         if model.notes:
             result.notes[case.key] = model.notes
+        # the reference executor's own cells first: their errors are the other executors' floors
+        reference = [check_inference(model, "reference")]
+        if training:
+            reference.append(check_training(train_model, "reference"))
+        floors = {c.check: (c.error if c.status in ("pass", "fail") else None) for c in reference}
         for ex in executors:
             if not is_framework_available(ex):
                 for check in checks:
                     result.cells.append(Cell(case.key, ex, check, "error", detail=f"{ex} is not installed"))
                 continue
             ex_device = None if ex == "reference" else device
-            cells = [check_inference(model, ex, ex_device)]
-            if training:
-                cells.append(check_training(train_model, ex, ex_device))
+            if ex == "reference":
+                cells = reference
+            else:
+                cells = [check_inference(model, ex, ex_device, floor=floors["inference"])]
+                if training:
+                    cells.append(check_training(train_model, ex, ex_device, floor=floors["training"]))
             for cell in cells:
                 reason = _known(case, ex, cell.check)
                 if reason and cell.status in ("fail", "error"):
@@ -384,6 +400,39 @@ def run_zoo(cases: Iterable[ZooCase], executors: Sequence[str] = EXECUTORS, trai
             row = ", ".join(f"{c.executor} {c.check[:5]} {c.status}" for c in result.cells if c.case == case.key)
             progress(f"{case.key} ({result.build_seconds[case.key]:.1f} s to build): {row}")
     return result
+
+
+def _run_graph_case(case: ZooCase, executors, checks, device, result: ZooResult, progress) -> None:
+    """Build a graph case and its ground truth (the reference executor in float64), then check every executor."""
+    from deep500lite.bench.zoo_graphs import check_graph_inference, check_graph_training, graph_truth
+    from deep500lite.registry import is_framework_available
+
+    start = time.perf_counter()
+    try:
+        model = _graphs_module(case.producer).build_graph(case.name)
+        truth = graph_truth(model)
+    except Exception as exc:  # noqa: BLE001 - a model that cannot be built fails its row, not the run
+        status = "export" if isinstance(exc, ModelExportError) else "error"
+        result.cells.extend(Cell(case.key, ex, check, status, detail=_one_line(exc))
+                            for ex in executors for check in checks)
+        if progress:
+            progress(f"{case.key}: {status}: {_one_line(exc, 200)}")
+        return
+    result.build_seconds[case.key] = time.perf_counter() - start
+    result.op_types[case.key] = sorted({n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}::{n.op_type}"
+                                        for n in model.proto.graph.node})
+    result.notes[case.key] = model.notes
+    for ex in executors:
+        if not is_framework_available(ex):
+            result.cells.extend(Cell(case.key, ex, check, "error", detail=f"{ex} is not installed") for check in checks)
+            continue
+        ex_device = None if ex == "reference" else device
+        result.cells.append(check_graph_inference(model, truth, ex, ex_device))
+        if "training" in checks:
+            result.cells.append(check_graph_training(model, truth, ex, ex_device))
+    if progress:
+        row = ", ".join(f"{c.executor} {c.check[:5]} {c.status}" for c in result.cells if c.case == case.key)
+        progress(f"{case.key} ({result.build_seconds[case.key]:.1f} s to build): {row}")
 
 
 _MARK = {"pass": "ok", "fail": "FAIL", "error": "ERROR", "known": "known", "export": "no export", "skip": "-"}
@@ -418,3 +467,39 @@ def format_matrix(result: ZooResult, fmt: str = "table") -> str:
         rows.append(row)
     text = format_table(headers, rows, fmt)
     return text + ("\n\n" + "\n".join(notes) if notes else "")
+
+
+def verify_input(spec: str, training: bool = False):
+    """The ONNX model, feeds and loss of the zoo case ``NAME[/EXPORTER]``, for ``deep500lite verify zoo:...``.
+
+    Args:
+        spec: a model of :func:`list_cases`, optionally with its exporter (default: the first
+            one the model has, e.g. ``torchscript``); a graph case (``loop``, ``detection``, ...)
+            too.
+        training: the export that keeps every parameter (no constant folding) where the producer
+            has one, as the zoo's training check uses.
+
+    Returns:
+        ``(onnx.ModelProto, feeds, loss)``: ``loss`` is the graph case's own loss in ``verify``'s
+        spelling (None for a classifier: ``verify``'s default); a graph case exported with
+        dynamic axes gives its first set of feeds.
+
+    Raises:
+        UserError: an unknown model or exporter, or ``training`` for a graph case the zoo does not
+            train (the message says why).
+    """
+    name, _, exporter = spec.partition("/")
+    cases = [c for c in list_cases(name or None, exporter or None) if c.name == name]
+    if not name or not cases:
+        raise UserError(f"zoo: takes NAME or NAME/EXPORTER of 'deep500lite bench zoo --list'. Received: {spec!r}")
+    case = cases[0]
+    if case.kind == "graph":
+        graph = _graphs_module(case.producer).build_graph(case.name)
+        if training and not graph.train:
+            raise UserError(f"The zoo's graph {case.key} is checked for inference only: {graph.no_training}. "
+                            f"Run it without --train and --loss. Received: zoo:{spec}")
+        return graph.proto, dict(graph.feeds[0]), graph.loss
+    build = _zoo_module(case.producer).build
+    extra = {"fold_constants": False} if training and "fold_constants" in inspect.signature(build).parameters else {}
+    model = build(case.name, case.exporter, **extra)
+    return model.proto, dict(model.feeds), None

@@ -13,7 +13,7 @@ import dataclasses
 import numpy as np
 import onnx
 
-__all__ = ["ZooModel", "ParameterMap", "map_parameters"]
+__all__ = ["ZooModel", "GraphModel", "ParameterMap", "map_parameters"]
 
 #: producer parameter name -> the ONNX initializers that hold it, each with the axis permutation
 #: that turns the producer's array into the initializer (``initializer = param.transpose(perm)``).
@@ -60,6 +60,38 @@ class ZooModel:
     gradients64: dict[str, np.ndarray] | None = None
     gradients32: dict[str, np.ndarray] | None = None
     unmapped: list[str] = dataclasses.field(default_factory=list)
+    notes: str = ""
+
+
+@dataclasses.dataclass
+class GraphModel:
+    """A zoo graph beyond a classifier (control flow, data-dependent shapes, dynamic axes, a decoder).
+
+    Its answers come from the reference executor in float64, as ``deep500lite verify``'s do
+    (:class:`deep500lite.lv1.verify.GroundTruth`): every executor is judged by the same rule.
+
+    Attributes:
+        name, source, exporter: as in :class:`ZooModel`.
+        proto: the exported model.
+        feeds: one or more sets of feeds; with several (a model exported with dynamic axes), one
+            executor runs them all in turn, and the compile time each new shape costs is reported.
+        train: check gradients (on the first set of feeds) with ``loss``.
+        loss: the loss, in ``verify``'s spelling (``"cross_entropy"``, ``"mse:logits"``).
+        no_training: why gradients are not checked, when ``train`` is False.
+        generate: a decoder with a key/value cache: how many tokens to generate, feeding each step
+            the previous step's ``present`` as ``past`` (see :mod:`deep500lite.bench.zoo_graphs`).
+        notes: what the matrix should say about the model.
+    """
+
+    name: str
+    source: str
+    exporter: str
+    proto: onnx.ModelProto
+    feeds: list
+    train: bool = False
+    loss: str | None = None
+    no_training: str = ""
+    generate: int = 0
     notes: str = ""
 
 

@@ -10,7 +10,9 @@ Error policy of :func:`main`:
 - any other exception is a bug in deep500lite: one line ``deep500lite COMMAND: internal error:
   TYPE: MESSAGE (rerun with --traceback for details)`` and exit status 1;
 - ``--traceback`` (or ``DEEP500LITE_TRACEBACK=1``) prints the full traceback instead, with the
-  same exit status.
+  same exit status;
+- Ctrl-C (SIGINT) exits with status 130, SIGTERM and SIGHUP with 128 + N, after the same clean-up
+  (:func:`deep500lite.processes.signals_unwind`): MPI jobs and workers ended, staging folders removed.
 
 Every error line goes through :func:`deep500lite.escaping.one_line`: a control character that came
 from a file or an argument (a newline or an ANSI escape in a node name) is shown as ``\\n`` or
@@ -34,8 +36,8 @@ __all__ = ["main", "build_parser", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
-SUBCOMMANDS = ("env", "list", "infer", "run", "compare", "report", "bench", "pack", "launch", "emulate", "model", "db",
-               "history", "regress", "dashboard")
+SUBCOMMANDS = ("env", "list", "infer", "run", "compare", "report", "bench", "pack", "launch", "emulate", "model", "verify",
+               "db", "history", "regress", "dashboard")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -123,13 +125,21 @@ def main(argv=None) -> int:
                                               getattr(args, "model_command", None), getattr(args, "db_command", None))
                        if part)
     from deep500lite.cli.store_args import store_session
+    from deep500lite.processes import signal_name, signals_unwind, terminated_by
 
     try:
-        with store_session(args):
+        # SIGTERM and SIGHUP unwind like Ctrl-C: jobs are ended, staging folders removed, old results kept whole.
+        with signals_unwind(), store_session(args):
             return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("deep500lite: interrupted", file=sys.stderr)
         return 130
+    except SystemExit:
+        signum = terminated_by()
+        if signum is None:
+            raise
+        print(f"deep500lite {args.command}: stopped by {signal_name(signum)}", file=sys.stderr)
+        return 128 + signum
     except BrokenPipeError:
         # The reader (e.g. `| head`) went away: stop quietly, as other command-line tools do.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

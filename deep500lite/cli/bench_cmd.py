@@ -12,7 +12,7 @@ from deep500lite.metrics.tables import format_ci, format_table
 from deep500lite.registry import FRAMEWORKS, is_framework_available
 from deep500lite.utils import atomic_write_text, check_allocation
 
-BENCHMARKS = ("overhead", "op", "dataset", "allreduce", "zoo")
+BENCHMARKS = ("overhead", "op", "dataset", "allreduce", "zoo", "spatial", "distributed")
 
 
 #: ``--op`` without a value: the built-in Swish against each framework's own SiLU.
@@ -40,12 +40,14 @@ def add_parser(subparsers):
     o.add_argument("--training", action="store_true",
                    help="time training steps (forward, backward, momentum update) instead of inference")
     o.add_argument("--all", action="store_true", dest="all_targets",
-                   help="measure every speed target of issue 17 (inference overhead, training step ratios, "
-                        "gradient check) in one table; --models, --batch-size and --max-time apply "
+                   help="measure every speed target in one table (inference overhead, every executor's "
+                        "training step against its framework's own loop, training steps against the torch "
+                        "executor, gradient check); --models, --batch-size and --max-time apply "
                         "(--models lenet --max-time 3 for a short run)")
     o.add_argument("--threads", type=Integer(minimum=1, maximum=4096), default=None,
                    help="with --all: intra-op threads of torch and TensorFlow in the rows that compare a "
-                        "framework with itself (1 steadies torch on a shared machine; default: the framework's)")
+                        "framework with itself, and of torch's loop in ONNX Runtime's training row (1 steadies "
+                        "torch on a shared machine; default: the framework's)")
     o.add_argument("--models", type=ListOf(Text(max_length=256)), default="lenet,resnet20", help="comma-separated: lenet, resnet20 (default both)")
     o.add_argument("--batch-size", type=positive_int, default=64, help="samples per call (default 64)")
     o.add_argument("--max-time", type=positive_seconds, default=20.0,
@@ -60,9 +62,10 @@ def add_parser(subparsers):
     bench_dataset.add_subparser(sub)
     bench_allreduce.add_subparser(sub)
     bench_zoo.add_subparser(sub)
-    from deep500lite.cli import bench_spatial
+    from deep500lite.cli import bench_distributed, bench_spatial
 
     bench_spatial.add_subparser(sub)
+    bench_distributed.add_subparser(sub)
     p.set_defaults(func=lambda args: _no_benchmark(p))
     return p
 
@@ -153,10 +156,10 @@ def _run_all_targets(args) -> int:
     def value(row, x):
         return "-" if x is None else (f"{x:.3f}" if row.unit == "ratio" else f"{x * 1e3:.3g} ms")
 
-    table = [[f"#{r.to_dict()['item']}", r.what, value(r, r.median), f"[{value(r, r.ci_low)}, {value(r, r.ci_high)}]",
+    table = [[r.target, r.what, value(r, r.median), f"[{value(r, r.ci_low)}, {value(r, r.ci_high)}]",
               r.runs, ("<= " + value(r, r.limit)), r.verdict, r.note] for r in rows]
-    print(f"issue 17 targets, batch {args.batch_size}")
-    print(format_table(["item", "measured", "median", "95% CI", "runs", "target", "verdict", "detail"], table))
+    print(f"speed targets, batch {args.batch_size}")
+    print(format_table(["target", "measured", "median", "95% CI", "runs", "target", "verdict", "detail"], table))
     if args.json:
         payload = {"benchmark": "overhead --all", "environment": collect_environment(),
                    "batch_size": args.batch_size, "threads": args.threads, "results": [r.to_dict() for r in rows]}

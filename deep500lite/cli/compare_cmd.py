@@ -48,11 +48,21 @@ def add_parser(subparsers):
 
 def run(args) -> int:
     from deep500lite.recipe.compare import run_comparison
-    from deep500lite.recipe.report import comparison_table, significance_lines, write_plots
 
-    outcome = run_comparison(args.recipe, args.frameworks, repeats=args.repeats, out=args.out, sets=args.sets,
-                             seed=args.seed, runs=args.runs, plots=not args.no_plots)
+    status = []
+    # The tables and plots go into the comparison's staging folder, swapped in whole with the runs' folders.
+    run_comparison(args.recipe, args.frameworks, repeats=args.repeats, out=args.out, sets=args.sets,
+                   seed=args.seed, runs=args.runs, plots=not args.no_plots,
+                   finish=lambda outcome: status.append(_finish(args, outcome)))
+    return status[0]
+
+
+def _finish(args, outcome) -> int:
+    from deep500lite.recipe.report import comparison_table, significance_lines, write_plots
+    from deep500lite.recipe.staging import published_path
+
     comparison, out = outcome["comparison"], outcome["out"]
+    shown = published_path(out)
     print()
     if comparison["rows"]:
         table = comparison_table(comparison, args.format)
@@ -74,18 +84,18 @@ def run(args) -> int:
             print(terminal(f"{f['framework']}: {f['error']}"), file=sys.stderr)
             continue
         print(terminal(f"{f['framework']} run {f['run']} failed (exit status {f['status']}): {f['error']} "
-                       f"(log: {f['log']})"), file=sys.stderr)
+                       f"(log: {published_path(f['log'])})"), file=sys.stderr)
     print(f"wall time {outcome['wall_time']:.1f} s for {len(outcome['frameworks'])} framework(s) x {outcome['runs']} "
           f"run(s)")
     if comparison["rows"]:
-        print(f"results: {os.path.join(out, 'FRAMEWORK', 'results.json') if outcome['runs'] == 1 else out}; "
-              f"table: {os.path.join(out, 'comparison.md')}, {os.path.join(out, 'comparison.csv')}")
+        print(f"results: {os.path.join(shown, 'FRAMEWORK', 'results.json') if outcome['runs'] == 1 else shown}; "
+              f"table: {os.path.join(shown, 'comparison.md')}, {os.path.join(shown, 'comparison.csv')}")
         if not args.no_plots:
             try:
                 paths = write_plots(outcome["results"], out, comparison)
             except ImportError as exc:
                 print(f"plots skipped: {exc}", file=sys.stderr)
             else:
-                print("plots: " + ", ".join(paths))
+                print("plots: " + ", ".join(published_path(p) for p in paths))
     ok = not outcome["failures"] and all(r["passed"] for r in comparison["rows"])
     return 0 if ok else 1

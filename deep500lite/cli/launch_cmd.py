@@ -1,8 +1,8 @@
 """``deep500lite launch -n N [--] COMMAND ...``: run a command on N MPI ranks (mpiexec underneath).
 
-Python scripts and modules run under ``python -m mpi4py``, so an uncaught exception on any rank
-aborts the whole job instead of leaving the other ranks waiting. The exit status of the job is
-returned; ``--timeout`` ends a job that runs too long (status 124, default 6 hours), and
+Python scripts and modules run under ``python -m mpi4py``; a rank that raises, exits early or is
+killed ends the whole job in one line naming it (:mod:`deep500lite.lv3.job_watch`), and launch
+exits with that rank's status, else the job's; ``--timeout`` ends a job that runs too long (status 124, default 6 hours), and
 ``--startup-timeout`` one where a rank does not reach MPI initialisation in time (status 2, the
 rank named; default 120 s). Before any rank starts, the script, module or program is checked.
 ``--hosts``/``--hostfile`` (or ``$DEEP500LITE_HOSTFILE``, or a Slurm allocation) start the ranks on
@@ -15,10 +15,11 @@ import argparse
 import importlib.util
 import os
 import shutil
+import stat
 import sys
 
 from deep500lite.cli.args import Path, add_host_options, hosts_from_args, positive_int, positive_seconds
-from deep500lite.errors import Deep500Error, StartupTimeout, UserError
+from deep500lite.errors import Deep500Error, RankFailure, StartupTimeout, UserError
 from deep500lite.lv3.hosts import launcher_args
 from deep500lite.lv3.launch import (DEFAULT_JOB_TIMEOUT, DEFAULT_STARTUP_TIMEOUT, JOB_TIMEOUT_ENV, STARTUP_TIMEOUT_ENV,
                                     JobTimeout, check_ranks, find_mpiexec, oversubscription_note, resolve_timeouts,
@@ -35,8 +36,11 @@ def add_parser(subparsers):
         "launch", help="run a command or Python script on N MPI ranks (mpiexec underneath)",
         description=("Run COMMAND on N MPI ranks with mpiexec (the one beside this Python, else on PATH). A Python "
                      "script (SCRIPT.py ...), module (-m MODULE ...) or 'python ...' command runs under "
-                     "'python -m mpi4py', so an exception on any rank ends the whole job. The job's exit status is "
-                     "returned. Put '--' before COMMAND when it starts with another option. "
+                     "'python -m mpi4py'. A rank that raises, exits early or with a status other than 0, or is "
+                     "killed (a segfault included), before or after MPI initialisation, ends the whole job within "
+                     "seconds with one line naming the rank and the cause, and launch exits with that rank's status; "
+                     "otherwise the job's exit status is returned. Ctrl-C, SIGTERM and SIGHUP end every process of "
+                     "the job. Put '--' before COMMAND when it starts with another option. "
                      "See docs/distributed.md."))
     p.add_argument("-n", "--ranks", type=positive_int, required=True, help="number of MPI ranks")
     p.add_argument("--timeout", type=positive_seconds, default=None, metavar="SECONDS",
@@ -144,6 +148,17 @@ def check_command(command: list[str]) -> None:
     if not os.path.exists(rest[0]):
         raise UserError(f"launch cannot find the script {rest[0]!r} (relative paths start at {os.getcwd()}); no "
                         f"rank was started. Received: {rest[0]!r}")
+    if os.path.isdir(rest[0]):
+        if not os.path.isfile(os.path.join(rest[0], "__main__.py")):
+            raise UserError(f"launch runs a Python script, but {rest[0]!r} is a folder without a __main__.py (Python "
+                            f"runs a folder only through its __main__.py); no rank was started. Received: a folder "
+                            f"{rest[0]!r}")
+    elif not stat.S_ISREG(os.stat(rest[0]).st_mode):
+        raise UserError(f"launch runs a Python script, a regular file, but {rest[0]!r} is not one (a pipe, a device "
+                        f"or a socket); no rank was started. Received: {rest[0]!r}")
+    elif not os.access(rest[0], os.R_OK):
+        raise UserError(f"launch cannot read the script {rest[0]!r} (no read permission); no rank was started. "
+                        f"Received: {rest[0]!r}")
 
 
 def run(args) -> int:
@@ -169,6 +184,10 @@ def run(args) -> int:
         return run_job(cmd, timeout=job_timeout, env=env, startup_timeout=startup_timeout, hosts=hosts)
     except StartupTimeout:
         raise
+    except RankFailure as exc:
+        # the rank's exit status is the job's, as mpiexec would give it; the cause in one line
+        print(f"deep500lite launch: error: {exc}", file=sys.stderr)
+        return exc.status
     except JobTimeout:
         print(f"deep500lite launch: the job did not end within {job_timeout:g} s and was killed: {' '.join(cmd)}",
               file=sys.stderr)

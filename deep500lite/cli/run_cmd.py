@@ -140,28 +140,15 @@ def _run_ranks(args, resolved, out: str, progress) -> int:
     return 0 if result.passed else 1
 
 
-def _terminated(signum, frame):
-    raise SystemExit(128 + signum)
-
-
 def run(args) -> int:
-    import signal
-
+    # SIGTERM and SIGHUP unwind like Ctrl-C (deep500lite.cli.main), so the staging folder is removed, the job's
+    # processes are ended and the old results stay whole.
     resolved = _resolve(args)
     out = args.out or default_out(resolved.name, _folder_name(resolved))
     progress = None if args.progress == "none" else args.progress
     if args.ranks is not None:
         return _run_ranks(args, resolved, out, progress)
-    # SIGTERM unwinds like Ctrl-C, so the staging folder is removed and the old results stay whole.
-    try:
-        previous = signal.signal(signal.SIGTERM, _terminated)
-    except ValueError:  # not the main thread: nothing to install
-        previous = None
-    try:
-        return _run_single(args, resolved, out, progress)
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+    return _run_single(args, resolved, out, progress)
 
 
 def _run_single(args, resolved, out: str, progress) -> int:

@@ -34,7 +34,7 @@ from deep500lite.datasets.deep500_loaders import (cifar10_loss, cifar10_shape, c
                                                   cifar_mean, cifar_std, fashion_mnist_loss, fashion_mnist_shape,
                                                   load_cifar10, load_cifar100, load_fashion_mnist, load_mnist,
                                                   mnist_loss, mnist_shape)
-from deep500lite.errors import FrameworkNotAvailableError, UserError, format_choices
+from deep500lite.errors import DatasetNotAvailableError, FrameworkNotAvailableError, UserError, format_choices
 from deep500lite.lv0.tensordesc import TensorDescriptor
 from deep500lite.lv2.dataset import NumpyDataset
 
@@ -304,7 +304,19 @@ def list_datasets() -> list[str]:
     return sorted(_DATASETS)
 
 
+# Datasets Deep500 loaded that have no loader here: what Deep500 read them from.
+_DEEP500_ONLY = {
+    "imagenet": "ILSVRC2012 as TFRecord files, through TensorFlow",
+    "ucf101": "UCF101's videos, through PyAV",
+}
+
+
 def _entry(name):
+    if isinstance(name, str) and name in _DEEP500_ONLY:
+        raise DatasetNotAvailableError(
+            f"deep500lite has no loader for Deep500's dataset {name!r} (Deep500 read {_DEEP500_ONLY[name]}). "
+            f"Load its images with 'imagefolder' (a folder per class) or 'shards' (packed files) instead. "
+            f"Received: {name!r}")
     if not isinstance(name, str) or name not in _DATASETS:
         close = difflib.get_close_matches(name, list_datasets(), n=1) if isinstance(name, str) else []
         hint = f" Did you mean {close[0]!r}?" if close else ""

@@ -21,6 +21,7 @@ from, so the same graph runs on ONNX Runtime too.
 
 from __future__ import annotations
 
+import math
 import threading
 from typing import Sequence
 
@@ -32,7 +33,8 @@ from deep500lite.lv0.operator import CustomOp, Operator
 from deep500lite.lv0.tensordesc import TensorDescriptor
 
 __all__ = ["CUSTOM_DOMAIN", "register_op", "unregister_op", "registered_op", "registered_ops",
-           "lookup_custom_op", "custom_node", "grad_op_type", "is_custom_domain", "BackwardOp", "as_tuple"]
+           "lookup_custom_op", "custom_node", "grad_op_type", "is_custom_domain", "BackwardOp", "as_tuple",
+           "input_shape_for"]
 
 CUSTOM_DOMAIN = "ai.onnx.contrib"
 _GRAD_SUFFIX = "_Grad"
@@ -207,6 +209,28 @@ def output_value_infos(op: Operator, outputs: Sequence[str]) -> list[onnx.ValueI
     """Value infos (dtype and shape) of a custom node's outputs, from the op's output descriptors."""
     _, outs = _descriptors(op)
     return [d.value_info(name) for name, d in zip(outputs, outs) if name]
+
+
+def input_shape_for(op: Operator, index: int, shape: Sequence[int]) -> tuple | None:
+    """The shape a framework wrapper hands the operator for an input of ``shape``.
+
+    None when ``shape`` matches the input's descriptor. An input of another shape with the
+    number of elements of a fixed declared shape is given in the declared shape (Deep500's
+    compiled operators saw only the buffer, so ``[5, 1]`` ran as ``[5]``); the wrapper hands the
+    gradient back in the input's own shape.
+
+    Raises:
+        UserError: the shape matches neither.
+    """
+    ins, _ = _descriptors(op)
+    desc, shape = ins[index], tuple(int(n) for n in shape)
+    if desc.shape is None or (len(desc.shape) == len(shape) and all(
+            s is None or s == n for s, n in zip(desc.shape, shape))):
+        return None
+    if all(isinstance(s, int) for s in desc.shape) and math.prod(shape) == math.prod(desc.shape):
+        return tuple(desc.shape)
+    raise UserError(f"{type(op).__name__} input {index} must be {desc} (or hold as many elements). "
+                    f"Received: shape {list(shape)}")
 
 
 def check_outputs(op: Operator, outputs: Sequence[np.ndarray]) -> tuple:

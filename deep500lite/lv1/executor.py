@@ -7,7 +7,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from deep500lite.errors import DeviceError, ModelError, UnsupportedOperatorError, UserKeyError
+from deep500lite.errors import DeviceError, ModelError, UnsupportedOperatorError, UserError, UserKeyError
 from deep500lite.lv0.custom import lookup_custom_op
 from deep500lite.lv1.device import Device, as_device
 from deep500lite.lv1.model_checks import newest_opset
@@ -25,7 +25,9 @@ class GraphExecutor(abc.ABC):
 
     Args:
         network: a Network, a path to an ONNX file or an ``onnx.ModelProto``. A Network already
-            attached to another executor is copied, so each executor owns its own values.
+            attached to another executor is copied with the values it was built or loaded with (not
+            what that executor trained since), so each executor owns its own values and starts from
+            the same weights.
         device: ``None``/``"cpu"``, ``"gpu:N"`` or a :class:`~deep500lite.Device`.
 
     Attributes:
@@ -152,6 +154,49 @@ class GraphExecutor(abc.ABC):
         """
 
     # ------------------------------------------------------- optional abilities
+    def backprop(self, feeds: dict[str, np.ndarray], output_grads: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Forward, then backward from given gradients of graph outputs (a vector-Jacobian product).
+
+        Args:
+            feeds: as in :meth:`inference`.
+            output_grads: graph output name -> the gradient of that output.
+
+        Returns:
+            ``"<param>_grad"`` for every parameter the outputs depend on and ``"<input>_grad"``
+            for every floating-point input, as numpy arrays.
+
+        Raises:
+            UserError: this executor does not backpropagate from given output gradients (the
+                default; the torch executor does).
+        """
+        raise UserError(f"The {self.framework or type(self).__name__} executor does not backpropagate from given "
+                        f"output gradients yet; the torch executor does, and every executor backpropagates from a "
+                        f"scalar with inference_and_backprop(feeds, y). Received: output_grads for "
+                        f"{list(output_grads) if isinstance(output_grads, dict) else type(output_grads).__name__}")
+
+    def set_gradient_hook(self, hook) -> bool:
+        """Have ``hook`` see each parameter's gradient as soon as the backward pass has computed it.
+
+        ``hook`` has two methods. ``hook.on_gradient(name, grad)`` is called during
+        :meth:`inference_and_backprop`, once for each parameter of ``network.gradient(y)`` whose
+        gradient is complete, while the backward pass goes on with the rest; ``grad`` is a numpy
+        array the hook may overwrite in place, and the parameter's gradient holds what it holds
+        when the backward pass ends. ``hook.on_backward_end()`` is called after the backward
+        pass, before :meth:`inference_and_backprop` returns. A parameter through which no
+        gradient flowed gets no ``on_gradient`` call. An error raised by the hook is raised by
+        :meth:`inference_and_backprop` once the backward pass has ended. Data-parallel
+        optimizers start each bucket's allreduce from ``on_gradient``.
+
+        Args:
+            hook: the object above, or None to remove the hook.
+
+        Returns:
+            True when this executor calls the hook (the torch executor); False when it cannot
+            see gradients during the backward pass (this default: nothing is installed, and the
+            gradients are read after :meth:`inference_and_backprop`).
+        """
+        return False
+
     @classmethod
     def supports_device(cls, device: Device) -> bool:
         """Whether this executor can run on ``device`` on this machine (default: the CPU only)."""

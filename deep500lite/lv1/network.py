@@ -21,6 +21,7 @@ from google.protobuf.message import DecodeError, Message
 
 from deep500lite.errors import FeedError, ModelError, UserKeyError, UserTypeError
 from deep500lite.lv0.tensordesc import TensorDescriptor
+from deep500lite.lv1.control_flow import subgraph_captures
 from deep500lite.utils import check_allocation
 from deep500lite.lv1.model_checks import check_model_proto
 from deep500lite.lv1.value_info import ValueInfo
@@ -131,6 +132,7 @@ class Network(Deep500NetworkNames):
         self._executor_ref = None
         self._input_cache = None  # (structure key, input descriptors): feeds are checked every call
         self._accepted_feeds = None  # (structure key, signatures of feeds check_feeds accepted)
+        self._io_cache = None  # (structure key, inputs, outputs): executors read them on every call
         self.version = 0
 
     # ----------------------------------------------------------------- structure
@@ -150,13 +152,29 @@ class Network(Deep500NetworkNames):
     @property
     def inputs(self) -> list[str]:
         """Names of the inputs that must be fed (graph inputs that are not initializers)."""
-        inits = set(self._initializer_names)
-        return [i.name for i in self.graph.input if i.name not in inits]
+        return list(self._io_names()[1])
 
     @property
     def outputs(self) -> list[str]:
         """Names of the graph outputs."""
-        return [o.name for o in self.graph.output]
+        return list(self._io_names()[2])
+
+    def _io_names(self) -> tuple:
+        """``(key, inputs, outputs)``, read from the graph's protobuf once per structure.
+
+        Executors ask for the names on every call, and walking the protobuf fields took a few
+        microseconds each time. The key is the structure version and the initializer, graph
+        input and graph output counts, so a change through the Network API (which bumps the
+        version) or an input or output added to or removed from the graph by hand is seen.
+        """
+        graph = self._model.graph
+        key = (self.version, len(self._initializer_names), len(graph.input), len(graph.output))
+        cached = self._io_cache
+        if cached is None or cached[0] != key:
+            inits = set(self._initializer_names)
+            cached = self._io_cache = (key, tuple(i.name for i in graph.input if i.name not in inits),
+                                       tuple(o.name for o in graph.output))
+        return cached
 
     @property
     def initializers(self) -> list[str]:
@@ -339,9 +357,18 @@ class Network(Deep500NetworkNames):
         return None if self._executor_ref is None else self._executor_ref()
 
     def _attach(self, executor: "deep500lite.lv1.executor.GraphExecutor") -> "Network":  # noqa: F821
-        """Attach to ``executor``; a network attached elsewhere is copied (current values) instead."""
+        """Attach to ``executor``; a network attached elsewhere is copied instead.
+
+        The copy holds the values the network holds on the host (:meth:`host_values`: those it was
+        built or loaded with, or fed while detached), not what the other executor has trained since,
+        so every executor made from one network starts from the same weights, as each executor that
+        Deep500's ``from_model(model)`` built started from the model's initializers.
+        """
         if self.executor is not None and self.executor is not executor:
-            clone = self.copy()
+            model = copy.deepcopy(self._model)
+            model.graph.initializer.extend(
+                numpy_helper.from_array(np.asarray(self._values[k]), k) for k in self._initializer_names)
+            clone = Network._own(model, source=self.source)
             clone._executor_ref = weakref.ref(executor)
             return clone
         self._executor_ref = weakref.ref(executor)
@@ -435,7 +462,8 @@ class Network(Deep500NetworkNames):
             node = producers.get(t)
             if node is None:
                 continue
-            for idx, name in enumerate(node.input):
+            # values the node's subgraphs (If, Loop, Scan bodies) read count as its inputs
+            for idx, name in enumerate(list(node.input) + subgraph_captures(node)):
                 if not name:
                     continue
                 if name in params and (node.op_type, idx) not in _NON_TRAINABLE_INPUTS:

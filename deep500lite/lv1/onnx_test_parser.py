@@ -17,13 +17,13 @@ temporary folder, so that ``test.model`` is a file path, as in Deep500. ``'Real'
 
 from __future__ import annotations
 
+import atexit
 import io
 import functools
 import glob
 import os
 import shutil
 import tempfile
-import weakref
 from collections import namedtuple
 
 import numpy as np
@@ -106,9 +106,20 @@ class OnnxTestParser:
 
     def _scratch(self) -> str:
         if self._folder is None:
-            self._folder = tempfile.mkdtemp(prefix="d5_onnxtests_")
-            weakref.finalize(self, shutil.rmtree, self._folder, True)
+            self._folder = _process_scratch()
         return self._folder
+
+
+@functools.lru_cache(maxsize=None)
+def _process_scratch() -> str:
+    """One folder per process for the Node tests' model files, removed when the process exits.
+
+    It outlives every parser, so ``OnnxTestParser().get_test(name).model`` stays a file as long
+    as the script runs, as Deep500's test paths did.
+    """
+    folder = tempfile.mkdtemp(prefix="d5_onnxtests_")
+    atexit.register(shutil.rmtree, folder, True)
+    return folder
 
 
 def _value(value):

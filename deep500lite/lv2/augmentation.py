@@ -254,9 +254,11 @@ class Cutout(RandomTransform):
     Draws per batch of ``N`` images: ``cy = random.integers(0, H, size=(N, holes))``, then
     ``cx = random.integers(0, W, size=(N, holes))``, then, with ``random_fill``,
     ``random.random((N, C, H, W))``. Square ``j`` of sample ``i`` covers rows
-    ``cy[i, j] - length//2`` up to ``cy[i, j] - length//2 + length`` (exclusive), clipped to the
-    image, and the same for columns; all channels there become 0, or with ``random_fill`` the
-    drawn numbers minus 0.5 (uniform in ``[-0.5, 0.5)``).
+    ``cy[i, j] - length//2`` up to ``cy[i, j] + length//2`` (exclusive), clipped to the image, and
+    the same for columns, as in Deep500: an odd ``length`` cuts ``length - 1`` pixels a side
+    (``Cutout(1, 5)`` cuts 4x4). deep500lite's keyword form cuts exactly ``size`` pixels a side
+    (rows ``cy - size//2`` up to ``cy - size//2 + size``). All channels there become 0, or with
+    ``random_fill`` the drawn numbers minus 0.5 (uniform in ``[-0.5, 0.5)``).
 
     Args:
         holes: squares per image (they may overlap; 0 leaves the images as they are).
@@ -300,11 +302,13 @@ class Cutout(RandomTransform):
 
     def apply(self, x):
         n, _, height, width = x.shape
-        top = self.random.integers(0, height, size=(n, self.holes)) - self.length // 2
-        left = self.random.integers(0, width, size=(n, self.holes)) - self.length // 2
+        half = self.length // 2
+        side = self.length if self._names[0] == "count" else 2 * half  # Deep500's form: 2 * (length // 2)
+        top = self.random.integers(0, height, size=(n, self.holes)) - half
+        left = self.random.integers(0, width, size=(n, self.holes)) - half
         rows, cols = np.arange(height), np.arange(width)
-        in_rows = (rows >= top[..., None]) & (rows < top[..., None] + self.length)      # [N, holes, H]
-        in_cols = (cols >= left[..., None]) & (cols < left[..., None] + self.length)    # [N, holes, W]
+        in_rows = (rows >= top[..., None]) & (rows < top[..., None] + side)      # [N, holes, H]
+        in_cols = (cols >= left[..., None]) & (cols < left[..., None] + side)    # [N, holes, W]
         mask = (in_rows[..., :, None] & in_cols[..., None, :]).any(axis=1)             # [N, H, W]
         if self.random_fill:
             fill = (self.random.random(x.shape) - 0.5).astype(x.dtype)

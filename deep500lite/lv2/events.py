@@ -49,16 +49,18 @@ __all__ = ["TrainingEvent", "TerminalBarEvent", "EpochHPSchedule", "StepHPSchedu
 
 # ------------------------------------------------------------------------------------ progress
 class TerminalBarEvent(TrainingEvent):
-    """A progress bar: epoch, batch, running loss and accuracy, then the epoch's test accuracy.
+    """Training progress: epoch, batch, running loss and accuracy, then the epoch's test accuracy.
 
-    Uses ``rich`` when it is installed and the stream is a terminal; otherwise one plain line
-    per epoch, rewritten in place with ``\\r``.
+    On a terminal, a bar: ``rich`` when it is installed, otherwise one line per epoch rewritten in
+    place with ``\\r``. When the stream is not a terminal (a file, a pipe, an MPI launcher), plain
+    lines: one per epoch, and one for the test the trainer runs before the first epoch, so logs
+    show the accuracies as Deep500's bars did.
 
     Args:
-        enabled: ``None`` (default): on only when ``stream`` is a terminal; ``True``: always
-            (a plain line when the stream is not a terminal); ``False``: off. An integer is
-            Deep500's ``total_epochs`` argument, accepted and not needed (the trainer knows the
-            epochs), and means ``None``.
+        enabled: ``None`` (default): the bar on a terminal, plain lines otherwise; ``True``: the
+            bar even when the stream is not a terminal; ``False``: off. An integer is Deep500's
+            ``total_epochs`` argument, accepted and not needed (the trainer knows the epochs),
+            and means ``None``.
         stream: where to write (default ``sys.stderr``).
         use_rich: ``None``: rich when installed and the stream is a terminal; ``False``: the
             plain line; ``True``: rich (raises FrameworkNotAvailableError, an ImportError, if it is
@@ -79,6 +81,7 @@ class TerminalBarEvent(TrainingEvent):
         self._task = None
         self._active = False
         self._rich = False
+        self._lines = False
 
     @property
     def stream(self):
@@ -94,8 +97,9 @@ class TerminalBarEvent(TrainingEvent):
 
     def before_training(self, trainer, stats):
         tty = self._isatty()
-        self._active = tty if self.enabled is None else self.enabled
-        if not self._active:
+        self._active = self.enabled is not False
+        self._lines = self.enabled is None and not tty
+        if not self._active or self._lines:
             return
         if self.use_rich is None:
             self._rich = tty and is_package_available("rich")
@@ -130,13 +134,28 @@ class TerminalBarEvent(TrainingEvent):
             text += f" acc {s['accuracy']:.1f}%"
         return text
 
+    def _write_line(self, text: str) -> None:
+        if self._rich:
+            self._progress.console.print(text, markup=False, highlight=False)
+        else:
+            self.stream.write(text + "\n")
+            self.stream.flush()
+
     def before_epoch(self, trainer, stats, epoch):
+        first = stats.initial_test if (self._active and epoch == 0 and not stats.epochs) else None
+        if first is not None and first.get("test_samples"):
+            text = f"before training: {first['test_samples']} test samples"
+            if first.get("test_accuracy") is not None:
+                text += f", test acc {first['test_accuracy']:.2f}%"
+            if first.get("test_loss") is not None:
+                text += f", test loss {first['test_loss']:.4g}"
+            self._write_line(text)
         if self._active and self._rich:
             self._task = self._progress.add_task(f"epoch {epoch + 1}/{trainer.total_epochs}",
                                                  total=trainer.steps_per_epoch, info="")
 
     def after_training_batch(self, trainer, stats, batch, outputs):
-        if not self._active:
+        if not self._active or self._lines:
             return
         step = stats.steps[-1]["step"] + 1
         total = trainer.steps_per_epoch
@@ -153,6 +172,16 @@ class TerminalBarEvent(TrainingEvent):
         if not self._active:
             return
         rec = stats.epochs[-1]
+        if self._lines:
+            text = f"epoch {epoch + 1}/{trainer.total_epochs}: {rec['steps']} steps, loss {rec['train_loss']:.4g}"
+            if rec.get("train_accuracy") is not None:
+                text += f", train acc {rec['train_accuracy']:.2f}%"
+            if rec.get("test_accuracy") is not None:
+                text += f", test acc {rec['test_accuracy']:.2f}%"
+            if rec.get("test_loss") is not None:
+                text += f", test loss {rec['test_loss']:.4g}"
+            self._write_line(text)
+            return
         info = self._info(stats)
         if rec.get("test_accuracy") is not None:
             info += f" | test acc {rec['test_accuracy']:.2f}%"

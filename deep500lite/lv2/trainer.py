@@ -79,6 +79,9 @@ class TrainingStats:
         nonfinite: the message of a non-finite loss stop, or None.
         hyperparameters: the last values the schedules set.
         time_offset: seconds trained before a resume (``elapsed`` continues from it).
+        initial_test: the validation set evaluated before the first epoch (as Deep500 did):
+            ``{"test_accuracy", "test_loss", "test_samples", "test_time"}``, or None when there
+            was no validation sampler, the trainer was told not to, or training was resumed.
     """
 
     epochs: list = dataclasses.field(default_factory=list)
@@ -91,6 +94,7 @@ class TrainingStats:
     time_offset: float = 0.0
     start_time: float | None = None
     end_time: float | None = None
+    initial_test: dict | None = None
 
     @property
     def test_accuracy(self) -> float | None:
@@ -117,7 +121,8 @@ class TrainingStats:
         """A JSON-ready dict (NaN stays NaN; :class:`~deep500lite.lv2.events.JSONSummaryWriter` writes null)."""
         out = {"epochs": list(self.epochs), "epoch": self.epoch, "global_step": self.global_step,
                "stopped_by": self.stopped_by, "nonfinite": self.nonfinite,
-               "hyperparameters": dict(self.hyperparameters), "total_time": self.total_time}
+               "hyperparameters": dict(self.hyperparameters), "total_time": self.total_time,
+               "initial_test": None if self.initial_test is None else dict(self.initial_test)}
         if steps:
             out["steps"] = list(self.steps)
         return out
@@ -244,6 +249,8 @@ class Trainer:
         synchronize: call ``executor.synchronize()`` at the end of each step and of each timed
             forward+backward, so times include the device's work (GPU).
         test_every: evaluate the validation set every this many epochs (and after the last).
+        test_before_training: evaluate the validation set once before the first epoch, as
+            Deep500's trainer did (into ``stats.initial_test``; not part of the training's time).
         clock: the clock in seconds (tests inject a fake one).
 
     Attributes:
@@ -256,7 +263,8 @@ class Trainer:
 
     def __init__(self, train_sampler, validation_sampler, executor, optimizer, network_output: str | None = None,
                  events: Sequence | None = None, on_nonfinite: str = "raise", synchronize: bool = True,
-                 test_every: int = 1, clock: Callable[[], float] = time.perf_counter):
+                 test_every: int = 1, test_before_training: bool = True,
+                 clock: Callable[[], float] = time.perf_counter):
         if not hasattr(optimizer, "step"):
             raise UserTypeError("optimizer must be a d5.Optimizer (with step(inputs)). "
                                 f"Received: {type(optimizer).__name__}")
@@ -281,6 +289,7 @@ class Trainer:
         self.network_output = network_output
         self.events = list(events or [])
         self.on_nonfinite, self.synchronize, self.test_every = on_nonfinite, synchronize, test_every
+        self.test_before_training = bool(test_before_training)
         self.clock = clock
         self.stats = TrainingStats()
         self.total_epochs = 0
@@ -430,6 +439,11 @@ class Trainer:
         self._stop_reason = None
         error = None
         reason = _call(events, "before_training", self, stats)
+        if (reason is None and self.test_before_training and self.validation_sampler is not None
+                and stats.start_time is None and not stats.epochs):
+            reason = _call(events, "before_test_set", self, stats)
+            stats.initial_test = self.evaluate(events)
+            reason = _call(events, "after_test_set", self, stats, stats.initial_test) or reason or self._stop_reason
         stats.start_time = self.clock()
         timer = _ForwardBackwardTimer(self.executor, self.synchronize, self.clock)
         with timer:
@@ -545,7 +559,7 @@ def _as_sampler(name: str, value, batch_size: int, cls, **kwargs):
 
 def test_training(executor, train_sampler, validation_sampler, optimizer, epochs: int, batch_size: int,
                   output_node: str | None = None, metrics: Sequence | None = None,
-                  events: Sequence | None = None) -> TrainingResults:
+                  events: Sequence | None = None, verbose: bool = True) -> TrainingResults:
     """Train and measure: Deep500's ``test_training``.
 
     As in Deep500, the training and validation sets may be Samplers or Datasets: a training
@@ -557,9 +571,13 @@ def test_training(executor, train_sampler, validation_sampler, optimizer, epochs
 
     Metrics that are training events (those of :mod:`deep500lite.metrics.training`) are added to
     the events and collect their samples during training; any other
-    :class:`~deep500lite.TestMetric` (such as :class:`~deep500lite.WallclockTime`) has ``begin``
+    :class:`~deep500lite.TestMetric` (such as ``WallclockTime(reruns=0, avg_over=1)``) has ``begin``
     called before training and ``end`` after it. Each result is ``metric.measure(None, stats,
-    None)``.
+    None)``; as Deep500 did, each metric's result is printed as ``"<Metric>: <value>"``.
+
+    The training runs once. A :class:`~deep500lite.WallclockTime` asking for reruns (Deep500's
+    default ``WallclockTime()`` asks for 100) is refused with an error: Deep500 trained the network
+    that many more times for it.
 
     Args:
         executor: the executor whose network (with its loss) is trained.
@@ -572,13 +590,15 @@ def test_training(executor, train_sampler, validation_sampler, optimizer, epochs
         metrics: the metrics to measure; None: ``DefaultTrainingMetrics()``.
         events: more training events (progress bar, schedules, stop conditions, summaries);
             None: ``DefaultTrainerEvents(epochs)``.
+        verbose: print each metric's result after training.
 
     Returns:
         A list with one result per metric, in the order given; its ``.stats`` is the run's
         :class:`TrainingStats`.
 
     Raises:
-        UserError: a sampler's batch size differs from ``batch_size``.
+        UserError: a sampler's batch size differs from ``batch_size``, or a WallclockTime asks for
+            reruns.
         NonFiniteLossError: the loss became NaN or infinite (the metrics keep what they measured).
     """
     train_sampler = _as_sampler("train_sampler", train_sampler, batch_size, ShuffleSampler)
@@ -596,6 +616,11 @@ def test_training(executor, train_sampler, validation_sampler, optimizer, epochs
                             f"Create the sampler with the same batch size. Received: {name} batch_size={bs}")
     training_metrics = [m for m in metrics if any(hasattr(m, h) for h in ("after_epoch", "after_training_batch"))]
     plain = [m for m in metrics if m not in training_metrics]
+    for m in plain:
+        if getattr(m, "avg_over", None) is not None and getattr(m, "reruns", 0) > 0:
+            raise UserError(f"test_training: {m!r} asks for {m.reruns} runs, and test_training trains once "
+                            f"(Deep500 trained the network {m.reruns} more times for it). To time the training, "
+                            f"use WallclockTime(reruns=0, avg_over=1). Received: {m!r}")
     trainer = Trainer(train_sampler, validation_sampler, executor, optimizer, network_output=output_node)
     for m in plain:
         m.begin(None)
@@ -604,7 +629,12 @@ def test_training(executor, train_sampler, validation_sampler, optimizer, epochs
     finally:
         for m in plain:
             m.end(trainer.stats)
-    return TrainingResults([m.measure(None, stats, None) for m in metrics], stats)
+    results = TrainingResults([m.measure(None, stats, None) for m in metrics], stats)
+    if verbose:
+        for m, value in zip(metrics, results):
+            summary = m.measure_summary(None, stats, None)
+            print(f"{type(m).__name__}: {summary if isinstance(summary, str) else value}", flush=True)
+    return results
 
 
 test_training.__test__ = False  # a library function, not a pytest test

@@ -18,7 +18,7 @@ from deep500lite.lv3.communication import ALLREDUCE_OPS, CommunicationTimeout
 
 __all__ = ["TIMEOUT_ENV", "resolve_timeout", "check_op", "check_rank", "check_algorithm", "ring_neighbors",
            "native_volume", "timeout_error", "AlgorithmChoice", "reduce_scatter_start", "finish_mean",
-           "neighbor_exchange_start"]
+           "neighbor_exchange_start", "iallreduce_start"]
 
 #: Environment variable giving the default timeout (seconds) of every communicator.
 TIMEOUT_ENV = "DEEP500LITE_COMM_TIMEOUT"
@@ -122,6 +122,32 @@ def reduce_scatter_start(comm, x, op: str, algorithm: str, single: bool):
         _ar.ring_reduce_scatter(Transport(comm, "reduce_scatter"), buf, _ar.REDUCTIONS["sum" if op == "mean" else op])
         out = buf[lo:hi].copy()
     return x, b, lo, hi, out
+
+
+def iallreduce_start(comm, x, op: str, out) -> tuple[np.ndarray, np.ndarray]:
+    """What every communicator's ``iallreduce`` does before starting its collective.
+
+    Checks ``op``, ``x`` (C-contiguous) and ``out`` (``x`` itself, or an array of ``x``'s shape
+    and dtype, C-contiguous and writable) and counts the call under ``allreduce``.
+
+    Returns:
+        ``(x, out)``; ``out`` is a new array when None was given.
+    """
+    x = np.asarray(x)
+    check_op(op, x)
+    if not x.flags.c_contiguous:
+        raise UserError(f"iallreduce needs a C-contiguous array (the collective reads it while the caller goes on); "
+                        f"use np.ascontiguousarray first. Received: an array with strides {x.strides}")
+    if out is None:
+        out = np.empty_like(x)
+    elif out is not x and (not isinstance(out, np.ndarray) or out.shape != x.shape or out.dtype != x.dtype
+                           or not out.flags.c_contiguous or not out.flags.writeable):
+        what = (f"{out.dtype}{list(out.shape)}, C-contiguous {out.flags.c_contiguous}, writable {out.flags.writeable}"
+                if isinstance(out, np.ndarray) else type(out).__name__)
+        raise UserError(f"iallreduce's out= must be x itself or a writable C-contiguous array of x's shape and dtype "
+                        f"({x.dtype}{list(x.shape)}). Received: {what}")
+    comm._count("allreduce", call=True)
+    return x, out
 
 
 def finish_mean(out: np.ndarray, op: str, size: int) -> np.ndarray:

@@ -22,14 +22,14 @@ from deep500lite.errors import CommunicationTimeout  # noqa: F401 - defined in e
 from deep500lite.errors import UserError, format_choices
 from deep500lite.lv3.allreduce import REDUCTIONS
 
-__all__ = ["CommunicationNetwork", "CommunicationTimeout", "Request", "ALLREDUCE_OPS", "TIMED_OPERATIONS",
-           "live_communicators"]
+__all__ = ["CommunicationNetwork", "CommunicationTimeout", "Request", "CompletedRequest", "ALLREDUCE_OPS",
+           "TIMED_OPERATIONS", "live_communicators"]
 
 ALLREDUCE_OPS = ("sum", "mean", "max", "min", "prod")
 
 #: Methods whose wall time is added to :attr:`CommunicationNetwork.seconds` (in every subclass
 #: that defines them; a call made inside another timed call is not counted twice).
-TIMED_OPERATIONS = ("allreduce", "broadcast", "gather", "allgather", "reduce_scatter", "send", "recv",
+TIMED_OPERATIONS = ("allreduce", "iallreduce", "broadcast", "gather", "allgather", "reduce_scatter", "send", "recv",
                     "recv_any", "neighbor_exchange", "barrier", "isend", "irecv", "sync_all_at_root",
                     "calibrate")
 
@@ -52,16 +52,17 @@ def _timed(method):
 
 
 class Request(abc.ABC):
-    """A non-blocking send or receive in flight (from :meth:`CommunicationNetwork.isend` or
-    :meth:`CommunicationNetwork.irecv`).
+    """A non-blocking operation in flight: a send or receive (from :meth:`CommunicationNetwork.isend`
+    or :meth:`CommunicationNetwork.irecv`) or an allreduce (:meth:`CommunicationNetwork.iallreduce`).
 
-    Its bytes are counted (under ``isend`` / ``irecv`` in the communicator's ``stats``) when it
-    completes, and the time spent in :meth:`wait` is added to the communicator's
-    :attr:`~CommunicationNetwork.seconds`. Implementations provide ``_poll`` and ``_block``.
+    Its bytes are counted (under ``isend`` / ``irecv``, or ``allreduce``, in the communicator's
+    ``stats``) when it completes, and the time spent in :meth:`wait` is added to the communicator's
+    :attr:`~CommunicationNetwork.seconds`. Implementations provide ``_poll`` and ``_block``, and
+    ``_record`` where completing means more than counting a message.
 
     Attributes:
-        buffer: the array being sent (a private copy), or the array being received into
-            (valid once complete).
+        buffer: the array being sent (a private copy), the array being received into, or the
+            allreduce's result (valid once complete).
         peer: the rank on the other end.
         done: True once complete.
     """
@@ -80,6 +81,10 @@ class Request(abc.ABC):
 
     def _finish(self) -> None:
         self.done = True
+        self._record()
+
+    def _record(self) -> None:
+        """Count the completed operation (a message: its bytes under ``isend`` or ``irecv``)."""
         n = self.buffer.nbytes
         if self.sending:
             self.owner._count("isend", sent=n)
@@ -108,6 +113,23 @@ class Request(abc.ABC):
                     owner.seconds += time.perf_counter() - start
             self._finish()
         return self.buffer
+
+
+class CompletedRequest(Request):
+    """A request that completed before it was returned (the operation ran blocking, and is counted already)."""
+
+    def __init__(self, owner: "CommunicationNetwork", buffer: np.ndarray):
+        super().__init__(owner, buffer, -1, False)
+        self.done = True
+
+    def _poll(self) -> bool:
+        return True
+
+    def _block(self) -> None:
+        pass
+
+    def _record(self) -> None:
+        pass
 
 
 #: Every communicator created in this process and still referenced, in creation order (read by
@@ -194,6 +216,31 @@ class CommunicationNetwork(abc.ABC):
         Returns:
             A new array with the combined values.
         """
+
+    def iallreduce(self, x: np.ndarray, op: str = "sum", out: np.ndarray | None = None) -> Request:
+        """Start the library's own (``native``) allreduce of ``x`` and return at once.
+
+        Communication then proceeds while the caller computes (MPI advances it whenever the
+        rank enters the MPI library, e.g. in :meth:`Request.test`; torch.distributed in its own
+        threads). Every rank must start the same allreduces in the same order.
+
+        Args:
+            x: a C-contiguous array with the same shape and dtype on every rank; it must not
+                change until the request completes.
+            op: one of :data:`ALLREDUCE_OPS`.
+            out: the array the result goes to (``x`` itself reduces in place); a new one when None.
+
+        Returns:
+            A :class:`Request`; ``request.wait()`` returns the result (``out``). Its bytes are
+            counted under ``allreduce`` when it completes. This base implementation runs the
+            blocking :meth:`allreduce` and returns a completed request; the MPI and
+            torch.distributed communicators start a real non-blocking collective.
+        """
+        result = self.allreduce(x, op)
+        if out is None:
+            return CompletedRequest(self, result)
+        out[...] = result
+        return CompletedRequest(self, out)
 
     @abc.abstractmethod
     def broadcast(self, x: np.ndarray, root: int = 0) -> np.ndarray:

@@ -30,8 +30,10 @@ import collections
 import numpy as np
 
 from deep500lite.errors import UserError, UserTypeError
-from deep500lite.lv2.optimizer import Optimizer
+from deep500lite.lv2.microbatch import MicrobatchOptimizer
+from deep500lite.lv2.optimizer import Optimizer, ThreeStepOptimizer
 from deep500lite.lv3.allreduce import ALGORITHMS
+from deep500lite.lv3.buckets import GradientBuckets
 from deep500lite.lv3.communication import CommunicationNetwork
 from deep500lite.lv3.compression import Compressor, ErrorFeedback
 from deep500lite.lv3.optimizer import DistributedOptimizer, check_bucket, flatten, fuse_buckets, unflatten
@@ -40,7 +42,8 @@ __all__ = ["ConsistentDecentralized", "ConsistentParameterServer", "Inconsistent
            "ModelAverageDecentralized", "ConsistentNeighbors", "ElasticAveraging", "StaleSynchronous",
            "broadcast_parameters"]
 
-DEFAULT_BUCKET_BYTES = 1 << 20
+#: The default bucket of the decentralized optimizers: 25 MiB, DistributedDataParallel's ``bucket_cap_mb``.
+DEFAULT_BUCKET_BYTES = 25 << 20
 #: Default message tags of the asynchronous optimizers (point-to-point messages on the user's
 #: communicator): the asynchronous parameter server uses ``tag`` (gradients) and ``tag + 1``
 #: (parameters); stale-synchronous SGD uses ``tag``. Give two optimizers that run at once on one
@@ -111,26 +114,83 @@ class ConsistentDecentralized(DistributedOptimizer):
     Every rank ends each step with the same parameters. With a mean-reduction loss, ``P`` ranks
     with batches of ``B/P`` take the same steps as one rank with batch ``B``.
 
+    The gradients travel in :class:`~deep500lite.lv3.buckets.GradientBuckets`: consecutive
+    gradients, in the order the backward pass finishes them, fused into buckets of at most
+    ``bucket_bytes``. With ``overlap=True`` (the default) and the ``native`` algorithm, each
+    bucket's non-blocking allreduce starts as soon as its gradients exist, while the backward pass
+    goes on (where the executor reports gradients during it:
+    :meth:`~deep500lite.lv1.executor.GraphExecutor.set_gradient_hook`, the torch executor), or
+    all start right after it (other executors). With ``overlap=False``, another algorithm, or a
+    base optimizer micro-batched with ``d5.transforms.microbatch``, the same buckets are
+    exchanged after the backward pass, one blocking allreduce each. The buckets hold the same
+    bytes either way, so the averaged gradients are the same, bit for bit.
+
     Args:
         optimizer: any base :class:`~deep500lite.lv2.optimizer.Optimizer` (a framework's native one
             through its ``gradient_modifier``; see the module documentation).
         comm: the communicator.
         bucket_bytes: tensor fusion: consecutive gradients are packed into flat buckets of at
-            most this many bytes, one allreduce each (0: one allreduce per gradient).
+            most this many bytes, one allreduce each (0: one allreduce per gradient). Default
+            25 MiB, DistributedDataParallel's.
         algorithm: the allreduce algorithm (``native``, ``ring``, ..., ``auto``).
+        overlap: start each bucket's allreduce during the backward pass where possible.
+
+    Attributes:
+        overlapped_buckets: after a step, how many buckets started before the backward pass
+            ended (0 without overlap).
     """
 
+    @property
+    def bucket_layout(self) -> list[list[str]]:
+        """The parameters of each bucket, in the order the buckets start (empty before the first
+        overlapped step)."""
+        buckets = self._buckets
+        return [[buckets.names[i] for i in bucket] for bucket in buckets.buckets]
+
     def __init__(self, optimizer: Optimizer, comm: CommunicationNetwork | None = None,
-                 bucket_bytes: int = DEFAULT_BUCKET_BYTES, algorithm: str = "native"):
+                 bucket_bytes: int = DEFAULT_BUCKET_BYTES, algorithm: str = "native", overlap: bool = True):
         super().__init__(optimizer, comm)
         self.bucket_bytes = check_bucket(bucket_bytes)
         self.algorithm = _check_algorithm(algorithm)
+        if not isinstance(overlap, bool):
+            raise UserTypeError(f"overlap must be True or False. Received: overlap={overlap!r}")
+        self.overlap = overlap
+        self.overlapped_buckets = 0
+        self._buckets = GradientBuckets(self.communication, self.bucket_bytes)
 
     def step(self, inputs):
         start = self._begin()
-        outputs = self._exchange_step(inputs, lambda names, params, grads: _fused_allreduce(
-            self.communication, grads, self.bucket_bytes, self.algorithm, "mean"))
+        buckets = self._buckets
+        buckets.bucket_bytes = self.bucket_bytes
+        buckets.prepare(self.network, self.loss)
+        self.overlapped_buckets = 0
+        if self.overlap and self.algorithm == "native" and not isinstance(self.base_optimizer, MicrobatchOptimizer):
+            outputs = self._bucketed_step(inputs)
+        else:
+            outputs = self._exchange_step(inputs, lambda names, params, grads: buckets.average(
+                names, grads, self.algorithm))
         self._end(start)
+        return outputs
+
+    def _bucketed_step(self, inputs):
+        buckets = self._buckets
+        if not self.executor.set_gradient_hook(buckets):
+            return self._exchange_step(inputs, lambda names, params, grads: buckets.average(names, grads))
+        buckets.start()
+        try:
+            if self.gradient_modifier is None and not isinstance(self.base_optimizer, ThreeStepOptimizer):
+                outputs = self.base_optimizer.step(inputs)  # its gradients are averaged when its backward ends
+            else:
+                outputs = self._exchange_step(inputs, lambda names, params, grads: grads)
+        finally:
+            ended = not buckets.armed
+            buckets.disarm()
+        if not ended:
+            raise UserError(f"The executor ({type(self.executor).__name__}) took the gradient hook but never called "
+                            "on_backward_end, so the gradients were applied without being averaged; its "
+                            "set_gradient_hook must return False unless it calls both hook methods. Received: "
+                            f"{type(self.executor).__name__}.set_gradient_hook -> True")
+        self.overlapped_buckets = buckets.overlapped
         return outputs
 
 
@@ -210,7 +270,7 @@ class InconsistentParameterServer(DistributedOptimizer):
     A worker's gradient was taken on parameters that ``root`` has updated since; its
     *staleness* is the number of updates ``root`` applied between sending those parameters and
     applying the gradient (0 when a fast worker is served twice within one of ``root``'s steps;
-    its first request always waits for ``root``'s own first update, so it is at least 1).
+    with ``root_trains`` a first request waits for ``root``'s own first update, so it is at least 1).
     :attr:`staleness` keeps it for every served request (on ``root``). There is no bound: a
     worker that is slower than the others sees larger staleness (use :class:`StaleSynchronous`
     for a bound). Momentum-type base optimizers are sensitive to it (asynchrony acts like extra
@@ -224,6 +284,12 @@ class InconsistentParameterServer(DistributedOptimizer):
     With two ranks the order is fixed: ``root`` applies its own gradient, then the worker's,
     which was taken on the parameters of one update before.
 
+    With ``root_trains=False`` (Deep500's scheme, and the default of Deep500's import path
+    ``deep500lite.frameworks.reference.InconsistentParameterServer``) ``root`` only serves: it
+    still runs its forward and backward pass (its step returns those outputs, for the metrics),
+    but never applies its own gradient, so a step makes ``size - 1`` updates and, on two ranks,
+    the worker's gradient is never stale (plain sequential training on the worker's batches).
+
     Args:
         optimizer: the base :class:`~deep500lite.lv2.optimizer.ThreeStepOptimizer` (its state
             lives on ``root``; every served gradient is one base update, with ``new_input``).
@@ -233,17 +299,23 @@ class InconsistentParameterServer(DistributedOptimizer):
             gradients workers send.
         error_feedback: with a compressor, keep and re-add what compression dropped (per worker).
         tag: the message tag (gradients; parameters use ``tag + 1``).
+        root_trains: whether ``root`` applies its own gradient each step (``False``: it only
+            serves the workers, as in Deep500).
 
     Attributes:
         staleness: on ``root``, the staleness of every served gradient, in serving order.
         served_ranks: on ``root``, the worker of every served gradient, in serving order.
-        updates: on ``root``, the base updates applied so far (``size`` per step).
+        updates: on ``root``, the base updates applied so far (``size`` per step; ``size - 1``
+            when ``root_trains`` is False).
     """
 
     def __init__(self, optimizer: Optimizer, comm: CommunicationNetwork | None = None, root: int = 0, compressor=None,
-                 error_feedback: bool = True, tag: int = ASYNC_PS_TAG):
+                 error_feedback: bool = True, tag: int = ASYNC_PS_TAG, *, root_trains: bool = True):
+        if not isinstance(root_trains, (bool, np.bool_)):
+            raise UserError(f"root_trains must be True or False. Received: root_trains={root_trains!r}")
         super().__init__(optimizer, comm)
         self._three_step()
+        self.root_trains = bool(root_trains)
         self.root = _check_root(root, self.communication)
         self.tag = _check_tag(tag, span=2)
         self.compressor, self.feedback = _check_compressor(compressor, error_feedback)
@@ -272,8 +344,9 @@ class InconsistentParameterServer(DistributedOptimizer):
             for name, value in zip(names, unflatten(new, params)):
                 self.network.feed_tensor(name, value)
         else:
-            self._apply(names, params, grads)
-            self.updates += 1
+            if self.root_trains:
+                self._apply(names, params, grads)
+                self.updates += 1
             like = self.compressor.encode(np.zeros_like(flat)) if self.compressor is not None else (flat,)
             for _ in range(comm.size - 1):
                 first, source = comm.recv_any(like[0], self.tag)

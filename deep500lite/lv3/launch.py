@@ -1,48 +1,54 @@
-"""Starting MPI jobs: find ``mpiexec``, check the rank count and time limits, and run a job in its own
-process group with a job timeout and a start-up timeout.
+"""Starting MPI jobs: find ``mpiexec``, check the rank count and time limits, and run a job that ends
+whole, whatever happens to one of its ranks or to the command that started it.
 
 Used by ``deep500lite launch``, ``deep500lite bench allreduce``, ``deep500lite run RECIPE -n N``
 and :class:`~deep500lite.lv3.mpi_helper.mpi_fork`.
 
-Two limits keep a job from hanging:
+Every rank runs under a supervisor (:mod:`deep500lite.lv3.rank_start`) that reports to the
+launcher over TCP how the rank is doing (:mod:`deep500lite.lv3.job_watch`), so that:
 
+- a rank that raises, exits early or with a status other than 0, or is killed by a signal, at any
+  point (before MPI initialisation included), ends the whole job within a fraction of a second,
+  and :class:`~deep500lite.errors.RankFailure` names the rank and the cause in one line;
 - the **start-up timeout** (:data:`DEFAULT_STARTUP_TIMEOUT`, or :data:`STARTUP_TIMEOUT_ENV`):
-  every Python rank must reach MPI initialisation (its first import of ``mpi4py.MPI``) within it,
-  or the job is killed and :class:`~deep500lite.errors.StartupTimeout` names the ranks that did
-  not. Ranks run under :mod:`deep500lite.lv3.rank_start`, which marks each rank's start in a
-  temporary folder; a command that is not ``python -m mpi4py ...`` is not watched;
+  every Python rank must reach MPI initialisation (its first import of ``mpi4py.MPI``) within
+  it, or the job is killed and :class:`~deep500lite.errors.StartupTimeout` names the ranks that
+  did not;
 - the **job timeout** (:data:`DEFAULT_JOB_TIMEOUT`, or :data:`JOB_TIMEOUT_ENV`, for the commands
-  that use :func:`resolve_timeouts`): the whole job is killed when it runs longer.
+  that use :func:`resolve_timeouts`): the whole job is killed when it runs longer;
+- nothing outlives the command: ``mpiexec`` runs in a session of its own and dies with the
+  process that started it (``PR_SET_PDEATHSIG``), every supervisor kills its rank when the
+  launcher's connection closes, and an ended job's process tree is stopped and killed whole.
 
-A job across hosts (``hosts=``, :mod:`deep500lite.lv3.hosts`) keeps both: its ranks report their
-start over TCP instead of in a local folder (:class:`_MarkServer`; the address is this machine's
-host name, as hydra gives its proxies, or :data:`STARTUP_HOST_ENV`), and a killed job's
-``mpiexec`` first gets SIGTERM, so that hydra ends the ranks on the other hosts, then SIGKILL.
+A job across hosts (``hosts=``, :mod:`deep500lite.lv3.hosts`) keeps all of it: its ranks report
+to this machine's host name, as hydra gives its proxies (or :data:`STARTUP_HOST_ENV`), and an
+ended job's ``mpiexec`` first gets SIGTERM, so that hydra ends the ranks on the other hosts, then
+SIGKILL.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import os
-import re
-import secrets
 import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
-import threading
 import time
 
 from deep500lite.errors import JobTimeout  # noqa: F401 - defined in errors, re-exported here
-from deep500lite.errors import StartupTimeout, UserError
-from deep500lite.lv3.rank_start import STARTUP_DIR_ENV
+from deep500lite.errors import RankFailure, StartupTimeout, UserError
+from deep500lite.lv3.job_watch import JobChannel, describe_failures
+from deep500lite.lv3.rank_start import CHANNEL_ENV, EXEC_FLAG, REPORT_ENV
+from deep500lite.processes import (descendants, die_with_parent, identify, kill_identified, kill_pids, kill_tree,
+                                  signals_held, wait_gone)
 
 __all__ = ["find_mpiexec", "run_job", "JobTimeout", "StartupTimeout", "resolve_timeouts", "check_ranks",
            "usable_cores", "oversubscription_note", "max_sensible_ranks", "DEFAULT_JOB_TIMEOUT",
            "DEFAULT_STARTUP_TIMEOUT", "JOB_TIMEOUT_ENV", "STARTUP_TIMEOUT_ENV", "STARTUP_HOST_ENV", "RANK_START",
-           "KILL_GRACE", "kill_pids"]
+           "KILL_GRACE", "kill_pids", "RankFailure"]
 
 #: Seconds a multi-rank command's job may run by default: 6 hours, longer than any bundled recipe by
 #: far, short enough that a job hung after start-up still ends the same working day.
@@ -61,6 +67,8 @@ KILL_GRACE = 5.0
 RANK_START = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rank_start.py")
 
 _POLL_SECONDS = 0.05
+#: Seconds the supervisors of an ended job have to end their ranks and mpiexec to pass their output on and exit.
+_SOFT_END = 2.0
 _DEFAULT = object()
 
 
@@ -188,44 +196,69 @@ def check_ranks(ranks, flag: str = "-n", oversubscribe: bool = False, hosts=None
     return ranks
 
 
-def _watched(cmd: list[str]) -> tuple[list[str], int | None]:
-    """``cmd`` with ``python -m mpi4py`` replaced by ``python RANK_START``, and its rank count (None: not watched)."""
+@functools.lru_cache(maxsize=8)
+def _is_hydra(mpiexec: str) -> bool:
+    """Whether ``mpiexec`` is MPICH's hydra (it says so in ``--version``)."""
+    try:
+        out = subprocess.run([mpiexec, "--version"], capture_output=True, text=True, timeout=30,
+                             stdin=subprocess.DEVNULL).stdout
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return "HYDRA" in out
+
+
+def _watched(cmd: list[str], programs: bool = True) -> tuple[list[str], int | None, bool]:
+    """``cmd`` with every rank under a supervisor (:mod:`~deep500lite.lv3.rank_start`), its rank count, and
+    whether the ranks are Python (``python -m mpi4py`` becomes ``python RANK_START``; with ``programs``, any
+    other program after ``-n N`` becomes ``python RANK_START --exec PROGRAM``). The count is None when the job
+    cannot be watched."""
     cmd = list(cmd)
-    ranks = None
+    ranks, at = None, None
     for i, arg in enumerate(cmd[1:-1], start=1):
         if arg in ("-n", "-np") and cmd[i + 1].isdigit():
-            ranks = int(cmd[i + 1])
+            ranks, at = int(cmd[i + 1]), i + 2
             break
     for i in range(1, len(cmd) - 2):
         if cmd[i + 1:i + 3] == ["-m", "mpi4py"] and os.path.basename(cmd[i]).startswith("python"):
             cmd[i + 1:i + 3] = [RANK_START]
-            return cmd, ranks
-    return cmd, None
+            return cmd, ranks, True
+    if programs and at is not None and at < len(cmd) and not cmd[at].startswith("-"):
+        return [*cmd[:at], sys.executable, RANK_START, EXEC_FLAG, *cmd[at:]], ranks, False
+    return cmd, None, False
 
 
 def run_job(cmd: list[str], timeout: float | None = None, env: dict | None = None,
             startup_timeout=_DEFAULT, hosts=None) -> int:
-    """Run ``cmd`` (an ``mpiexec -n N ...`` line) in a new process group and wait for it.
+    """Run ``cmd`` (an ``mpiexec -n N ...`` line) in a new session, watch every rank, and wait for it.
 
-    When the ranks run ``python -m mpi4py ...``, each starts under :mod:`deep500lite.lv3.rank_start`
-    instead (the same behaviour, plus the start mark), and every rank must reach MPI
-    initialisation within ``startup_timeout`` seconds.
+    Each rank starts under a supervisor (:mod:`deep500lite.lv3.rank_start`: ``python -m mpi4py``
+    becomes ``python RANK_START``, another program ``python RANK_START --exec PROGRAM`` on this
+    machine) that reports to this process how the rank is doing. The first rank that fails
+    (:mod:`deep500lite.lv3.job_watch`: it raised, exited early or with a status other than 0, was
+    killed by a signal) ends the whole job within a fraction of a second, and :class:`RankFailure`
+    names it; the traceback of a rank that raised is printed once, to stderr. Python ranks must
+    also reach MPI initialisation within ``startup_timeout`` seconds. ``mpiexec`` dies with this
+    process (``PR_SET_PDEATHSIG``), and every supervisor ends its rank when this process is gone,
+    so nothing of the job outlives its command, even after ``kill -9``.
 
     Args:
         cmd: the command.
-        timeout: seconds after which the whole process group is killed and :class:`JobTimeout`
-            raised (None: no limit).
+        timeout: seconds after which the whole job is ended and :class:`JobTimeout` raised (None:
+            no limit).
         env: the environment (default: this process's).
-        startup_timeout: seconds every rank has to reach MPI initialisation (None: not watched;
-            default: :data:`STARTUP_TIMEOUT_ENV`, else :data:`DEFAULT_STARTUP_TIMEOUT`).
+        startup_timeout: seconds every Python rank has to reach MPI initialisation (None: not
+            watched; default: :data:`STARTUP_TIMEOUT_ENV`, else :data:`DEFAULT_STARTUP_TIMEOUT`).
         hosts: the :class:`~deep500lite.lv3.hosts.Hosts` that ``cmd`` runs on (None: this
-            machine): the ranks then report their start over TCP, and a killed job gets
-            :data:`KILL_GRACE` seconds after SIGTERM to end its ranks on the other hosts.
+            machine): the ranks then report to this machine's host name (or
+            :data:`STARTUP_HOST_ENV`), programs that are not Python run unwatched, and an ended
+            job's ``mpiexec`` gets SIGTERM and :data:`KILL_GRACE` seconds to end the ranks on the
+            other hosts before SIGKILL.
 
     Returns:
-        The exit status; ``128 + N`` when killed by signal ``N``.
+        The exit status (0 when every rank finished); ``128 + N`` when ``mpiexec`` was killed by signal ``N``.
 
     Raises:
+        RankFailure: a rank failed (names it and the cause; ``status`` is the rank's exit status).
         JobTimeout: the job ran past ``timeout``.
         StartupTimeout: a rank had not reached MPI initialisation after ``startup_timeout``
             (names the ranks).
@@ -235,127 +268,121 @@ def run_job(cmd: list[str], timeout: float | None = None, env: dict | None = Non
         startup_timeout = resolve_timeouts()[1]
     elif startup_timeout is not None:
         startup_timeout = _seconds(startup_timeout, "startup_timeout", "startup_timeout=")
-    cmd, ranks = _watched(cmd) if startup_timeout is not None else (list(cmd), None)
+    given = list(cmd)
+    cmd, ranks, python = _watched(given, programs=hosts is None)
+    if ranks and _is_hydra(cmd[0]):
+        cmd.insert(1, "-disable-auto-cleanup")
     sys.stdout.flush()
     sys.stderr.flush()
     grace = KILL_GRACE if hosts is not None else 0.0
-    with tempfile.TemporaryDirectory(prefix="d5-start-") as marks:
-        job_env = dict(os.environ if env is None else env)
-        server = None
-        if ranks and hosts is not None:
-            server = _MarkServer(marks, job_env.get(STARTUP_HOST_ENV) or socket.gethostname())
-            job_env[STARTUP_DIR_ENV] = server.address
-        elif ranks:
-            job_env[STARTUP_DIR_ENV] = marks
+    job_env = dict(os.environ if env is None else env)
+    job_env.pop(REPORT_ENV, None)
+    channel = None
+    if ranks:
+        channel = JobChannel(None if hosts is None else (job_env.get(STARTUP_HOST_ENV) or socket.gethostname()))
+        channel.python = python
+        job_env[CHANNEL_ENV] = channel.address
+    try:
+        proc = subprocess.Popen(cmd, env=job_env, start_new_session=True, preexec_fn=die_with_parent())
         try:
-            proc = subprocess.Popen(cmd, env=job_env, start_new_session=True)
-            try:
-                rc = _wait(proc, cmd, timeout, startup_timeout if ranks else None, ranks, marks, grace,
-                           server.where if server is not None else None)
-            except BaseException:
-                _kill(proc, grace)
-                raise
-        finally:
-            if server is not None:
-                server.close()
+            rc = _wait(proc, given, timeout, startup_timeout if ranks and python else None, ranks, channel, grace,
+                       channel.where if channel is not None and hosts is not None else None)
+        except BaseException:
+            with signals_held():
+                _end(proc, channel, ranks, grace)
+            raise
+    finally:
+        if channel is not None:
+            channel.close()
     return 128 - rc if rc < 0 else rc
 
 
-class _MarkServer:
-    """Receives the start marks of ranks on other hosts over TCP and writes them into ``marks``.
-
-    A rank connects to :attr:`address` (``tcp://HOST:PORT/TOKEN``) and sends ``TOKEN NAME``, one
-    line, for each mark (``alive-rank3``, ``rank3``); the random token keeps other programs'
-    connections from counting.
-    """
-
-    def __init__(self, marks: str, host: str):
-        self.marks, self.token = marks, secrets.token_hex(8)
-        if socket.has_dualstack_ipv6():
-            self.sock = socket.create_server(("", 0), family=socket.AF_INET6, dualstack_ipv6=True)
-        else:
-            self.sock = socket.create_server(("", 0))
-        self.sock.settimeout(_POLL_SECONDS * 4)
-        port = self.sock.getsockname()[1]
-        self.where = f"{host}:{port}"
-        self.address = f"tcp://{host}:{port}/{self.token}"
-        self.running = True
-        self.thread = threading.Thread(target=self._serve, name="deep500lite-start-marks", daemon=True)
-        self.thread.start()
-
-    def _serve(self) -> None:
-        while self.running:
-            try:
-                conn, _ = self.sock.accept()
-            except (TimeoutError, socket.timeout):
-                continue
-            except OSError:
-                return
-            with conn:
-                conn.settimeout(2.0)
-                data = b""
-                try:
-                    while not data.endswith(b"\n") and len(data) < 256:
-                        chunk = conn.recv(256)
-                        if not chunk:
-                            break
-                        data += chunk
-                except OSError:
-                    continue
-            self._mark(data.decode("ascii", "replace"))
-
-    def _mark(self, text: str) -> None:
-        for line in text.splitlines():
-            token, _, name = line.strip().partition(" ")
-            if token == self.token and _MARK_NAME.match(name) and self.running:
-                try:
-                    with open(os.path.join(self.marks, name), "a", encoding="utf-8"):
-                        pass
-                except OSError:
-                    pass
-
-    def close(self) -> None:
-        self.running = False
-        self.sock.close()
-        self.thread.join(timeout=5)
-
-
-_MARK_NAME = re.compile(r"^(alive-)?(rank|pid)\d+$")
-
-
-def _wait(proc, cmd, timeout, startup_timeout, ranks, marks, grace=0.0, remote=None) -> int:
+def _wait(proc, cmd, timeout, startup_timeout, ranks, channel, grace=0.0, remote=None) -> int:
     start = time.monotonic()
     deadline = math.inf if timeout is None else start + timeout
     startup_deadline = math.inf if startup_timeout is None else start + startup_timeout
     while True:
-        now = time.monotonic()
-        try:
-            return proc.wait(timeout=max(0.0, min(deadline, startup_deadline, now + _POLL_SECONDS) - now))
-        except subprocess.TimeoutExpired:
-            pass
+        if channel is not None:
+            channel.poll(_POLL_SECONDS)
+            rc = proc.poll()
+        else:
+            try:
+                rc = proc.wait(timeout=_POLL_SECONDS)
+            except subprocess.TimeoutExpired:
+                rc = None
+        failed = channel.failures() if channel is not None else []
+        if rc is not None and channel is not None and not failed:
+            _drain(channel)  # the ranks' last reports, sent before mpiexec ended
+            failed = channel.failures()
+        if failed:
+            if rc is None:
+                with signals_held():
+                    _end(proc, channel, ranks, grace)
+            raise _failure(failed, ranks, cmd)
+        if rc is not None:
+            return rc
         now = time.monotonic()
         if now >= startup_deadline:
-            missing = _missing_ranks(marks, ranks)
+            missing = channel.missing(ranks)
             if missing:
-                _kill(proc, grace)
+                with signals_held():
+                    _end(proc, channel, ranks, grace)
                 raise StartupTimeout(_startup_message(missing, ranks, startup_timeout, cmd, remote))
             startup_deadline = math.inf
         if now >= deadline:
-            _kill(proc, grace)
+            with signals_held():
+                _end(proc, channel, ranks, grace)
             raise JobTimeout(f"the job did not end within {timeout:g} s and was killed: {' '.join(cmd)}")
 
 
-def _missing_ranks(marks: str, ranks: int):
-    """``(not at MPI initialisation, never ran the start code)``: rank lists, or counts where the
-    launcher did not say which rank is which; None when every rank has reached MPI initialisation."""
-    names = set(os.listdir(marks))
-    reached = {n for n in names if not n.startswith("alive-")}
-    alive = {n[len("alive-"):] for n in names if n.startswith("alive-")}
-    if any(n.startswith("pid") for n in names):
-        missing = max(0, ranks - len(reached))
-        return (missing, max(0, ranks - len(alive))) if missing else None
-    missing = [r for r in range(ranks) if f"rank{r}" not in reached]
-    return (missing, [r for r in missing if f"rank{r}" not in alive]) if missing else None
+def _drain(channel: JobChannel, within: float = 1.0) -> None:
+    """Read the reports still in flight after mpiexec has ended, until every connected rank has said how it ended."""
+    deadline = time.monotonic() + within
+    while True:
+        channel.poll(0.0 if all(s.ended for s in channel.states.values()) else _POLL_SECONDS)
+        if all(s.ended for s in channel.states.values()) or time.monotonic() >= deadline:
+            channel.poll(0.0)
+            return
+
+
+def _failure(failed, ranks, cmd) -> RankFailure:
+    first = failed[0]
+    if first.state.traceback:
+        text = first.state.traceback
+        sys.stderr.write(text if text.endswith("\n") else text + "\n")
+        sys.stderr.flush()
+    return RankFailure(f"{describe_failures(failed, ranks)}, so the whole job was ended", first.status,
+                       first.state.traceback)
+
+
+def _end(proc: subprocess.Popen, channel: JobChannel | None, ranks: int | None, grace: float = 0.0) -> None:
+    """End the job: each supervisor ends its rank (so mpiexec passes their last output on and exits); what is still
+    running after a short while (SIGTERM to mpiexec first across hosts) is stopped and killed, process tree and all."""
+    if proc.poll() is not None:
+        proc.wait()
+        return
+    below = identify(descendants(proc.pid))
+    if channel is not None and ranks and channel.all_connected(ranks):
+        channel.end_ranks()
+        deadline = time.monotonic() + _SOFT_END + grace
+        while proc.poll() is None and time.monotonic() < deadline:
+            channel.poll(_POLL_SECONDS)
+    # On other hosts only hydra can end the ranks: SIGTERM makes mpiexec tell its proxies to kill
+    # them before it exits; what is left after the grace period is killed here.
+    if grace > 0 and proc.poll() is None:
+        try:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=grace)
+        except (subprocess.TimeoutExpired, ProcessLookupError):
+            pass
+    if proc.poll() is None:
+        for pid, started in identify(kill_tree(proc.pid)).items():
+            below.setdefault(pid, started)
+    # MPICH's hydra starts its proxy and every rank in sessions of their own: what the tree had is killed by pid
+    # too, so that no rank outlives the job (a process still in its tree was stopped and killed above).
+    kill_identified(below)
+    proc.wait()
+    wait_gone(below, _SOFT_END)  # SIGKILL is delivered at once, but a process takes a moment to be gone
 
 
 def _who(ranks, total: int) -> str:
@@ -385,56 +412,3 @@ def _startup_message(missing, ranks: int, seconds: float, cmd, remote: str | Non
             f"timeout; a rank stuck in an import, a sleep or a slow file system looks like this. Raise the start-up "
             f"timeout (--startup-timeout or {STARTUP_TIMEOUT_ENV}) if start-up is just slow.{where} Received: "
             f"start-up timeout {seconds:g} s for {' '.join(cmd)}")
-
-
-def _descendants(pid: int) -> list[int]:
-    """The processes below ``pid`` (from /proc; empty where there is none)."""
-    children: dict[int, list[int]] = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return []
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(ppid, []).append(int(entry))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def _kill(proc: subprocess.Popen, grace: float = 0.0) -> None:
-    # MPICH's hydra starts its proxy and every rank in sessions of their own, out of reach of the
-    # job's process group: kill them by pid too, so that no rank outlives the job.
-    below = _descendants(proc.pid) if proc.poll() is None else []
-    # On other hosts only hydra can end the ranks: SIGTERM makes mpiexec tell its proxies to kill
-    # them before it exits; what is left after the grace period is killed here.
-    if grace > 0 and proc.poll() is None:
-        try:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=grace)
-        except (subprocess.TimeoutExpired, ProcessLookupError):
-            pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    kill_pids(below)
-    proc.wait()
-
-
-def kill_pids(pids) -> None:
-    """SIGKILL each process of ``pids``; those already gone (or not ours) are skipped."""
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass

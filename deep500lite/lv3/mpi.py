@@ -19,7 +19,7 @@ from deep500lite.errors import FrameworkNotAvailableError
 from deep500lite.lv3 import _common
 from deep500lite.lv3 import allreduce as _ar
 from deep500lite.lv3._common import TIMEOUT_ENV
-from deep500lite.lv3.communication import CommunicationNetwork, Request
+from deep500lite.lv3.communication import CommunicationNetwork, CompletedRequest, Request
 
 __all__ = ["MPICommunicator", "TIMEOUT_ENV", "install_abort_on_exception", "import_mpi"]
 
@@ -97,6 +97,22 @@ class _MPIRequest(Request):
         desc = (f"rank {self.peer} to receive {self.buffer.nbytes} bytes" if self.sending
                 else f"a message from rank {self.peer} ({self.buffer.nbytes} bytes)")
         self.owner._wait([self._req], [desc], self._what)
+
+
+class _MPIAllreduce(_MPIRequest):
+    """A native ``MPI_Iallreduce`` in flight; counted under ``allreduce`` (and divided, for ``mean``) once done."""
+
+    def __init__(self, owner: MPICommunicator, req, out: np.ndarray, op: str):
+        super().__init__(owner, req, out, -1, False, "iallreduce(native)")
+        self._op = op
+
+    def _block(self) -> None:
+        self.owner._collective(self._req, self._what)
+
+    def _record(self) -> None:
+        owner = self.owner
+        owner._count("allreduce", *_common.native_volume("allreduce", self.buffer.nbytes, owner.size, owner.rank))
+        _common.finish_mean(self.buffer, self._op, owner.size)
 
 
 class MPICommunicator(_common.AlgorithmChoice, CommunicationNetwork):
@@ -248,6 +264,21 @@ class MPICommunicator(_common.AlgorithmChoice, CommunicationNetwork):
         else:
             out = _ar.run_allreduce(_common.Transport(self, "allreduce"), x, reduce_op, algorithm)
         return _common.finish_mean(out, op, self.size)
+
+    def iallreduce(self, x: np.ndarray, op: str = "sum", out: np.ndarray | None = None) -> Request:
+        """Start ``MPI_Iallreduce`` of ``x`` (``out=x``: in place) and return at once; see
+        :meth:`CommunicationNetwork.iallreduce`.
+
+        MPI advances the collective whenever this rank enters the MPI library: calling
+        ``request.test()`` now and then during other work makes it progress before ``wait()``.
+        """
+        x, out = _common.iallreduce_start(self, x, op, out)
+        if self.size == 1:
+            if out is not x:
+                out[...] = x
+            return CompletedRequest(self, out)
+        send = self._MPI.IN_PLACE if out is x else x
+        return _MPIAllreduce(self, self.comm.Iallreduce(send, out, op=self._ops[op]), out, op)
 
     # ------------------------------------------------- other collectives
     def broadcast(self, x: np.ndarray, root: int = 0) -> np.ndarray:

@@ -12,7 +12,7 @@ import os
 import subprocess
 import sys
 
-from deep500lite.errors import UserError
+from deep500lite.errors import RankFailure, UserError
 from deep500lite.lv3.launch import find_mpiexec, run_job
 
 __all__ = ["mpi_end_barrier", "mpi_fork", "FORK_ENV"]
@@ -66,7 +66,8 @@ class mpi_fork:  # noqa: N801 - Deep500's name
         UserError: ``n`` is not an integer >= 1, or no ``mpiexec`` is found.
         StartupTimeout: a rank did not reach MPI initialisation in time.
         subprocess.CalledProcessError: the job ended with a non-zero exit status (as Deep500's,
-            which ran it with ``subprocess.check_call``).
+            which ran it with ``subprocess.check_call``); when a rank failed, ``stderr`` names
+            it and the cause, and the :class:`~deep500lite.errors.RankFailure` is its ``__cause__``.
     """
 
     def __init__(self, n: int, timeout: float | None = None):
@@ -85,7 +86,10 @@ class mpi_fork:  # noqa: N801 - Deep500's name
             self.role = "child"
             return self.role
         cmd = [find_mpiexec(what="mpi_fork"), "-n", str(self.n), sys.executable, "-m", "mpi4py", *sys.argv]
-        rc = run_job(cmd, self.timeout, env=dict(os.environ, **{FORK_ENV: "1"}))
+        try:
+            rc = run_job(cmd, self.timeout, env=dict(os.environ, **{FORK_ENV: "1"}))
+        except RankFailure as exc:  # Deep500's exception, with the rank and the cause as its stderr
+            raise subprocess.CalledProcessError(exc.status, cmd, stderr=str(exc)) from exc
         if rc != 0:
             raise subprocess.CalledProcessError(rc, cmd)
         self.role = "parent"

@@ -4,8 +4,11 @@
 executor=FW`` (:mod:`deep500lite.recipe.worker`), once per framework (``repeats`` times each,
 interleaved: all frameworks once, then again; or ``runs`` times each with the seeds ``seed``,
 ``seed + 1``, ...), every run in a new Python process, so no framework's threads, caches or
-allocator state touch another's measurement. Each run writes its results file;
-:func:`compare_results` reads them back and computes, per framework:
+allocator state touch another's measurement. Each run writes its folder whole: into a staging
+folder swapped in at its end (:mod:`deep500lite.recipe.staging`), so a run that fails or is
+interrupted leaves the framework's previous results as they were; the worker dies with the
+comparison (Ctrl-C, SIGTERM, even SIGKILL of it). :func:`compare_results` reads the results files
+back and computes, per framework:
 
 - final test accuracy, time to the recipe's target accuracy (compilation left out) and, over
   three or more seeds, MLPerf's score of it (the fastest and slowest runs dropped, the mean of
@@ -33,6 +36,7 @@ p-values than more steps.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -198,20 +202,32 @@ def _child_command(recipe_path: str, framework: str, out: str, sets: Sequence[st
 
 
 def _run_child(cmd: list[str], out: str, prefix: str, stream) -> tuple[int, str]:
-    """Run one child, streaming its stdout with ``prefix``; stderr goes to ``out/stderr.log``."""
-    os.makedirs(out, exist_ok=True)
+    """Run one worker, streaming its stdout with ``prefix``; stderr goes to ``out/stderr.log``.
+
+    The worker runs in a session of its own and dies with this process (``PR_SET_PDEATHSIG``):
+    whatever ends this function (Ctrl-C, SIGTERM, SIGHUP, an error) kills the worker and every
+    process below it, and ``kill -9`` of this process kills the worker.
+    """
+    from deep500lite.processes import die_with_parent, kill_tree, signals_held
+
     log_path = os.path.join(out, "stderr.log")
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     with open(log_path, "w", encoding="utf-8") as log:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, env=env, bufsize=1)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, env=env, bufsize=1,
+                                start_new_session=True, preexec_fn=die_with_parent())
         try:
             for line in proc.stdout:
                 stream.write(prefix + line.rstrip("\n") + "\n")
                 stream.flush()
+            code = proc.wait()
+        except BaseException:
+            with signals_held():
+                kill_tree(proc.pid)
+                proc.wait()
+            raise
         finally:
             proc.stdout.close()
-            code = proc.wait()
     last = ""
     if code != 0:
         with open(log_path, encoding="utf-8", errors="replace") as f:
@@ -220,8 +236,71 @@ def _run_child(cmd: list[str], out: str, prefix: str, stream) -> tuple[int, str]
     return code, last
 
 
+def _run_staged(cmd_for, folder: str, prefix: str, stream) -> tuple[int, str, str | None]:
+    """One worker run into a staging folder that replaces ``folder`` whole when the run wrote its results.
+
+    A failed or interrupted run leaves ``folder`` as it was; a failed run's log is kept beside it
+    (``FOLDER.stderr.log``, which a later successful run removes).
+
+    Returns:
+        ``(exit status, last line of stderr, the failed run's log or None)``.
+    """
+    from deep500lite.recipe.staging import staged_folder
+
+    failed_log = os.path.normpath(folder) + ".stderr.log"
+    with staged_folder(folder) as work:
+        code, last = _run_child(cmd_for(work), work, prefix, stream)
+        if code not in (0, 1) or not os.path.isfile(os.path.join(work, "results.json")):
+            shutil.copyfile(os.path.join(work, "stderr.log"), failed_log)
+            shutil.rmtree(work)  # the failed run is dropped: nothing is swapped in
+            return code, last or f"exit status {code} and no results.json", failed_log
+    if os.path.exists(failed_log):
+        os.remove(failed_log)
+    return code, last, None
+
+
+#: Files of a comparison folder besides the frameworks' folders (``compare`` writes them when runs succeeded).
+COMPARISON_FILES = ("comparison.md", "comparison.csv", "comparison.json", "step_times.png", "loss.png",
+                    "accuracy.png")
+
+
+def _is_comparison_folder(path: str) -> bool:
+    """Whether ``path`` holds only what a comparison writes (so it may be replaced whole)."""
+    from deep500lite.recipe.staging import RUN_OUTPUTS, is_staging_name
+
+    def framework_folder(folder: str) -> bool:
+        return all(n in RUN_OUTPUTS or n.startswith(("run-", "seed-", ".tmp-")) or is_staging_name(n)
+                   for n in os.listdir(folder))
+
+    for name in os.listdir(path):
+        full = os.path.join(path, name)
+        if name in COMPARISON_FILES or name.endswith(".stderr.log") or name.startswith(".tmp-") \
+                or is_staging_name(name):
+            continue
+        if not (os.path.isdir(full) and not os.path.islink(full) and framework_folder(full)):
+            return False
+    return True
+
+
+def _carry_kept(old: str, new: str) -> None:
+    """Into the new comparison folder: the old folders of frameworks whose run failed this time (nothing computed
+    is lost), and the old comparison files when the new comparison has none (every run failed)."""
+    from deep500lite.recipe.staging import is_staging_name
+
+    compared = os.path.exists(os.path.join(new, "comparison.json"))
+    for name in os.listdir(old):
+        if os.path.lexists(os.path.join(new, name)) or is_staging_name(name) or name.startswith(".tmp-"):
+            continue
+        if compared and name in COMPARISON_FILES:
+            continue
+        if name.endswith(".stderr.log") and os.path.isdir(os.path.join(new, name[:-len(".stderr.log")])):
+            continue  # that framework's run succeeded this time
+        os.rename(os.path.join(old, name), os.path.join(new, name))
+
+
 def run_comparison(recipe, frameworks: Sequence[str], repeats: int = 1, out: str | None = None,
-                   sets: Sequence[str] = (), seed: int = 0, stream=None, runs: int = 1, plots: bool = True) -> dict:
+                   sets: Sequence[str] = (), seed: int = 0, stream=None, runs: int = 1, plots: bool = True,
+                   finish=None) -> dict:
     """Run a recipe on several frameworks, each run in a fresh process, and compare the results.
 
     Everything the comparison needs is checked before the first run starts: the frameworks, the
@@ -243,6 +322,13 @@ def run_comparison(recipe, frameworks: Sequence[str], repeats: int = 1, out: str
             score of the time to accuracy (:func:`deep500lite.recipe.mlperf.mlperf_score`); at least
             3 when more than 1. Not with ``repeats``.
         plots: the caller will draw plots (matplotlib is then checked up front).
+        finish: ``finish(outcome)``, called with the outcome (its ``out`` the staging folder)
+            before the comparison's folder is swapped in, to write the tables and plots into it.
+
+    The whole comparison folder is one set: it is written into a staging folder that replaces
+    ``out`` when every run has ended and ``finish`` has returned (:mod:`deep500lite.recipe.staging`),
+    so an interrupted comparison leaves the previous one whole. The old folder of a framework
+    whose run failed this time is kept in the new set (and its log beside it).
 
     Returns:
         ``{"comparison": compare_results(...), "results": [results dicts], "failures":
@@ -255,7 +341,7 @@ def run_comparison(recipe, frameworks: Sequence[str], repeats: int = 1, out: str
     """
     from deep500lite.recipe.loading import load_recipe, parse_set
     from deep500lite.recipe.requirements import dataset_name, missing_parts, require_parts
-    from deep500lite.recipe.results import find_results, read_results
+    from deep500lite.recipe.staging import published_path, staged_folder
     from deep500lite.registry import FRAMEWORKS, canonical_executor_spelling
 
     stream = stream if stream is not None else sys.stdout
@@ -277,14 +363,31 @@ def run_comparison(recipe, frameworks: Sequence[str], repeats: int = 1, out: str
         raise UserError(f"--frameworks needs at least one framework: {format_choices(FRAMEWORKS)}. "
                         f"Received: {list(frameworks or [])!r}")
     keys = list(dict.fromkeys(canonical_executor_spelling(f) for f in frameworks))
+    seeds = [seed + k for k in range(runs)]
     require_parts("deep500lite compare", missing_parts(frameworks=keys, dataset=dataset_name(resolved.config),
                                                        stats=len(keys) > 1, plots=plots, plots_flag="the plots"),
                   hint="Or compare the installed frameworks only, and pass --no-plots to skip the plots.")
     out = out or os.path.join("d5-results", loaded.name, "compare")
+    with staged_folder(out, ours=_is_comparison_folder, carry=_carry_kept) as work:
+        outcome = _run_all(loaded, keys, work, sets, seeds, repeats, runs, stream)
+        if finish is not None:
+            finish(outcome)
+    final = os.path.abspath(out)
+    outcome["out"] = final
+    for failure in outcome["failures"]:
+        if failure.get("log"):
+            failure["log"] = published_path(failure["log"])
+    return outcome
+
+
+def _run_all(loaded, keys, out, sets, seeds, repeats, runs, stream) -> dict:
+    """Every run of a comparison into ``out``, then the comparison of their results."""
+    from deep500lite.recipe.results import find_results, read_results
+
+    seed = seeds[0]
     t0 = time.perf_counter()
     failures, paths = [], []
     width = max(len(k) for k in keys)
-    seeds = [seed + k for k in range(runs)]
     rounds = [(r, seed) for r in range(repeats)] if runs == 1 else [(k, s_) for k, s_ in enumerate(seeds)]
     total = len(rounds)
     for r, run_seed in rounds:
@@ -300,15 +403,15 @@ def run_comparison(recipe, frameworks: Sequence[str], repeats: int = 1, out: str
             stream.write(f"{prefix}starting{tag} in a new process\n")
             stream.flush()
             started = time.perf_counter()
-            cmd = _child_command(loaded.path, fw, folder, sets, run_seed, divergence=(r == 0))
-            code, last = _run_child(cmd, folder, prefix, stream)
-            results_file = os.path.join(folder, "results.json")
-            if code in (0, 1) and os.path.isfile(results_file):
-                paths.append(results_file)
+            code, last, failed_log = _run_staged(
+                lambda work, fw=fw, run_seed=run_seed, r=r: _child_command(loaded.path, fw, work, sets, run_seed,
+                                                                            divergence=(r == 0)),
+                folder, prefix, stream)
+            if failed_log is None:
+                paths.append(os.path.join(folder, "results.json"))
                 state = "done" if code == 0 else "done (an acceptable metric failed)"
             else:
-                failures.append({"framework": fw, "run": r + 1, "status": code, "error": last,
-                                 "log": os.path.join(folder, "stderr.log")})
+                failures.append({"framework": fw, "run": r + 1, "status": code, "error": last, "log": failed_log})
                 state = f"FAILED (exit status {code}): {last}"
             stream.write(f"{prefix}{state} in {time.perf_counter() - started:.1f} s\n")
             stream.flush()

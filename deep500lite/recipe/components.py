@@ -107,6 +107,22 @@ def _build_communicator(cfg: dict):
     return comm
 
 
+def _bucket_kwargs(cfg: dict, wrapper, kwargs: dict) -> dict:
+    """``distributed_kwargs`` with the recipe key ``bucket_mb`` put in as the distributed optimizer's ``bucket_bytes``."""
+    mb = cfg.get("bucket_mb")
+    if mb is None:
+        return kwargs
+    sig = _signature(wrapper)
+    if sig is None or "bucket_bytes" not in sig.parameters:
+        raise UserError("'bucket_mb' sets the gradient buckets of a data-parallel optimizer that takes bucket_bytes "
+                        "(ConsistentDecentralized, ModelAverageDecentralized, CompressedDecentralized); "
+                        f"{_qualified(wrapper)} takes none. Received: bucket_mb={mb!r}")
+    if "bucket_bytes" in kwargs:
+        raise UserError("The bucket size is set twice: as 'bucket_mb' and as distributed_kwargs.bucket_bytes; set it "
+                        f"once. Received: bucket_mb={mb!r}, bucket_bytes={kwargs['bucket_bytes']!r}")
+    return {**kwargs, "bucket_bytes": int(round(float(mb) * (1 << 20)))}
+
+
 def _seed_globals(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
@@ -334,6 +350,9 @@ def _is_event(item) -> bool:
 
 def _build(resolved: ResolvedRecipe, seed: int, with_optimizer: bool = True) -> _Components:
     cfg = resolved.config
+    if cfg.get("bucket_mb") is not None and cfg.get("distributed") is None:
+        raise UserError("'bucket_mb' sizes the gradient buckets of a data-parallel run; this recipe sets no "
+                        f"'distributed' optimizer. Received: bucket_mb={cfg['bucket_mb']!r}, distributed=None")
     seeds: dict = {"run": seed}
     _seed_globals(seed)
     train, test, classes, shape, loss = _build_data(cfg)
@@ -377,6 +396,7 @@ def _build(resolved: ResolvedRecipe, seed: int, with_optimizer: bool = True) -> 
             args, kwargs = _args_of(cfg, "distributed")
             if not callable(wrapper):
                 raise UserError(f"'distributed' must be a distributed optimizer class or name. Received: {wrapper!r}")
+            kwargs = _bucket_kwargs(cfg, wrapper, kwargs)  # the 'bucket_mb' key
             opt, _ = _call_filling(wrapper, [opt, parts.communicator, *args], kwargs, {}, "distributed")
         parts.optimizer = opt
     parts.events = _build_events(cfg)

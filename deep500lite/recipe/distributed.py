@@ -117,7 +117,7 @@ def run_distributed(recipe: str, ranks: int, out: str, *, sets=(), seed: int = 0
         UserError: a bad argument, or a job that failed or wrote no results.
     """
     from deep500lite.lv3.hosts import launcher_args
-    from deep500lite.lv3.launch import (JobTimeout, StartupTimeout, check_ranks, find_mpiexec,
+    from deep500lite.lv3.launch import (JobTimeout, RankFailure, StartupTimeout, check_ranks, find_mpiexec,
                                         oversubscription_note, resolve_timeouts, run_job)
     from deep500lite.recipe.results import write_results
 
@@ -135,6 +135,8 @@ def run_distributed(recipe: str, ranks: int, out: str, *, sets=(), seed: int = 0
             rc = run_job(cmd, timeout=timeout, env=env, startup_timeout=startup_timeout, hosts=hosts)
         except StartupTimeout as exc:
             raise StartupTimeout(f"The {what} was killed: {exc}") from None
+        except RankFailure as exc:
+            raise RankFailure(f"The {what} failed: {exc}", exc.status, exc.traceback) from None
         except JobTimeout as exc:
             raise UserError(f"The {what} was killed: {exc}. Raise --timeout if it is just slow. "
                             f"Received: --timeout {timeout}") from None
@@ -161,7 +163,7 @@ def run_distributed(recipe: str, ranks: int, out: str, *, sets=(), seed: int = 0
         try:
             job(1, folder, "1-rank baseline", max_steps=steps, shown=None)
             base = _read(os.path.join(folder, "results.json"), "1-rank baseline")
-        except (UserError, JobTimeout) as exc:
+        except (UserError, JobTimeout, RankFailure) as exc:
             # The N-rank results are complete: keep them, without the scaling figures.
             write_results(os.path.join(out, "results.json"), aggregate(per_rank, None))
             raise type(exc)(f"The {ranks}-rank results were kept, without speedup and scaling efficiency, in "

@@ -19,13 +19,14 @@ import numpy as np
 from deep500lite.errors import UserError, UserTypeError, format_choices
 from deep500lite.options import Integer, check_no_control, short
 
-__all__ = ["RECIPE_KEYS", "COMPONENT_KEYS", "REQUIRED_KEYS", "MAX_EPOCHS", "MAX_BATCH_SIZE", "KEY_TYPES"]
+__all__ = ["RECIPE_KEYS", "COMPONENT_KEYS", "REQUIRED_KEYS", "MAX_EPOCHS", "MAX_BATCH_SIZE", "MAX_BUCKET_MB",
+           "KEY_TYPES"]
 
 #: Keys whose value names or builds a component (each also takes ``<key>_args`` and ``<key>_kwargs``).
 COMPONENT_KEYS = ("dataset", "model", "executor", "train_sampler", "validation_sampler", "optimizer", "events",
                   "distributed", "communicator")
 #: Every key a recipe may set.
-RECIPE_KEYS = ("epochs", "batch_size", "microbatches") + COMPONENT_KEYS + tuple(
+RECIPE_KEYS = ("epochs", "batch_size", "microbatches", "bucket_mb") + COMPONENT_KEYS + tuple(
     f"{c}_{s}" for c in COMPONENT_KEYS for s in ("args", "kwargs"))
 #: Keys a recipe must set (in FIXED or MUTABLE).
 REQUIRED_KEYS = ("dataset", "model", "executor", "optimizer", "epochs", "batch_size")
@@ -59,6 +60,8 @@ def _normalize_keys(d: dict, where: str) -> dict:
 #: The most epochs a recipe may ask for: a million epochs of even one step each is days of training;
 #: a larger number is a typo (``epochs=10**30``) rather than a plan.
 MAX_EPOCHS = 1_000_000
+#: The largest ``bucket_mb``: 1 TiB of gradients in one bucket is more than any accelerator holds.
+MAX_BUCKET_MB = 1 << 20
 #: The largest batch: 2**31 - 1 samples, what the executors' int32 shape fields hold.
 MAX_BATCH_SIZE = 2**31 - 1
 
@@ -80,6 +83,11 @@ def _check_value(key: str, value) -> None:
             KEY_TYPES[key].check(value, f"'{key}'")
         except UserTypeError as exc:  # a float, a string: still the value's fault, said as a ValueError too
             raise UserError(f"{exc}") from None
+    elif key == "bucket_mb":  # the data-parallel optimizer's bucket_bytes, in MiB (recipe.components)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating))
+                                  or not math.isfinite(value) or not 0 <= value <= MAX_BUCKET_MB):
+            raise UserError(f"'bucket_mb' must be a number of MiB from 0 to {MAX_BUCKET_MB:,} (the largest gradient "
+                            f"bucket of a data-parallel step; 0: one bucket per gradient). Received: {_short(value)}")
     elif key.endswith("_args"):
         if not isinstance(value, (list, tuple)):
             raise UserError(f"'{key}' must be a list or tuple of positional arguments. Received: "

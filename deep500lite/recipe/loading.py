@@ -7,6 +7,7 @@ holds them. :func:`parse_set` reads one ``--set KEY=VALUE``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import importlib.util
@@ -101,9 +102,9 @@ def load_recipe(path_or_name) -> Recipe:
     sys.modules[module_name] = module
     try:
         try:
-            # the bytes read above, not a second read of the file
-            code = compile(importlib.util.decode_source(data), path, "exec", dont_inherit=True)
-            exec(code, module.__dict__)  # noqa: S102 - a recipe is the user's own Python file, run as an import
+            with _exit_raises():  # the bytes read above, not a second read of the file
+                code = compile(importlib.util.decode_source(data), path, "exec", dont_inherit=True)
+                exec(code, module.__dict__)  # noqa: S102 - a recipe is the user's own Python file, run as an import
         except BaseException:
             sys.modules.pop(module_name, None)
             raise
@@ -119,8 +120,8 @@ def load_recipe(path_or_name) -> Recipe:
                         ) from exc
     except SystemExit as exc:
         line = _user_line(exc, path)
-        raise UserError(f"Recipe '{path}' exited while loading{line} (sys.exit or exit() at module level); a recipe "
-                        "file is imported, so put the run in an `if __name__ == '__main__':` block. Received: exit "
+        raise UserError(f"Recipe '{path}' exited while loading{line} (sys.exit, exit() or os._exit at module level); "
+                        "a recipe file is imported, so put the run in an `if __name__ == '__main__':` block. Received: exit "
                         f"status {exc.code!r}") from exc
     except Exception as exc:  # noqa: BLE001 - any error in the user's file is the user's to fix
         line = _user_line(exc, path)
@@ -147,6 +148,24 @@ def load_recipe(path_or_name) -> Recipe:
                         f"status, benchmark). Received: {type(mlperf).__name__}")
     return Recipe(module.FIXED, module.MUTABLE, list(module.METRICS), path, stem, hashlib.sha256(data).hexdigest(),
                   mlperf)
+
+
+@contextlib.contextmanager
+def _exit_raises():
+    """While a recipe file loads, ``os._exit`` in this process raises SystemExit (reported like ``sys.exit``)
+    instead of ending the process with no word and no results (a forked child still exits as asked)."""
+    real, loader = os._exit, os.getpid()
+
+    def refuse(status):
+        if os.getpid() != loader:
+            real(status)
+        raise SystemExit(status)
+
+    os._exit = refuse
+    try:
+        yield
+    finally:
+        os._exit = real
 
 
 def _user_line(exc: BaseException, path: str) -> str:

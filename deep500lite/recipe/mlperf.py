@@ -182,9 +182,13 @@ class MLLogEvent:
             self._samples += int(stats.steps[-1].get("samples") or 0)
 
     def before_test_set(self, trainer, stats):
+        if self._epoch == 0:  # the trainer's test before the first epoch: MLPerf logs evaluations of training
+            return
         self.log("eval_start", None, "INTERVAL_START", epoch_num=self._epoch, samples_count=self._samples)
 
     def after_test_set(self, trainer, stats, result):
+        if self._epoch == 0:
+            return
         self.log("eval_stop", None, "INTERVAL_END", epoch_num=self._epoch, samples_count=self._samples)
         if result.get("test_accuracy") is not None:
             self.log("eval_accuracy", result["test_accuracy"] / 100.0, epoch_num=self._epoch,

@@ -99,6 +99,9 @@ def check_distributed(config: dict) -> None:
     if unknown:
         raise UserError(f"'distributed_kwargs' of the '{value}' scheme take {format_choices(allowed) or 'nothing'}. "
                         f"Received: {format_choices(unknown)}")
+    if config.get("bucket_mb") is not None:
+        raise UserError(f"'bucket_mb' sizes the gradient buckets of data parallelism; the '{value}' scheme has none. "
+                        f"Received: bucket_mb={config['bucket_mb']!r}")
     if config.get("microbatches") not in (None, 1):
         raise UserError("'microbatches' applies to single-process and data-parallel runs; the "
                         f"'{value}' scheme steps the whole batch (a pipeline takes distributed_kwargs.micro_batches). "

@@ -50,6 +50,11 @@ class EpochLines:
     def before_training(self, trainer, stats):
         self._write(f"training: {trainer.total_epochs} epochs x {trainer.steps_per_epoch} steps")
 
+    def before_epoch(self, trainer, stats, epoch):
+        first = stats.initial_test
+        if epoch == 0 and not stats.epochs and first and first.get("test_accuracy") is not None:
+            self._write(f"before training  test acc {first['test_accuracy']:.2f}%")
+
     def after_epoch(self, trainer, stats, epoch):
         rec = stats.epochs[-1]
         parts = [f"epoch {epoch + 1}/{trainer.total_epochs}", f"loss {rec['train_loss']:.4g}"]
@@ -211,7 +216,11 @@ def train_recipe(recipe, seed: int | None = None, *, events: Sequence = (), prog
                 "breakdown": StepTimeBreakdown(warmup=1), "memory": PeakMemory()}
     if target is not None:
         internal["time_to_accuracy"] = TimeToAccuracy(target)
-    run_events = list(parts.events) + _progress_events(progress) + list(events)
+    # a recipe that asks for Deep500's TerminalBarEvent already shows progress: no second display
+    from deep500lite.lv2.events import TerminalBarEvent
+
+    shown = any(isinstance(e, TerminalBarEvent) for e in parts.events)
+    run_events = list(parts.events) + ([] if shown else _progress_events(progress)) + list(events)
     if writer is not None:
         run_events.insert(0, writer)
     if _digest is not None:
@@ -230,7 +239,7 @@ def train_recipe(recipe, seed: int | None = None, *, events: Sequence = (), prog
         with report_compiling_to(_compile_stream(progress)):
             values = test_training(parts.executor, parts.train_sampler, parts.validation_sampler, parts.optimizer,
                                    int(cfg["epochs"]), int(cfg["batch_size"]), parts.output_node, metrics=metrics,
-                                   events=run_events)
+                                   events=run_events, verbose=False)
         stats = values.stats
     except NonFiniteLossError as exc:
         error, stats = str(exc), exc.stats

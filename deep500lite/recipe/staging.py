@@ -14,9 +14,9 @@ set or the new complete set, never a mix, whatever moment the run is interrupted
 - a target that holds files other than a run's outputs (``--out .``), or is a symbolic link, is
   never swapped or deleted: the new files are moved into it one by one, ``results.json`` last.
 
-An exception (Ctrl-C included) removes the staging folder and leaves the old set as it was;
-SIGINT and SIGTERM are held back during the renames themselves, so they never stop a swap
-half-way.
+An exception (Ctrl-C, and SIGTERM or SIGHUP in the CLI, included) removes the staging folder and
+leaves the old set as it was; SIGINT, SIGTERM and SIGHUP are held back during the renames and the
+removal themselves, so they never stop either half-way.
 A process killed outright (SIGKILL) leaves its staging folder behind: the next run into the
 same target removes staging folders whose process is gone, and ``deep500lite report`` skips
 every staging folder (:func:`is_staging_name`).
@@ -32,6 +32,7 @@ import secrets
 import shutil
 
 from deep500lite.errors import UserError
+from deep500lite.processes import signals_held
 
 __all__ = ["staged_folder", "recover", "restore_aside", "is_staging_name", "published_path", "RUN_OUTPUTS"]
 
@@ -131,13 +132,13 @@ def _is_run_folder(path: str) -> bool:
                for name in os.listdir(path))
 
 
-def _commit(work: str, target: str, token: str) -> None:
+def _commit(work: str, target: str, token: str, ours=_is_run_folder, carry=None) -> None:
     if not os.path.lexists(target):
         os.rename(work, target)
         return
     if not os.path.isdir(target):
         raise UserError(f"The results folder '{target}' is a file; give a folder for --out. Received: {target!r}")
-    if os.path.islink(target) or not _is_run_folder(target):
+    if os.path.islink(target) or not ours(target):
         # Someone else's folder: never swapped or deleted; the new outputs are moved in one by one.
         names = sorted(os.listdir(work), key=lambda n: n == "results.json")
         for name in names:
@@ -148,24 +149,33 @@ def _commit(work: str, target: str, token: str) -> None:
         os.rmdir(work)
         return
     if _exchange(work, target):
-        shutil.rmtree(work, ignore_errors=True)  # now the old set
+        if carry is not None:
+            carry(work, target)  # work is now the old set
+        shutil.rmtree(work, ignore_errors=True)
         return
     parent, base = os.path.split(target)
     aside = os.path.join(parent, f".{base}.d5-old-{os.getpid()}-{token}")
     os.rename(target, aside)
     os.rename(work, target)
+    if carry is not None:
+        carry(aside, target)
     shutil.rmtree(aside, ignore_errors=True)
 
 
 @contextlib.contextmanager
-def staged_folder(target):
+def staged_folder(target, ours=None, carry=None):
     """Write a run's outputs into a staging folder that replaces ``target`` whole on success.
 
     Args:
         target: the results folder (made if missing).
+        ours: ``ours(path)`` says whether a folder holds only this kind of outputs (and may be
+            swapped whole); default: a run's (:data:`RUN_OUTPUTS`).
+        carry: ``carry(old, new)``, called right after the swap (signals held) with the old set's
+            folder and the new one, moves what the new set should keep of the old one.
 
     Yields:
-        The staging folder's path (beside ``target``, on the same file system).
+        The staging folder's path (beside ``target``, on the same file system). A caller that
+        removes it drops its run: nothing is swapped in, and ``target`` stays as it was.
 
     Raises:
         UserError: the folder beside ``target`` cannot be written, or ``target`` is a file.
@@ -185,29 +195,15 @@ def staged_folder(target):
             raise UserError(f"Cannot write the results folder '{target}' ({exc.strerror or exc}); give a writable "
                             f"folder for --out. Received: {target!r}") from exc
         yield work
+        if not os.path.isdir(work):  # the caller removed it: its run is dropped, the old set stays
+            return
         try:
-            with _signals_held():
-                _commit(work, target, token)
+            with signals_held():
+                _commit(work, target, token, ours or _is_run_folder, carry)
         except OSError as exc:
             raise UserError(f"Cannot move the new results into '{target}' ({exc.strerror or exc}); the old results "
                             f"are left as they were. Received: {target!r}") from exc
     finally:
         if os.path.exists(work):
-            shutil.rmtree(work, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def _signals_held():
-    """Hold SIGINT and SIGTERM back while the folders are renamed (delivered right after)."""
-    import signal
-    import threading
-
-    held = {signal.SIGINT, signal.SIGTERM}
-    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+            with signals_held():  # a second Ctrl-C does not leave half a staging folder behind
+                shutil.rmtree(work, ignore_errors=True)

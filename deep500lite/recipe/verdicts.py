@@ -185,6 +185,9 @@ def _format_value(value, unit: str) -> str:
 def _judge(acceptable: AcceptableMetric, value) -> Verdict:
     note = ""
     number = None
+    if isinstance(value, (list, tuple)) and value and all(
+            isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) for v in value):
+        value = float(np.median(value))  # Deep500's list results (WallclockTime's averages) by their median
     if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
         number = float(value)
         if not math.isfinite(number):

@@ -145,31 +145,47 @@ def run_rank(resolved: ResolvedRecipe, seed: int, out, *, progress: str | None =
              max_steps: int | None = None) -> int:
     """One rank of a ``run -n`` job (under ``python -m mpi4py``): train and write the results.
 
-    Any error ends every rank of the job (``MPI.COMM_WORLD.Abort(2)``) after one line naming
-    this rank and the error (with the traceback when it is not a Deep500Error), so no rank is
-    left waiting for a dead peer.
+    Under deep500lite's launcher (:mod:`deep500lite.lv3.rank_start`), a Deep500Error is reported
+    to it in one line (:func:`~deep500lite.lv3.rank_start.report_failure`), which names the rank
+    and ends the job, and any other error propagates (the launcher prints its traceback once).
+    Under another launcher, any error ends every rank of the job (``MPI.COMM_WORLD.Abort(2)``)
+    after one line naming this rank and the error (with the traceback when it is not a
+    Deep500Error), so no rank is left waiting for a dead peer.
 
     Returns:
-        0; the parent judges the ranks' results.
+        0 (2 after a reported Deep500Error); the parent judges the ranks' results.
     """
     from deep500lite.lv2.events import StepBudgetStop
+    from deep500lite.lv3.rank_start import report_failure
 
     try:
         events = [StepBudgetStop(max_steps)] if max_steps else []
         train_recipe(resolved, seed, progress=progress, out=out, events=events)
+    except Deep500Error as exc:
+        if report_failure(str(exc)):
+            return 2
+        _abort_job(exc)
     except BaseException as exc:  # noqa: BLE001 - any failure must end every rank, not leave them waiting
-        from mpi4py import MPI
+        from deep500lite.lv3.rank_start import is_watched
 
-        world = MPI.COMM_WORLD
-        detail = str(exc) if not isinstance(exc, KeyboardInterrupt) else "interrupted"
-        print(f"{_PREFIX}: rank {world.Get_rank()} of {world.Get_size()}: error: {type(exc).__name__}: "
-              f"{detail}", file=sys.stderr, flush=True)
-        if not isinstance(exc, (Deep500Error, KeyboardInterrupt)):
-            import traceback
-
-            traceback.print_exc()
-        world.Abort(2)
+        if is_watched():
+            raise  # the launcher watches: it names the rank and prints the traceback once
+        _abort_job(exc)
     return 0
+
+
+def _abort_job(exc: BaseException) -> None:
+    from mpi4py import MPI
+
+    world = MPI.COMM_WORLD
+    detail = str(exc) if not isinstance(exc, KeyboardInterrupt) else "interrupted"
+    print(f"{_PREFIX}: rank {world.Get_rank()} of {world.Get_size()}: error: {type(exc).__name__}: "
+          f"{detail}", file=sys.stderr, flush=True)
+    if not isinstance(exc, (Deep500Error, KeyboardInterrupt)):
+        import traceback
+
+        traceback.print_exc()
+    world.Abort(2)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -210,12 +226,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = run_single(resolved, args.seed, args.out, sets=args.sets, progress=progress,
                             divergence=args.divergence)
     except Deep500Error as exc:
-        print(f"{_PREFIX}: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        from deep500lite.lv3.rank_start import report_failure
+
+        # a rank of a watched job: the launcher names the rank and shows the line once for the job
+        if not (args.rank_job and report_failure(str(exc))):
+            print(f"{_PREFIX}: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"{_PREFIX}: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # noqa: BLE001 - a bug: the traceback for the log, then one line to end it
+        from deep500lite.lv3.rank_start import is_watched
+
+        if args.rank_job and is_watched():
+            raise  # the launcher names the rank and prints the traceback once for the job
         import traceback
 
         traceback.print_exc()

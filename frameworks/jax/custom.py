@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from deep500lite.errors import UserError, UserTypeError
-from deep500lite.lv0.custom import as_tuple, check_outputs
+from deep500lite.lv0.custom import as_tuple, check_outputs, input_shape_for
 
 __all__ = ["custom_op"]
 
@@ -39,13 +39,15 @@ def _output_structs(op, xs):
     return structs
 
 
-def _check_inputs(op, xs):
+def _check_inputs(op, xs) -> list:
+    """The inputs, each in the shape the operator declares (see ``input_shape_for``)."""
+    out = []
     for i, (x, desc) in enumerate(zip(xs, op.input_descriptors)):
         if np.dtype(x.dtype) != np.dtype(desc.dtype):
             raise UserTypeError(f"{type(op).__name__} input {i} must be {desc}. Received: a {x.dtype} array")
-        if desc.shape is not None and (len(desc.shape) != len(x.shape) or any(
-                s is not None and s != n for s, n in zip(desc.shape, x.shape))):
-            raise UserError(f"{type(op).__name__} input {i} must be {desc}. Received: shape {list(x.shape)}")
+        shape = input_shape_for(op, i, x.shape)
+        out.append(x if shape is None else x.reshape(shape))
+    return out
 
 
 def custom_op(op):
@@ -55,7 +57,8 @@ def custom_op(op):
         op: a :class:`~deep500lite.CustomOp` (Python or compiled C++).
 
     Returns:
-        A function of JAX arrays returning one array (one output) or a tuple of arrays.
+        A function of JAX arrays returning a tuple with one array per output (also for one
+        output, as the torch and TensorFlow ``custom_op`` functions and Deep500's did).
     """
     import jax
 
@@ -95,10 +98,9 @@ def custom_op(op):
     run.defvjp(run_fwd, run_bwd)
 
     def call(*xs):
-        _check_inputs(op, xs)
+        xs = _check_inputs(op, xs)
         if not xs:
             raise UserError(f"{type(op).__name__}: custom operators need at least one input. Received: no inputs")
-        ys = run(*xs)
-        return ys if n_out > 1 else ys[0]
+        return tuple(run(*xs))
 
     return call

@@ -68,7 +68,11 @@ class OnnxRuntimeExecutor(HostGraphExecutor):
     def __init__(self, network, device=None, session_options: ort.SessionOptions | None = None, seed: int = 0,
                  graph_optimization_level: str | None = None, intra_op_num_threads: int | None = None,
                  inter_op_num_threads: int | None = None, providers=None):
-        self._options = session_options or ort.SessionOptions()
+        if session_options is None:
+            session_options = ort.SessionOptions()
+            # warnings only about the graph (unused initializers left by constant folding), not the answers
+            session_options.log_severity_level = 3
+        self._options = session_options
         if graph_optimization_level is not None:
             if graph_optimization_level not in OPTIMIZATION_LEVELS:
                 raise UserError(f"Unknown graph_optimization_level for ONNX Runtime: allowed "

@@ -46,6 +46,7 @@ _EXPORTS = {
     "Normalize": "deep500lite.lv2.augmentation",
     "Crop": "deep500lite.lv2.augmentation",
     "RandomFlip": "deep500lite.lv2.augmentation",
+    "desc_from_tensor": "custom",
     "from_onnx": "executor",
     "DistributedOptimizer": "distributed_optimizers",
     "ConsistentParameterServer": "distributed_optimizers",
@@ -60,7 +61,7 @@ _EXPORTS = {
 __all__ = ["ReferenceExecutor", "from_model", "custom_op", "SUPPORTED_OPS", "executor_class", "GradientDescent",
            "MomentumOptimizer", "NesterovOptimizer", "AdaGradOptimizer", "RMSPropOptimizer", "AdamOptimizer",
            "AcceleGradOptimizer", "BatchTransform", "RandomTransform", "RandomCrop", "RandomHorizontalFlip", "Cutout",
-           "Normalize", "Crop", "RandomFlip", "from_onnx", "DistributedOptimizer", "ConsistentParameterServer",
+           "Normalize", "Crop", "RandomFlip", "desc_from_tensor", "from_onnx", "DistributedOptimizer", "ConsistentParameterServer",
            "InconsistentParameterServer", "ConsistentDecentralized", "ModelAverageDecentralized", "ConsistentNeighbors",
            "ElasticAveraging", "StaleSynchronous"]
 

@@ -9,12 +9,29 @@ run the op by hand (the returned class's ``eval(*arrays)`` runs it on numpy arra
 
 from __future__ import annotations
 
+import numpy as np
 import onnx
 from onnx.reference.op_run import OpRun
 
+from deep500lite.errors import UserTypeError
 from deep500lite.lv0.custom import CUSTOM_DOMAIN, as_tuple, check_outputs, is_custom_domain, lookup_custom_op
+from deep500lite.lv0.tensordesc import TensorDescriptor
 
-__all__ = ["custom_op", "op_run_classes"]
+__all__ = ["custom_op", "op_run_classes", "desc_from_tensor"]
+
+
+def desc_from_tensor(array) -> TensorDescriptor:
+    """The descriptor (dtype and shape) of a numpy array: Deep500's ``d5ref.desc_from_tensor``.
+
+    The reference framework's tensors are numpy arrays, so this is the descriptor to give
+    ``custom_op_from_native`` of any framework for numpy inputs and outputs.
+
+    Raises:
+        UserTypeError: ``array`` is not a numpy array (or a numpy scalar).
+    """
+    if not isinstance(array, (np.ndarray, np.generic)):
+        raise UserTypeError(f"desc_from_tensor takes a numpy array. Received: {type(array).__name__}")
+    return TensorDescriptor(array.dtype, tuple(array.shape))
 
 
 def custom_op(op, op_type: str | None = None, domain: str = CUSTOM_DOMAIN) -> type[OpRun]:

@@ -48,6 +48,8 @@ Role modules (the same names in every framework package; see ``docs/architecture
 - ``distributed.py``: Deep500's ``HorovodDistributedOptimizer`` over ``horovod.tensorflow`` (an optimizer
   wrapper, where torch's module is also a communicator); ``zoo.py``, ``op_validation.py``: the zoo's
   Keras exports and Deep500's native-operator tests; ``state.py``: the seed and checkpoint state.
+- ``native_graph.py``: Deep500's ``TensorflowNativeGraphExecutor``, for TensorFlow 1 graphs run in
+  graph mode.
 - ``spec.py``: the framework's declaration (roles and capabilities), read through the entry point.
 """
 
@@ -77,6 +79,7 @@ _EXPORTS = {
     "test_nativeop_gradient": "op_validation",
     "from_onnx": "executor",
     "TensorflowGraphExecutor": "executor:TensorFlowExecutor",
+    "TensorflowNativeGraphExecutor": "native_graph",
     "HorovodDistributedOptimizer": "distributed",
 }
 
@@ -84,7 +87,7 @@ __all__ = ["custom_op", "TensorFlowExecutor", "TensorFlowNativeExecutor", "Nativ
            "SUPPORTED_OPS", "executor_class", "TensorFlowOptimizer", "GradientDescent", "MomentumOptimizer",
            "NesterovOptimizer", "AdamOptimizer", "AdaGradOptimizer", "RMSPropOptimizer", "desc_from_tensor",
            "custom_op_from_native", "test_nativeop_forward", "test_nativeop_gradient", "from_onnx",
-           "TensorflowGraphExecutor", "HorovodDistributedOptimizer"]
+           "TensorflowGraphExecutor", "TensorflowNativeGraphExecutor", "HorovodDistributedOptimizer"]
 
 _DEPRECATED = {"KerasExecutor": ("TensorFlowNativeExecutor", "KerasExecutor is deprecated; use "
                                 "deep500lite.frameworks.tensorflow.TensorFlowNativeExecutor (the same class).")}

@@ -17,7 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from deep500lite.errors import UserError, UserTypeError
-from deep500lite.lv0.custom import as_tuple, check_outputs
+from deep500lite.lv0.custom import as_tuple, check_outputs, input_shape_for
 
 __all__ = ["custom_op"]
 
@@ -38,8 +38,9 @@ def custom_op(op):
         op: a deep500lite operator with input and output descriptors.
 
     Returns:
-        ``fn(*tensors)`` returning a tensor (one output) or a list of tensors; ``tf.GradientTape``
-        differentiates it through ``op.backward``.
+        ``fn(*tensors)`` returning a tuple with one tensor per output (also for one output, as
+        Deep500's custom operators did: ``y, = fn(x)``); ``tf.GradientTape`` differentiates it
+        through ``op.backward``.
     """
     if not hasattr(op, "input_descriptors") or not hasattr(op, "output_descriptors"):
         raise UserTypeError(f"custom_op needs a d5.CustomOp with descriptors. Received: {type(op).__name__}")
@@ -82,7 +83,15 @@ def custom_op(op):
     def call(*tensors):
         if len(tensors) != len(ins):
             raise UserError(f"{name} takes {len(ins)} inputs. Received: {len(tensors)}")
-        return fn(*tensors)
+        tensors = list(tensors)
+        for i, t in enumerate(tensors):
+            known = getattr(t, "shape", None)
+            if known is not None and None not in tuple(known):
+                shape = input_shape_for(op, i, tuple(known))
+                if shape is not None:
+                    tensors[i] = tf.reshape(t, shape)
+        out = fn(*tensors)
+        return tuple(out) if isinstance(out, (list, tuple)) else (out,)
 
     call.op = op
     call.__name__ = f"custom_{name}"

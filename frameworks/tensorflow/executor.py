@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from deep500lite.errors import Deep500Error, FeedError, UnsupportedOperatorError, UserKeyError, UserTypeError
 from deep500lite.lv1.compile_progress import compiling
+from deep500lite.lv1.control_flow import subgraph_captures
 from deep500lite.lv1.execution_errors import execution_error, shape_of
 from deep500lite.lv1.executor import GraphExecutor
 from deep500lite.lv1.network import FLOAT_DTYPES, iter_nodes, load_model
@@ -154,12 +155,15 @@ class TensorFlowExecutor(GraphExecutor):
         opset = network.opset
         self._ranks = ranks = _inferred_shapes(network)
         flatten_nodes = self._choose_layouts(ranks)
-        plan = [(build_node(node, opset), list(node.input), list(node.output)) for node in graph.node]
+        # a node's subgraphs (If, Loop, Scan) read outer values, passed after its declared inputs
+        plan = [(build_node(node, opset), list(node.input) + subgraph_captures(node), list(node.output))
+                for node in graph.node]
         _flatten_channels_last(plan, flatten_nodes)
         self._plan = plan  # also run node by node, eagerly, to locate a failure (_run_error)
         gpu = self.devname.is_gpu
         self._train_plan = [
-            (build_node(node, opset, training=True, rng=self._rng, gpu=gpu), list(node.input), list(node.output),
+            (build_node(node, opset, training=True, rng=self._rng, gpu=gpu), list(node.input) + subgraph_captures(node),
+             list(node.output),
              [(node.input[i], k) for i, k in TRAINING_STATE_OUTPUTS.get(node.op_type, ())
               if i < len(node.input) and node.input[i] in self._variables])
             for node in graph.node]
@@ -173,7 +177,7 @@ class TensorFlowExecutor(GraphExecutor):
         variables = self._variables
         constants = self._constants
         tfdev = self._tfdev
-        used = {n for node in graph.node for n in node.input} | set(network.outputs)
+        used = {n for _, ins, _ in plan for n in ins} | set(network.outputs)
         used_vars = [n for n in variables if n in used]
         used_consts = [n for n in constants if n in used]
 

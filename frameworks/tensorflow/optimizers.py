@@ -105,6 +105,13 @@ class TensorFlowOptimizer(Optimizer):
 
     HYPERPARAMETERS: dict = {"learning_rate": "learning_rate"}
 
+    def __new__(cls, executor=None, *args, **kwargs):
+        from deep500lite.frameworks.tensorflow.native_graph import GraphOptimizer, TensorflowNativeGraphExecutor
+
+        if isinstance(executor, TensorflowNativeGraphExecutor):  # Deep500's TensorFlow 1 graphs
+            return GraphOptimizer(cls.__name__, executor, args, kwargs)
+        return super().__new__(cls)
+
     def __init__(self, executor, learning_rate: float, loss: str = "loss", gradient_modifier=None, **hyper):
         if not isinstance(executor, TensorFlowExecutor):
             raise UserTypeError(f"{type(self).__name__} runs on a TensorFlowExecutor (d5.executor(net, "

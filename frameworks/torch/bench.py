@@ -8,7 +8,9 @@ has the same functions for the same role:
 - ``bench op``: :func:`op_runner` (one GEMM or convolution case) and :func:`op_threads`;
 - ``bench overhead``: :func:`set_seed`, :func:`inference_pair` and :func:`training_pair`
   (deep500lite against the framework's own API);
-- ``bench overhead --op``: :func:`custom_op_pair` (a custom operator against the framework's own).
+- ``bench overhead --op``: :func:`custom_op_pair` (a custom operator against the framework's own);
+- ``bench distributed``: :func:`data_parallel_pair` and :func:`gloo_group` (a deep500lite
+  data-parallel step against ``DistributedDataParallel``; in ``bench_data_parallel.py``).
 
 Only torch measures the peak (:mod:`deep500lite.bench.peak`): :func:`peak_cpu_kernels`,
 :func:`peak_gpu_kernels`, :func:`gpu_info` and :func:`require_gpu`.
@@ -26,13 +28,14 @@ from deep500lite.bench.contract import (LEARNING_RATE, MODEL_SHAPES, MOMENTUM, O
                                         with_loss)
 from deep500lite.errors import DeviceError
 from deep500lite.frameworks.torch import models
+from deep500lite.frameworks.torch.bench_data_parallel import data_parallel_pair, gloo_group  # bench distributed
 from deep500lite.frameworks.torch.custom import custom_op
 from deep500lite.frameworks.torch.optimizers import MomentumOptimizer
 from deep500lite.lv1.network import load_model
 from deep500lite.registry import executor
 
 __all__ = ["TRAINING_SAME_WEIGHTS", "op_runner", "op_threads", "set_seed", "set_device", "inference_pair", "training_pair", "custom_op_pair",
-           "peak_cpu_kernels", "peak_gpu_kernels", "gpu_info", "require_gpu"]
+           "peak_cpu_kernels", "peak_gpu_kernels", "gpu_info", "require_gpu", "data_parallel_pair", "gloo_group"]
 
 
 # --------------------------------------------------------------------------------------------- bench op
@@ -198,7 +201,7 @@ def custom_op_pair(op, x, g):
             return y.detach().numpy(), grad.numpy()
         return call
 
-    return run(fn), run(torch.nn.functional.silu)
+    return run(lambda t: fn(t)[0]), run(torch.nn.functional.silu)
 
 
 # --------------------------------------------------------------------------------------------- peak

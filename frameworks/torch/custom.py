@@ -11,14 +11,15 @@ current stream is synchronized; an operator without CUDA support runs on host co
 operator gets numpy views of CPU tensors (``Tensor.numpy()``, no copy) and its results are wrapped
 with ``torch.from_numpy`` (no copy); on CUDA, inputs are copied to the host and results back.
 
+As in Deep500, ``custom_op`` returns a ``torch.nn.Module`` whose call returns a tuple with one
+tensor per output, also for one output (``y, = fn(x)``). An input whose descriptor has a fixed
+shape may come in another shape with the same number of elements (as a compiled operator sees
+only the buffer): the operator gets it in the declared shape and its gradient has the input's
+own shape. ``desc_from_tensor`` and ``custom_op_from_native`` keep Deep500's names and arguments.
+
 Under ``torch.compile`` the module calls :func:`library_op` instead: the operator registered as
 a ``torch.library`` custom operator (with a fake implementation and its backward), which
 TorchDynamo keeps as one opaque node of the compiled graph.
-
-Deep500's form: ``custom_op`` returns a ``torch.nn.Module``; an operator with one output gives
-a :class:`OneOutput` tensor, which is the tensor (``y = fn(x); y.sum()``) and also unpacks as
-Deep500's 1-tuple (``y, = fn(x)``). ``desc_from_tensor`` and ``custom_op_from_native`` keep
-Deep500's names and arguments.
 """
 
 from __future__ import annotations
@@ -33,11 +34,11 @@ import torch
 
 from deep500lite.errors import UserError, UserTypeError
 from deep500lite.frameworks.torch.dtypes import ONNX_TO_TORCH_DTYPE
-from deep500lite.lv0.custom import as_tuple, check_outputs
+from deep500lite.lv0.custom import as_tuple, check_outputs, input_shape_for
 from deep500lite.lv0.operator import CustomOp
 from deep500lite.lv0.tensordesc import TensorDescriptor
 
-__all__ = ["custom_op", "library_op", "CustomOpFunction", "CustomOpModule", "OneOutput", "desc_from_tensor",
+__all__ = ["custom_op", "library_op", "CustomOpFunction", "CustomOpModule", "desc_from_tensor",
            "custom_op_from_native"]
 
 def _torch_dtype(dtype) -> torch.dtype:
@@ -53,9 +54,9 @@ def _prepare(op, tensors, descs):
         want = _torch_dtype(d.dtype)
         if t.dtype != want:
             raise UserTypeError(f"{type(op).__name__} input {i} must be {d}. Received: a {t.dtype} tensor")
-        if d.shape is not None and (len(d.shape) != t.dim() or any(
-                s is not None and s != n for s, n in zip(d.shape, t.shape))):
-            raise UserError(f"{type(op).__name__} input {i} must be {d}. Received: shape {list(t.shape)}")
+        shape = input_shape_for(op, i, t.shape)
+        if shape is not None:
+            t = t.reshape(shape)
         out.append(t.detach().contiguous())
     return out
 
@@ -112,6 +113,7 @@ class CustomOpFunction(torch.autograd.Function):
         ctx.op = op
         ctx.save_for_backward(*xs, *ys)
         ctx.n_in = len(xs)
+        ctx.shapes = [tuple(t.shape) for t in inputs]
         ctx.mark_non_differentiable(*[y for y in ys if not y.is_floating_point()])
         return tuple(ys) if len(ys) > 1 else ys[0]
 
@@ -122,7 +124,8 @@ class CustomOpFunction(torch.autograd.Function):
         xs, ys = list(saved[:ctx.n_in]), list(saved[ctx.n_in:])
         gys = [torch.zeros_like(y) if g is None else g.contiguous().to(y.dtype) for g, y in zip(grads, ys)]
         gxs = _run_backward(op, gys, xs, ys)
-        return (None, *[g if x.is_floating_point() else None for g, x in zip(gxs, xs)])
+        return (None, *[g.reshape(shape) if x.is_floating_point() else None
+                        for g, x, shape in zip(gxs, xs, ctx.shapes)])
 
 
 _library_names = itertools.count()
@@ -160,8 +163,9 @@ def library_op(op):
         return [torch.empty(d.shape, dtype=_torch_dtype(d.dtype), device=device) for d in out_descs]
 
     def backward_impl(gys: list[torch.Tensor], xs: list[torch.Tensor], ys: list[torch.Tensor]) -> list[torch.Tensor]:
-        return _run_backward(op, [g.contiguous() for g in gys], [x.contiguous() for x in xs],
-                             [y.contiguous() for y in ys])
+        gxs = _run_backward(op, [g.contiguous() for g in gys], _prepare(op, xs, in_descs),
+                            [y.contiguous() for y in ys])
+        return [g.reshape(x.shape) for g, x in zip(gxs, xs)]  # the gradient has the input's own shape
 
     def backward_fake(gys, xs, ys):
         return [torch.empty_like(x) for x in xs]
@@ -191,23 +195,6 @@ def library_op(op):
     return fwd
 
 
-class OneOutput(torch.Tensor):
-    """The result of a one-output custom operator: a tensor that also unpacks as a 1-tuple.
-
-    Deep500's custom operators returned a tuple even for one output (``y, = fn(x)``);
-    deep500lite's return the tensor (``y = fn(x)``). This tensor serves both: every torch
-    operation on it gives plain tensors, and iterating it yields the tensor itself, once, as
-    unpacking Deep500's 1-tuple did (``len`` and indexing are the tensor's own).
-    """
-
-    __torch_function__ = torch._C._disabled_torch_function_impl
-
-    def __iter__(self):
-        yield self.as_subclass(torch.Tensor)
-
-    def __repr__(self, **kwargs):
-        return self.as_subclass(torch.Tensor).__repr__(**kwargs)
-
 
 class CustomOpModule(torch.nn.Module):
     """A deep500lite operator as a ``torch.nn.Module`` (what :func:`custom_op` returns).
@@ -227,17 +214,12 @@ class CustomOpModule(torch.nn.Module):
 
     def forward(self, *tensors):
         if self.use_autodiff:
-            outs = as_tuple(self.op.forward(*tensors))
-        elif torch.compiler.is_compiling():
+            return tuple(as_tuple(self.op.forward(*tensors)))
+        if torch.compiler.is_compiling():
             # torch.compile cannot trace into numpy or a ctypes call: an opaque torch.library operator
-            outs = tuple(self._library_op(list(tensors)))
-            return outs[0] if len(outs) == 1 else outs
-        else:
-            out = CustomOpFunction.apply(self.op, *tensors)
-            outs = out if isinstance(out, tuple) else (out,)
-        if len(outs) == 1:
-            return outs[0].as_subclass(OneOutput)
-        return tuple(outs)
+            return tuple(self._library_op(list(tensors)))
+        out = CustomOpFunction.apply(self.op, *tensors)
+        return out if isinstance(out, tuple) else (out,)
 
 
 def custom_op(op, use_autodiff: bool = False) -> CustomOpModule:
@@ -251,14 +233,12 @@ def custom_op(op, use_autodiff: bool = False) -> CustomOpModule:
             use torch operations, not numpy.
 
     Returns:
-        A module; calling it returns a tensor (one output: a :class:`OneOutput`, which also
-        unpacks as Deep500's 1-tuple) or a tuple of tensors; gradients flow through
-        ``op.backward``.
+        A module; calling it returns a tuple of tensors, one per output (Deep500's form, also for
+        one output); gradients flow through ``op.backward``.
 
     Example:
         >>> swish = custom_op(my_op)
-        >>> y = swish(torch.randn(1024, requires_grad=True)); y.sum().backward()
-        >>> y, = swish(torch.randn(1024))  # Deep500's spelling
+        >>> y, = swish(torch.randn(1024, requires_grad=True)); y.sum().backward()
     """
     if not hasattr(op, "input_descriptors") or not hasattr(op, "output_descriptors"):
         raise UserTypeError(f"custom_op needs a d5.CustomOp with descriptors. Received: {type(op).__name__}")

@@ -28,7 +28,7 @@ import numpy as np
 from deep500lite.errors import FrameworkNotAvailableError, UserError, format_choices
 from deep500lite.lv3 import _common
 from deep500lite.lv3 import allreduce as _ar
-from deep500lite.lv3.communication import CommunicationNetwork, Request
+from deep500lite.lv3.communication import CommunicationNetwork, CompletedRequest, Request
 from deep500lite.lv3.horovod import HorovodOptimizerBase
 
 __all__ = ["TorchDistributedCommunicator", "BACKENDS", "HorovodDistributedOptimizer"]
@@ -173,6 +173,27 @@ class _TorchRequest(Request):
             if self._waiter.is_alive():
                 raise _common.timeout_error(owner.rank, owner.size, self._what, owner.timeout, [self._desc])
         self._complete()
+
+
+class _TorchAllreduce(Request):
+    """A native ``all_reduce(async_op=True)`` in flight; counted under ``allreduce`` (and divided, for
+    ``mean``) once done."""
+
+    def __init__(self, owner: TorchDistributedCommunicator, work, staged: _Staged, op: str):
+        super().__init__(owner, staged.array, -1, False)
+        self._work, self._staged, self._op = work, staged, op
+
+    def _poll(self) -> bool:
+        return self._work.is_completed()
+
+    def _block(self) -> None:
+        self.owner._collective(self._work, "iallreduce(native)")
+
+    def _record(self) -> None:
+        owner = self.owner
+        self._staged.download()
+        owner._count("allreduce", *_common.native_volume("allreduce", self.buffer.nbytes, owner.size, owner.rank))
+        _common.finish_mean(self.buffer, self._op, owner.size)
 
 
 class TorchDistributedCommunicator(_common.AlgorithmChoice, CommunicationNetwork):
@@ -505,6 +526,23 @@ class TorchDistributedCommunicator(_common.AlgorithmChoice, CommunicationNetwork
         else:
             out = _ar.run_allreduce(_common.Transport(self, "allreduce"), x, "sum" if op == "mean" else op, algorithm)
         return _common.finish_mean(out, op, self.size)
+
+    def iallreduce(self, x: np.ndarray, op: str = "sum", out: np.ndarray | None = None) -> Request:
+        """Start ``torch.distributed.all_reduce(async_op=True)`` on ``x``'s data (``out=x``: in place)
+        and return at once; see :meth:`CommunicationNetwork.iallreduce`.
+
+        The backend's own threads move the data (gloo on the CPU, NCCL's stream on a GPU, where
+        the array is copied to the device first and the result back when the request completes).
+        """
+        x, out = _common.iallreduce_start(self, x, op, out)
+        if out is not x:
+            out[...] = x
+        if self.group is None:
+            return CompletedRequest(self, out)
+        self._check_reducible(x, "iallreduce")
+        staged = _Staged(self, out, False, True)
+        work = self._dist.all_reduce(staged.tensor, op=self._ops[op], group=self.group, async_op=True)
+        return _TorchAllreduce(self, work, staged, op)
 
     # ------------------------------------------------- other collectives
     def broadcast(self, x: np.ndarray, root: int = 0) -> np.ndarray:

@@ -16,6 +16,7 @@ from deep500lite.lv1.compile_progress import compiling
 from deep500lite.lv1.device import Device
 from deep500lite.lv1.execution_errors import execution_error, shape_of
 from deep500lite.lv1.executor import GraphExecutor
+from deep500lite.lv1.control_flow import subgraph_captures
 from deep500lite.lv1.network import FLOAT_DTYPES
 from deep500lite.frameworks.torch.dtypes import to_numpy, to_torch
 from deep500lite.frameworks.torch.ops import SUPPORTED_OPS, NodeSpec, build_node
@@ -36,7 +37,7 @@ _MAY_ALIAS = frozenset({
     "Expand", "Split", "Cast", "CastLike", "Gather", "Clip", "Sum", "Max", "Min", "Where",
     "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
     "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", "Pad", "Concat", "Tile", "Einsum",
-    "DepthToSpace", "SpaceToDepth",
+    "DepthToSpace", "SpaceToDepth", "If", "Loop", "Scan",
 })
 
 _compiled_graphs = itertools.count()
@@ -123,6 +124,10 @@ class TorchExecutor(GraphExecutor):
         self._grad_params: list[torch.Tensor] = []
         self._have_grads = False
         self._grad_state: tuple | None = None        # (network version, y) requires_grad is set for
+        self._gradient_hook = None                   # set_gradient_hook's object, its torch handles, its state
+        self._hook_handles: list = []
+        self._hook_copies: list = []                 # (device gradient, host copy) handed to the hook
+        self._hook_error: BaseException | None = None
         self._build()
 
     @classmethod
@@ -158,7 +163,7 @@ class TorchExecutor(GraphExecutor):
         host = net.host_values()
         for name in net.initializers:
             if name not in self._tensors:
-                self._tensors[name] = to_torch(np.array(host[name], copy=True), self._device)
+                self._tensors[name] = _owned_tensor(host[name], self._device)
         params = {n for n in net.initializers if self._tensors[n].is_floating_point()
                   and host[n].dtype in FLOAT_DTYPES}
         self._params = params
@@ -205,11 +210,12 @@ class TorchExecutor(GraphExecutor):
             for k, node in enumerate(net.graph.node):
                 spec = NodeSpec(node, opset, [const_of(n) for n in node.input], self._device,
                                 training=training, generator=generator)
+                captured = spec.captured = subgraph_captures(node)
                 fn = build_node(spec)
-                foldable = all(not n or n in static for n in node.input) or (
+                foldable = all(not n or n in static for n in list(node.input) + captured) or (
                     node.op_type == "Shape" and node.input[0] in self._tensors)
                 if foldable and node.op_type not in unfoldable:
-                    args = [static.get(n, self._tensors.get(n)) if n else None for n in node.input]
+                    args = [static.get(n, self._tensors.get(n)) if n else None for n in list(node.input) + captured]
                     result = fn(*args)
                     results = result if isinstance(result, (tuple, list)) else (result,)
                     for out, value in zip(node.output, results):
@@ -223,6 +229,7 @@ class TorchExecutor(GraphExecutor):
                 args = [env[n] if n else "None" for n in node.input]
                 while args and args[-1] == "None":
                     args.pop()
+                args += [env[n] for n in captured]  # what the node's subgraphs read from outside
                 outs = []
                 for j, out in enumerate(node.output):
                     var = f"v{k}_{j}"
@@ -303,16 +310,9 @@ class TorchExecutor(GraphExecutor):
         Outputs are fresh numpy arrays: one that would share memory with a parameter, a constant
         or a feed is copied.
         """
-        net = self.network
-        feeds = net.check_feeds(feeds)
-        names = self._io_names
-        if names[0] != (net.version, len(net.initializers)):
-            names = self._io_names = ((net.version, len(net.initializers)), net.inputs, net.outputs)
-        device = self._device
-        try:
-            args = [_input_tensor(feeds[name], device) for name in names[1]]
-        except TypeError as exc:
-            raise _feed_error(feeds, names[1]) from exc
+        feeds = self.network.check_feeds(feeds)
+        names = self._names()
+        args = self._input_tensors(feeds, names[1])
         before = _compile_clock() if self._compile else 0.0
         try:
             with self._compile_notice(self._run, args, "the inference function"), torch.inference_mode():
@@ -326,6 +326,27 @@ class TorchExecutor(GraphExecutor):
         if error is None:
             return {name: _output_array(r, copy) for name, r, copy in zip(names[2], results, self._copy_out)}
         raise error  # outside the except block: the error keeps no frame of the failed run alive
+
+    def _names(self) -> tuple:
+        """``(structure key, input names, output names)``, read from the ONNX graph once per structure.
+
+        ``Network.inputs`` and ``outputs`` walk the graph's protobuf fields on every access; the
+        per-call paths take the names from here instead.
+        """
+        net = self.network
+        names = self._io_names
+        key = (net.version, len(net.initializers))
+        if names[0] != key:
+            names = self._io_names = (key, net.inputs, net.outputs)
+        return names
+
+    def _input_tensors(self, feeds, inputs) -> list:
+        """The checked feeds as tensors on the device, in the order of ``inputs``."""
+        device = self._device
+        try:
+            return [_input_tensor(feeds[name], device) for name in inputs]
+        except TypeError as exc:
+            raise _feed_error(feeds, inputs) from exc
 
     def _node_error(self, exc: Exception, where: str | None) -> Exception:
         """The :class:`ExecutionError` for ``exc``, raised while running generated code.
@@ -378,11 +399,8 @@ class TorchExecutor(GraphExecutor):
         """
         net = self.network
         feeds = net.check_feeds(feeds)
-        device = self._device
-        try:
-            args = [to_torch(feeds[name], device) for name in net.inputs]
-        except TypeError as exc:
-            raise _feed_error(feeds, net.inputs) from exc
+        names = self._names()
+        args = self._input_tensors(feeds, names[1])
         if self._grad_state != (net.version, y):
             self._prepare_gradients(y)
         entry = self._train_fns.get(y)
@@ -400,10 +418,12 @@ class TorchExecutor(GraphExecutor):
         finally:
             if self._compile:
                 self.compile_seconds += _compile_clock() - before
+        if self._gradient_hook is not None:
+            self._gradient_hook_end(error)
         if error is not None:
             raise error
         self._have_grads = True
-        return {name: to_numpy(r, copy) for name, r, copy in zip(net.outputs, results, copy_out)}
+        return {name: to_numpy(r, copy) for name, r, copy in zip(names[2], results, copy_out)}
 
     def _train_run(self, run, args, y):
         """The training function's forward then backward: ``(results, None)`` or ``(None, error)``."""
@@ -431,9 +451,10 @@ class TorchExecutor(GraphExecutor):
                 return None, error
         return results, None
 
-    def _prepare_gradients(self, y: str) -> None:
-        """Make exactly the parameters ``y`` depends on require grad."""
-        pairs = self.network.gradient(y)
+    def _prepare_gradients(self, y) -> None:
+        """Make exactly the parameters ``y`` (a name, or a tuple of names) depends on require grad."""
+        pairs = list(dict.fromkeys(pair for name in ((y,) if isinstance(y, str) else y)
+                                   for pair in self.network.gradient(name)))
         wanted = {p for p, _ in pairs}
         for name in self._params:
             t = self._tensors[name]
@@ -444,6 +465,155 @@ class TorchExecutor(GraphExecutor):
         self._grad_params = list(self._grads.values())
         self._have_grads = False
         self._grad_state = (self.network.version, y)
+        if self._gradient_hook is not None:
+            self._install_gradient_hooks()
+
+    # ------------------------------------------------------- gradient hook
+    def set_gradient_hook(self, hook) -> bool:
+        """Call ``hook.on_gradient(name, grad)`` as each parameter's ``.grad`` is complete during the
+        backward pass (torch's ``register_post_accumulate_grad_hook``), and ``hook.on_backward_end()``
+        after it; see :meth:`GraphExecutor.set_gradient_hook`.
+
+        On the CPU ``grad`` is a numpy view of the ``.grad`` tensor (no copy: what the hook writes
+        is the gradient); on a GPU it is a host copy, copied back into ``.grad`` after
+        ``on_backward_end``. The torch hooks stay registered until ``set_gradient_hook(None)``
+        (setting the same hook again changes nothing), so each backward pass then makes one
+        Python call per parameter.
+
+        Returns:
+            True.
+        """
+        if hook is self._gradient_hook:
+            return True
+        self._remove_gradient_hooks()
+        self._gradient_hook = hook
+        if hook is not None and self._grad_state is not None:
+            self._install_gradient_hooks()
+        return True
+
+    def _remove_gradient_hooks(self) -> None:
+        for handle in self._hook_handles:
+            handle.remove()
+        self._hook_handles = []
+
+    def _install_gradient_hooks(self) -> None:
+        self._remove_gradient_hooks()
+        for name, _ in self.network.gradient(self._grad_state[1]):
+            self._hook_handles.append(self._tensors[name].register_post_accumulate_grad_hook(
+                lambda param, name=name: self._gradient_ready(name, param)))
+
+    def _gradient_ready(self, name: str, param: torch.Tensor) -> None:
+        if self._hook_error is not None:
+            return
+        grad = param.grad
+        try:
+            if grad.device.type == "cpu" and grad.dtype in _PLAIN_TORCH:
+                view = grad.detach().numpy()
+            else:
+                view = to_numpy(grad, copy=True)
+                self._hook_copies.append((grad, view))
+            self._gradient_hook.on_gradient(name, view)
+        except BaseException as exc:  # noqa: BLE001 - raised after the backward pass, not through autograd
+            self._hook_error = exc
+
+    def _gradient_hook_end(self, error) -> None:
+        """After the backward pass: ``on_backward_end``, host copies back to the device, a hook's error raised."""
+        failed, self._hook_error = self._hook_error, None
+        try:
+            if failed is None and error is None:
+                self._gradient_hook.on_backward_end()
+                with torch.no_grad():
+                    for grad, host in self._hook_copies:
+                        grad.copy_(to_torch(host, grad.device))
+        finally:
+            self._hook_copies = []
+        if failed is not None:
+            raise failed
+
+    def backprop(self, feeds, output_grads) -> dict:
+        """Forward in training mode, then backward from given gradients of outputs (a vector-Jacobian product).
+
+        Where :meth:`inference_and_backprop` starts backward from a scalar loss, this starts it
+        from ``dL/d(output)`` for each output named in ``output_grads``, as a rank of a model-parallel
+        scheme needs when it receives the gradient of its output from the next rank: torch
+        autograd runs ``torch.autograd.backward(outputs, output_grads)`` through the same
+        training-mode function, with no second forward pass.
+
+        Args:
+            feeds: one numpy array per network input.
+            output_grads: graph output name -> its gradient, a numpy array of the output's shape
+                (outputs left out contribute nothing).
+
+        Returns:
+            ``"<param>_grad"`` for every parameter those outputs depend on (as
+            ``network.gradient`` lists them; zero where no gradient flows) and ``"<input>_grad"``
+            for every floating-point network input, as numpy arrays. The parameter gradients also
+            stay on the device as the parameters' ``.grad`` (fetchable as after
+            :meth:`inference_and_backprop`).
+
+        Raises:
+            FeedError: the feeds do not match the inputs, or a gradient names no graph output or
+                has another shape than its output.
+        """
+        net = self.network
+        feeds = net.check_feeds(feeds)
+        _, inputs, outputs = self._names()
+        if not isinstance(output_grads, dict) or not output_grads:
+            raise FeedError(f"backprop: output_grads must be a non-empty dict of graph output name to gradient. "
+                            f"Outputs: {list(outputs)}. Received: {output_grads!r:.200}")
+        unknown = [k for k in output_grads if k not in outputs]
+        if unknown:
+            raise FeedError(f"backprop: output_grads names tensors that are not graph outputs: {unknown}. "
+                            f"Outputs: {list(outputs)}. Received: {list(output_grads)}")
+        args = self._input_tensors(feeds, inputs)
+        args = [t.detach().requires_grad_(True) if t.is_floating_point() else t for t in args]
+        ys = tuple(o for o in outputs if o in output_grads)
+        if self._grad_state != (net.version, ys):
+            self._prepare_gradients(ys)
+        entry = self._train_fns.get(None)
+        if entry is None:
+            run, copy_out = self._generate(training=True)
+            entry = self._train_fns[None] = (self._compiled(run) if self._compile else run), copy_out
+        run = entry[0]
+        for t in self._grad_params:
+            t.grad = None
+        self._have_grads = False
+        try:
+            with torch.enable_grad():
+                results = run(*args)
+        except Exception as exc:  # noqa: BLE001 - reported as an ExecutionError naming the node
+            error = self._node_error(exc, "training graph")
+        else:
+            error = None
+        if error is not None:
+            raise error
+        tensors, grads = [], []
+        for name, r in zip(outputs, results):
+            if name not in output_grads:
+                continue
+            g = np.asarray(output_grads[name])
+            if tuple(g.shape) != tuple(r.shape):
+                raise FeedError(f"backprop: the gradient of '{name}' must have the output's shape {list(r.shape)}. "
+                                f"Received: shape {list(g.shape)}")
+            if r.requires_grad:
+                tensors.append(r)
+                grads.append(to_torch(g, self._device).to(r.dtype))
+        if tensors:
+            try:
+                torch.autograd.backward(tensors, grads)
+            except Exception as exc:  # noqa: BLE001 - autograd does not say which ONNX node failed
+                error = execution_error("torch", exc, where="backward pass")
+        if self._gradient_hook is not None:  # as in inference_and_backprop: the hook sees this backward too
+            self._gradient_hook_end(error)
+        if error is not None:
+            raise error
+        self._have_grads = True
+        out = {g: to_numpy(self.torch_tensor(g), copy=True) for g in self._grads}
+        for name, t in zip(inputs, args):
+            if t.is_floating_point():
+                out[f"{name}_grad"] = np.zeros(tuple(t.shape), to_numpy(t.detach()).dtype) if t.grad is None \
+                    else to_numpy(t.grad, copy=True)
+        return out
 
     # --------------------------------------------------------------- tensors
     def torch_tensor(self, name: str) -> torch.Tensor:
@@ -509,6 +679,14 @@ _PLAIN_NUMPY = frozenset(np.dtype(t) for t in (np.float16, np.float32, np.float6
                                                 np.int64, np.uint8, np.bool_, np.complex64, np.complex128))
 _PLAIN_TORCH = frozenset((torch.float16, torch.float32, torch.float64, torch.int8, torch.int16, torch.int32,
                           torch.int64, torch.uint8, torch.bool, torch.complex64, torch.complex128))
+
+
+def _owned_tensor(value: np.ndarray, device: torch.device) -> torch.Tensor:
+    """A copy of an initializer in memory torch allocated: on the CPU 64-byte aligned, as a native
+    module's parameters are (numpy's buffers are often only 16-byte aligned), so the kernels and the
+    optimizer read and update the parameters as they would a ``torch.nn.Module``'s."""
+    t = to_torch(value, device)
+    return t.clone() if t.device.type == "cpu" else t
 
 
 def _input_tensor(value, device: torch.device) -> torch.Tensor:

@@ -161,6 +161,9 @@ SPECS: dict[str, ModelSpec] = {
     "gru": _seq("GRU"),
     "rnn": _seq("RNN"),
     "transformer_encoder": _seq("TransformerEncoder"),
+    # --- torch.nn convolutional networks from their papers (frameworks/torch/zoo_convnets.py) ---
+    "repvgg": ModelSpec("torch.nn", "image", model="repvgg"),
+    "ghostnet": ModelSpec("torch.nn", "image", model="ghostnet"),
 }
 
 
@@ -223,6 +226,10 @@ def build_module(name: str) -> tuple[nn.Module, str]:
         name its graph input gets.
     """
     spec = SPECS[name]
+    if spec.source == "torch.nn" and spec.kind == "image":
+        from deep500lite.frameworks.torch.zoo_convnets import ARCHITECTURES
+
+        return ARCHITECTURES[spec.model](CLASSES).eval(), "x"
     if spec.source == "torch.nn":
         return SequenceClassifier(spec.model).eval(), "x"
     import transformers

@@ -1,4 +1,4 @@
-"""``deep500lite bench overhead --all`` (issue 17 item 6): the rows, their verdicts and the refusals.
+"""``deep500lite bench overhead --all``: the rows, their verdicts and the refusals.
 
 Nothing here asserts a time: the measuring functions are replaced where a row's structure is
 checked, and the real ones are run by the benchmark command itself.
@@ -9,7 +9,7 @@ import json
 import pytest
 
 from deep500lite.bench import targets
-from deep500lite.bench.targets import TARGETS, TargetRow, run_all_targets
+from deep500lite.bench.targets import TARGETS, TRAINING_ROWS, TargetRow, run_all_targets
 from deep500lite.errors import UserError
 from support import run_cli
 
@@ -23,7 +23,7 @@ def test_verdict_follows_the_ci_and_the_median():
     assert row(1.03, 1.025, 1.04).verdict == "misses"
     assert row(None, None, None).verdict == "error"
     assert TargetRow("gradient-check", "g", 0.019, 0.018, 0.021, 0.020, "s").verdict == "likely"
-    assert row(1.0, 0.99, 1.02).to_dict()["item"] == 3
+    assert row(1.0, 0.99, 1.02).to_dict()["verdict"] == "meets"
 
 
 def test_every_target_has_a_row_and_failures_say_why(monkeypatch):
@@ -34,19 +34,42 @@ def test_every_target_has_a_row_and_failures_say_why(monkeypatch):
 
     monkeypatch.setattr(overhead, "run_overhead", refuse)
     monkeypatch.setattr(targets, "_against_torch", lambda fw, *a: refuse(fw))
+    monkeypatch.setattr(targets, "_against_torch_native", lambda fw, *a: refuse(fw))
     monkeypatch.setattr(targets, "_gradient_check_row", lambda max_time: refuse("gradcheck"))
     monkeypatch.setattr("deep500lite.registry.is_framework_available", lambda fw: True)
     rows = run_all_targets(models=("lenet", "resnet20"))
-    assert [r.target for r in rows] == ["inference"] * 3 + ["tensorflow-training"] * 2 + [
+    training = [f"{fw} {m} training step" for m in ("lenet", "resnet20")
+                for fw in ("torch", "tensorflow", "jax", "onnxruntime")]
+    assert [r.what.split(" vs ")[0] for r in rows] == (
+        [f"{fw} LeNet inference" for fw in ("torch", "tensorflow", "onnxruntime")] + training
+        + ["onnxruntime resnet20 training step", "reference lenet training step", "test_op_gradient"])
+    assert [r.target for r in rows] == ["inference"] * 3 + ["training"] * 8 + [
         "onnxruntime-training", "reference-training", "gradient-check"]
     assert {r.target for r in rows} == set(TARGETS)
     assert all(r.verdict == "error" and "not measured: UserError: no " in r.note for r in rows)
     assert [r.limit for r in rows[:3]] == [1.02] * 3 and rows[-1].limit == 0.020
+    assert {r.limit for r in rows if r.target == "training"} == {1.03}
+    # Every executor's row names the loop it is compared with.
+    assert [r.what.split(" vs ")[1] for r in rows[3:7]] == [loop for _, loop in TRAINING_ROWS]
     json.dumps([r.to_dict() for r in rows])
-    # LeNet only: no ResNet-20 rows (ONNX Runtime's training target is on ResNet-20).
+    # LeNet only: no ResNet-20 rows (ONNX Runtime's target against the torch executor is on ResNet-20).
     short = run_all_targets(models=("lenet",))
-    assert [r.target for r in short] == ["inference"] * 3 + ["tensorflow-training", "reference-training",
-                                                            "gradient-check"]
+    assert [r.target for r in short] == ["inference"] * 3 + ["training"] * 4 + ["reference-training",
+                                                                               "gradient-check"]
+
+
+def test_a_framework_that_is_not_installed_gets_an_error_row(monkeypatch):
+    import deep500lite.bench.overhead as overhead
+
+    def measured(framework, *args, **kwargs):
+        raise AssertionError(f"{framework} is not installed and must not be timed")
+
+    monkeypatch.setattr(overhead, "run_overhead", measured)
+    monkeypatch.setattr(targets, "_against_torch", measured)
+    monkeypatch.setattr(targets, "_against_torch_native", measured)
+    monkeypatch.setattr("deep500lite.registry.is_framework_available", lambda fw: False)
+    rows = run_all_targets(models=("lenet",), max_time=0.05)[:-1]  # the gradient check needs no framework
+    assert len(rows) == 8 and all(r.verdict == "error" and "not installed" in r.note for r in rows)
 
 
 def test_unknown_models_are_refused():
@@ -84,7 +107,11 @@ def test_threads_reach_the_same_framework_rows_only(monkeypatch):
     monkeypatch.setattr(targets, "_framework_threads", fake_threads)
     monkeypatch.setattr(overhead, "run_overhead", refuse)
     monkeypatch.setattr(targets, "_against_torch", lambda fw, *a: refuse(fw))
+    monkeypatch.setattr(targets, "_against_torch_native", lambda fw, *a: refuse(fw))
     monkeypatch.setattr(targets, "_gradient_check_row", lambda max_time: refuse("gradcheck"))
     monkeypatch.setattr("deep500lite.registry.is_framework_available", lambda fw: True)
     run_all_targets(models=("lenet",), threads=1)
-    assert seen == [("torch", 1), ("tensorflow", 1), ("onnxruntime", 1), ("tensorflow", 1)]
+    # In the order they run: every torch timing before TensorFlow starts.
+    # The rows against the torch executor keep the defaults; torch's own loop against ONNX Runtime takes --threads.
+    assert seen == [("torch", 1), ("torch", 1), ("torch", 1), ("jax", 1), ("torch", None),
+                    ("tensorflow", 1), ("onnxruntime", 1), ("tensorflow", 1)]

@@ -33,11 +33,16 @@ def test_the_reference_does_not_depend_on_the_machine(monkeypatch):
 def test_every_command_is_named_in_the_top_level_help():
     out = subprocess.run([sys.executable, "-m", "deep500lite", "--help"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    lines = {}
-    for line in out.stdout.splitlines():  # "    bench      run a benchmark: overhead, op, ..."
+    lines, last = {}, None
+    for line in out.stdout.splitlines():  # "    bench      run a benchmark: overhead, op, ..." (wrapped)
         m = re.match(r"^    (\w+)\s+(.*)$", line)
         if m:
-            lines[m.group(1)] = m.group(2)
+            last = m.group(1)
+            lines[last] = m.group(2)
+        elif last is not None and re.match(r"^ {8,}\S", line):  # argparse's continuation of the help text
+            lines[last] += " " + line.strip()
+        else:
+            last = None
     assert len(COMMANDS) > 20
     for name in COMMANDS:
         parts = name.split()[1:]

@@ -371,9 +371,18 @@ def test_bad_options(kwargs, fragment):
 
 
 def test_unknown_dataset():
-    with pytest.raises(UserError, match=r"Unknown dataset 'imagenet'. Known datasets: 'cifar10', 'cifar100', "
+    with pytest.raises(UserError, match=r"Unknown dataset 'imagenat'. Known datasets: 'cifar10', 'cifar100', "
                                         r"'digits', 'fashion_mnist', 'imagefolder', 'mnist', 'shards', 'synthetic'"):
-        datasets.dataset_shape("imagenet")
+        datasets.dataset_shape("imagenat")
+
+
+@pytest.mark.parametrize("name", ["imagenet", "ucf101"])
+def test_deep500s_datasets_without_a_loader_here_are_an_import_error(name):
+    # Deep500's dataset_latency sample skips a dataset on ImportError
+    with pytest.raises(ImportError, match=f"no loader for Deep500's dataset '{name}'.*'imagefolder'.*'shards'"):
+        datasets.load_dataset(name, "in", "label", batch_size=128)
+    with pytest.raises(ImportError, match=name):
+        datasets.dataset_shape(name)
 
 
 def test_readers_name_a_missing_or_unreadable_file(tmp_path):

@@ -1,13 +1,11 @@
-"""Deep500's EuroMPI'19 tutorial, notebook 2_manual: its Level-1 cells (model, loss, executor) on deep500lite.
+"""Level 1 of Deep500's EuroMPI'19 notebook ``2_manual``: a zoo model, a loss, executors.
 
-The cells "Model" (``dataset_shape``, ``dataset_loss``, ``create_model('resnet', depth=20,
-...)``, ``add_operation``) and "Executor" (``from_model(model, device=...)``), run as the
-notebook writes them; changed: the imports and ``GPUDevice`` -> ``CPUDevice``; the data are
-CIFAR-10 binary batches written from scikit-learn's digits (``DEEP500LITE_DATA``). The training
-cells are in test_port_train_2_manual.py. The checks: the model is built for CIFAR-10's samples
-without being told their shape (as Deep500's ResNet exporter defaulted to 3x32x32), the loss
-is appended and its index returned, and the executor's inference on a real batch equals the
-reference executor's.
+Checked here: ``dataset_shape`` gives ``(classes, C, H, W)`` and ``dataset_loss`` a loss class;
+``create_model('resnet', depth=..., classes=..., batch_size=...)`` with keywords only builds a
+network for the dataset's images without being told their shape; ``add_operation`` returns the
+new node's index; and ``from_model(model, device=...)`` called twice on the same model gives two
+executors that both start from the model's initial weights, as Deep500's did (its notebook
+trains a second executor "with augmentation" from scratch).
 """
 
 import numpy as np
@@ -16,64 +14,62 @@ import pytest
 import deep500lite as d5
 from deep500lite import datasets as d5ds
 from deep500lite import networks as d5nt
-from support import write_digits_as_cifar10
-
-pytest.importorskip("torch")
+from support import framework_params
 
 
-@pytest.fixture
-def cifar_files(tmp_path, monkeypatch):
-    write_digits_as_cifar10(tmp_path / "cifar10")
-    monkeypatch.setenv("DEEP500LITE_DATA", str(tmp_path))
-    return tmp_path
+def test_shape_loss_and_zoo_model_fit_the_dataset():
+    classes, channels, height, width = d5ds.dataset_shape("cifar10")
+    loss_class = d5ds.dataset_loss("cifar10")
+    net, x_name, y_name = d5nt.create_model("resnet", depth=20, classes=classes, batch_size=4)
+    before = len(net.graph.node)
+    index = net.add_operation(loss_class([y_name, "target"], "objective"))
+
+    assert (classes, channels, height, width) == (10, 3, 32, 32)
+    assert index == before and net.graph.node[index].output[0] == "objective"
+    (first,) = net.get_input_nodes()[:1]
+    assert first.name == x_name and first.type.shape.shape == [4, 3, 32, 32]
+    assert "target" in net.get_inputs() and "objective" in net.get_outputs()
+    # ResNet-20: 19 3x3 convolutions, plus two 1x1 projections where the width doubles
+    assert sum(node.op_type == "Conv" for node in net.graph.node) == 21
 
 
-def test_model_cells():
-    shape = d5ds.dataset_shape('cifar10')
-    loss = d5ds.dataset_loss('cifar10')
-    batch_size = 64
-    print(shape, loss)
-
-    model, input_node, output_node = d5nt.create_model('resnet', depth=20, classes=shape[0], batch_size=batch_size)
-    nodes_before = len(model.graph.node)
-    place = model.add_operation(loss([output_node, 'label'], 'loss'))
-
-    assert shape == (10, 3, 32, 32)
-    assert place == nodes_before  # Deep500 returned the operation's place in the graph
-    (image,) = model.get_input_nodes()[:1]
-    assert image.name == input_node
-    assert image.type.shape.shape == [batch_size, 3, 32, 32] and image.type.type.to_numpy() == np.float32
-    assert 'loss' in model.get_outputs() and 'label' in model.get_inputs()
-    assert sum(1 for n in model.graph.node if n.op_type == 'Conv') == 19 + 2  # ResNet-20 and two projections
-
-
-def test_executor_cells_infer_as_the_reference_does(cifar_files):
-    shape = d5ds.dataset_shape('cifar10')
-    loss = d5ds.dataset_loss('cifar10')
-    batch_size = 64
-    model, input_node, output_node = d5nt.create_model('resnet', depth=20, classes=shape[0], batch_size=batch_size)
-    model.add_operation(loss([output_node, 'label'], 'loss'))
-    train_set, validation_set = d5ds.load_dataset('cifar10', input_node, 'label')
-
-    from deep500lite.frameworks import pytorch as d5fw
-    executor = d5fw.from_model(model, device=d5.CPUDevice())
-
-    batch = validation_set[0:batch_size]
-    outputs = executor.inference(batch)
-    assert outputs[output_node].shape == (batch_size, 10)
-    assert np.isfinite(outputs['loss']) and outputs['loss'] > 0
-    # Level-1 validation, deep500lite's form: the same network on the reference executor
+def _trained_once(framework):
+    net, x_name, y_name = d5nt.create_model("simple_cnn", 16, seed=11)
+    net.add_operation(d5.ops.SoftmaxCrossEntropy([y_name, "digit"], "loss"))
+    fw = __import__(f"deep500lite.frameworks.{framework}", fromlist=["from_model"])
+    first = fw.from_model(net, device=d5.CPUDevice())
+    names = net.get_params()
+    start = [w.copy() for w in first.network.fetch_tensors(names)]
+    rng = np.random.default_rng(4)
+    batch = {x_name: rng.random((16, 1, 28, 28), dtype=np.float32), "digit": rng.integers(0, 10, 16)}
     from deep500lite.frameworks import reference as d5ref
-    comparison = d5.test_executor_inference(executor, batch, d5ref.from_model(model))
-    assert comparison.passed, comparison.summary()
+
+    sgd = d5ref.GradientDescent(first, "loss", 0.5)
+    for _ in range(3):
+        sgd.step(batch)
+    return fw, net, names, start, first
 
 
-def test_asking_for_a_missing_gpu_is_a_clear_error():
-    import torch
+@pytest.mark.parametrize("framework", framework_params(["torch", "tensorflow", "reference"]))
+def test_a_second_executor_of_a_model_starts_from_its_initial_weights(framework):
+    fw, net, names, start, first = _trained_once(framework)
+    trained = first.network.fetch_tensors(names)
+    assert any(not np.array_equal(a, b) for a, b in zip(trained, start))  # the first one learned
 
+    second = fw.from_model(net, device=d5.CPUDevice())
+    for name, fresh, init in zip(names, second.network.fetch_tensors(names), start):
+        np.testing.assert_array_equal(fresh, init, err_msg=name)
+    # and the first executor keeps what it trained
+    for name, kept, now in zip(names, trained, first.network.fetch_tensors(names)):
+        np.testing.assert_array_equal(kept, now, err_msg=name)
+
+
+def test_asking_for_an_absent_gpu_names_the_device():
+    torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    model, _, _ = d5nt.create_model('resnet', depth=20, classes=10, batch_size=2)
-    from deep500lite.frameworks import pytorch as d5fw
+    from deep500lite.frameworks import pytorch as torch_fw
+
+    net, _, _ = d5nt.create_model("simple_cnn", 2)
     with pytest.raises(d5.DeviceError, match="gpu"):
-        d5fw.from_model(model, device=d5.GPUDevice())
+        torch_fw.from_model(net, device=d5.GPUDevice())

@@ -1,53 +1,49 @@
-"""Deep500's samples/train_until.py (a Trainer with a stopping condition) on deep500lite.
+"""Deep500's ``samples/train_until.py``: a ``Trainer`` that stops at a test accuracy.
 
-The sample's main block, run as ``train_until.py simple_cnn mnist 90`` (its three command-line
-arguments: network, dataset, desired accuracy; the defaults are simple_cnn, mnist, 98) on MNIST
-files written from scikit-learn's digits (``DEEP500LITE_DATA``). Changed: the imports and the
-data.
+The sample's path: ``dataset_shape`` feeding ``export_network(name, batch, classes=, channels=,
+height=, width=)``, ``load_dataset``, ``LabelCrossEntropy`` on the logits, the reference
+``GradientDescent(executor, 'loss')``, ``d5.Trainer(train_sampler, test_sampler, executor,
+optimizer, output)`` and ``run_loop(max_epochs, DefaultTrainerEvents(max_epochs) +
+[training_events.AccuracyAbortEvent(accuracy)])``. The trainer tests before the first epoch and
+after each one, and stops after the first epoch whose test accuracy reaches the bar.
 """
+
+import re
 
 import pytest
 
 import deep500lite as d5
-from deep500lite import datasets as d5ds
-from deep500lite import networks as d5net
 from support import write_digits_as_mnist
 
 pytest.importorskip("tensorflow")
 
-LABEL_NODE = 'labels'
-BATCH_SIZE = 64
-MAX_EPOCHS = 10
 
-
-def test_train_until_stops_at_the_desired_accuracy(tmp_path, monkeypatch):
-    write_digits_as_mnist(tmp_path / "mnist")
-    monkeypatch.chdir(tmp_path)  # the sample writes its ONNX file to the working folder
+@pytest.mark.parametrize("bar", [85.0, 100.0])
+def test_trainer_stops_at_the_first_epoch_reaching_the_bar(tmp_path, monkeypatch, bar, capsys):
+    write_digits_as_mnist(tmp_path / "mnist", n_train=960, n_test=320)
     monkeypatch.setenv("DEEP500LITE_DATA", str(tmp_path))
-    from deep500lite.frameworks import reference as d5ref
-    from deep500lite.frameworks import tensorflow as d5tf
-    netname, dsname, accuracy = 'simple_cnn', 'mnist', 90.0  # sys.argv[1:4]
+    monkeypatch.chdir(tmp_path)
+    from deep500lite import datasets as d5ds, networks as d5net
+    from deep500lite.frameworks import reference as d5ref, tensorflow as d5tf
 
-    ds_cls, ds_c, ds_h, ds_w = d5ds.dataset_shape(dsname)
-    onnx_file = d5net.export_network(netname, BATCH_SIZE, classes=ds_cls,
-                                     channels=ds_c, height=ds_h, width=ds_w)
-    model = d5.parser.load_and_parse_model(onnx_file)
-    INPUT_NODE = model.get_input_nodes()[0].name
-    OUTPUT_NODE = model.get_output_nodes()[0].name
-    train_set, test_set = d5ds.load_dataset(dsname, INPUT_NODE, LABEL_NODE)
-    model.add_operation(d5.ops.LabelCrossEntropy([OUTPUT_NODE, LABEL_NODE], 'loss'))
+    size, most = 32, 6
+    classes, c, h, w = d5ds.dataset_shape("mnist")
+    net = d5.parser.load_and_parse_model(d5net.export_network("simple_cnn", size, classes=classes, channels=c,
+                                                              height=h, width=w))
+    x_name, y_name = net.get_input_nodes()[0].name, net.get_output_nodes()[0].name
+    learn, check = d5ds.load_dataset("mnist", x_name, "class")
+    net.add_operation(d5.ops.LabelCrossEntropy([y_name, "class"], "loss"))
+    ex = d5tf.from_model(net)
+    trainer = d5.Trainer(d5.ShuffleSampler(learn, size), d5.ShuffleSampler(check, size), ex,
+                         d5ref.GradientDescent(ex, "loss"), y_name)
+    stats = trainer.run_loop(most, d5.DefaultTrainerEvents(most) + [d5.training_events.AccuracyAbortEvent(bar)])
 
-    executor = d5tf.from_model(model)
-    optimizer = d5ref.GradientDescent(executor, 'loss')
-    train_sampler = d5.ShuffleSampler(train_set, BATCH_SIZE)
-    test_sampler = d5.ShuffleSampler(test_set, BATCH_SIZE)
-    runner = d5.Trainer(train_sampler, test_sampler, executor, optimizer,
-                        OUTPUT_NODE)
-    events = d5.DefaultTrainerEvents(MAX_EPOCHS) + [
-        d5.training_events.AccuracyAbortEvent(accuracy)]
-    stats = runner.run_loop(MAX_EPOCHS, events)
-
-    accuracies = [e["test_accuracy"] for e in stats.epochs]
-    assert accuracies[-1] >= accuracy
-    assert all(a < accuracy for a in accuracies[:-1])  # stopped at the first epoch that reached it
-    assert len(accuracies) < MAX_EPOCHS or stats.stopped_by is not None
+    seen = [e["test_accuracy"] for e in stats.epochs]
+    assert stats.initial_test["test_accuracy"] < 30  # tested before the first epoch: chance
+    if bar == 100:  # not reached in a few epochs: every epoch runs
+        assert len(seen) == most and stats.stopped_by is None
+    else:
+        assert seen[-1] >= bar and all(a < bar for a in seen[:-1])
+        assert len(seen) < most and "AccuracyAbortEvent" in stats.stopped_by
+    err = capsys.readouterr().err  # one plain line per epoch when stderr is not a terminal
+    assert len(re.findall(rf"^epoch \d/{most}: 30 steps, loss ", err, re.M)) == len(seen)

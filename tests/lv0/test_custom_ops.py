@@ -210,7 +210,7 @@ def test_torch_custom_op_matches_silu_and_its_gradient():
 
     fn = custom_op(swish_op())
     x = torch.tensor(_x(), requires_grad=True)
-    y = fn(x)
+    y, = fn(x)  # a tuple, one tensor per output (Deep500's form)
     (y * torch.arange(H, dtype=torch.float32)).sum().backward()
     x2 = torch.tensor(_x(), requires_grad=True)
     y2 = torch.nn.functional.silu(x2)
@@ -219,13 +219,24 @@ def test_torch_custom_op_matches_silu_and_its_gradient():
     torch.testing.assert_close(x.grad, x2.grad, rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="input 0 must be float32\\[8x32\\]"):
         fn(torch.zeros(3, 3))
+    # as many elements in another shape: run in the declared shape, the gradient in the input's
+    flat = torch.tensor(_x().reshape(-1), requires_grad=True)
+    z, = fn(flat)
+    z.sum().backward()
+    assert z.shape == (B, H) and flat.grad.shape == (B * H,)
+    torch.testing.assert_close(z, y.detach(), rtol=0, atol=0)
 
 
 def test_tensorflow_custom_op_matches_silu_and_its_gradient():
     tf = pytest.importorskip("tensorflow")
     from deep500lite.frameworks.tensorflow import custom_op
 
-    fn = custom_op(swish_op())
+    custom = custom_op(swish_op())
+
+    def fn(x):
+        y, = custom(x)  # a tuple, one tensor per output
+        return y
+
     w = tf.range(H, dtype=tf.float32)
 
     @tf.function
@@ -327,7 +338,7 @@ def test_torch_runs_a_cpp_op_on_tensor_memory_without_numpy(cpp_swish, monkeypat
 
     monkeypatch.setattr(cpp_swish, "forward_ptrs", spy)
     x = torch.tensor(_x(), requires_grad=True)
-    y = custom_op(cpp_swish)(x)
+    y, = custom_op(cpp_swish)(x)
     y.sum().backward()
     assert seen == [([x.data_ptr()], [y.data_ptr()])]
     torch.testing.assert_close(y, torch.nn.functional.silu(x).detach(), rtol=1e-5, atol=1e-6)

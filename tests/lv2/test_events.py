@@ -60,7 +60,8 @@ def test_hooks_run_in_the_documented_order():
             "after_optimizer_step", "after_training_batch"]
     test_set = ["before_test_set"] + ["before_test_batch", "after_test_batch"] * 2 + ["after_test_set"]
     epoch = ["before_epoch"] + step * 3 + test_set + ["after_epoch"]
-    assert rec.calls == ["before_training"] + epoch * 2 + ["after_training"]
+    # Deep500's order: the validation set once before the first epoch, then the epochs
+    assert rec.calls == ["before_training"] + test_set + epoch * 2 + ["after_training"]
     assert set(HOOKS) == set(rec.calls)
 
 
@@ -86,7 +87,10 @@ STEP_HOOKS = ["before_sampling", "after_sampling", "before_training_batch", "bef
     ("before_training", 1, 0, 0, None),
     ("before_epoch", 2, 3, 1, True),
     *[(h, 2, 2, 1, False) for h in STEP_HOOKS],  # after the second step; still validated
-    *[(h, 1, 3, 1, True) for h in ("before_test_set", "before_test_batch", "after_test_batch", "after_test_set")],
+    # the test before training calls the set hooks once and the batch hooks twice (2 batches)
+    *[(h, 1, 0, 0, None) for h in ("before_test_set", "before_test_batch", "after_test_batch", "after_test_set")],
+    *[(h, 2, 3, 1, True) for h in ("before_test_set", "after_test_set")],
+    *[(h, 3, 3, 1, True) for h in ("before_test_batch", "after_test_batch")],
     ("after_epoch", 1, 3, 1, True),
 ])
 def test_a_hook_returning_false_stops_training(hook, nth, steps, epochs, complete):
@@ -236,11 +240,17 @@ class TTY(io.StringIO):
         return True
 
 
-def test_terminal_bar_is_off_when_not_a_terminal():
+def test_terminal_bar_writes_plain_lines_when_not_a_terminal():
     train, test, ex, opt, out = _setup()
     stream = io.StringIO()
-    Trainer(train, test, ex, opt, out, events=[TerminalBarEvent(stream=stream)]).run_loop(1)
-    assert stream.getvalue() == ""
+    stats = Trainer(train, test, ex, opt, out, events=[TerminalBarEvent(stream=stream)]).run_loop(2)
+    first = stats.initial_test
+    expected = [f"before training: 3 test samples, test acc {first['test_accuracy']:.2f}%, "
+                f"test loss {first['test_loss']:.4g}"]
+    for e in stats.epochs:
+        expected.append(f"epoch {e['epoch'] + 1}/2: 3 steps, loss {e['train_loss']:.4g}, train acc "
+                        f"{e['train_accuracy']:.2f}%, test acc {e['test_accuracy']:.2f}%, test loss {e['test_loss']:.4g}")
+    assert stream.getvalue() == "\n".join(expected) + "\n"  # whole lines, no bar redraws
     stream = TTY()
     Trainer(train, test, ex, opt, out, events=[TerminalBarEvent(enabled=False, stream=stream)]).run_loop(1)
     assert stream.getvalue() == ""
@@ -252,7 +262,8 @@ def test_terminal_bar_plain_line():
     stats = Trainer(train, test, ex, opt, out, events=[TerminalBarEvent(True, stream, use_rich=False)]).run_loop(2)
     lines = stream.getvalue().split("\n")
     assert lines[-1] == ""
-    for epoch, line in enumerate(lines[:2]):
+    assert lines[0].startswith("before training: 3 test samples, test acc ")
+    for epoch, line in enumerate(lines[1:3]):
         last = line.split("\r")[-1]
         acc = stats.epochs[epoch]["test_accuracy"]
         assert last.startswith(f"epoch {epoch + 1}/2 [====================] 3/3 loss ")

@@ -107,7 +107,7 @@ def test_training_accuracy_scores_each_batch_with_its_own_step():
 
 def test_test_training_returns_one_result_per_metric_in_order():
     ex, out, train, test, opt = _setup()
-    wall = d5.WallclockTime()
+    wall = d5.WallclockTime(reruns=0, avg_over=1)
     metrics = [Throughput(), TestAccuracy(), wall, TrainingAccuracy(), TimeToAccuracy(0.0)]
     t0 = time.perf_counter()
     results = test_training(ex, train, test, opt, 2, 16, out, metrics=metrics)
@@ -115,11 +115,25 @@ def test_test_training_returns_one_result_per_metric_in_order():
     assert isinstance(results, list) and len(results) == 5
     assert results[1] == results.stats.epochs[-1]["test_accuracy"]
     assert results[3] == results.stats.epochs[-1]["train_accuracy"]
-    assert 0 < results[2] <= outer and results[2] == wall.samples[-1]
+    assert len(results[2]) == 1 and 0 < results[2][0] <= outer and results[2] == wall.samples
     assert results[4] == results.stats.epochs[0]["elapsed"]  # target 0% is met by the first epoch
     total_samples = sum(s["samples"] for s in results.stats.steps)
     assert total_samples == 2 * 96
     assert results[0] >= total_samples / outer  # throughput leaves out validation and overhead
+
+
+def test_test_training_prints_each_result_and_refuses_a_rerunning_timer(capsys):
+    ex, out, train, test, opt = _setup()
+    results = test_training(ex, train, test, opt, 1, 16, out, metrics=[TestAccuracy()], events=[])
+    assert capsys.readouterr().out == f"TestAccuracy: {results[0]}\n"
+    test_training(ex, train, test, opt, 1, 16, out, metrics=[TestAccuracy()], events=[], verbose=False)
+    assert capsys.readouterr().out == ""
+    before = ex.network.fetch_tensors(ex.network.parameters)
+    with pytest.raises(UserError, match=r"WallclockTime\(reruns=100, avg_over=10\) asks for 100 runs.*"
+                                        r"use WallclockTime\(reruns=0, avg_over=1\)"):
+        test_training(ex, train, test, opt, 1, 16, out, metrics=[d5.WallclockTime()])
+    for b, a in zip(before, ex.network.fetch_tensors(ex.network.parameters)):
+        np.testing.assert_array_equal(a, b)  # refused before any training
 
 
 def test_test_training_checks_the_batch_size():

@@ -11,6 +11,7 @@ import numpy as np
 from mpi4py import MPI
 
 from deep500lite.lv3.mpi import MPICommunicator
+from iallreduce_checks import check_iallreduce
 
 SEED = 1234
 ALGORITHMS = ("native", "ring", "recursive_doubling", "rabenseifner", "tree", "auto")
@@ -66,6 +67,8 @@ def main():
     for algorithm in ALGORITHMS:
         check(np.array_equal(comm.allreduce(ints[rank], algorithm=algorithm), np.sum(ints, axis=0)),
               f"rank {rank}: allreduce {algorithm} int64")
+
+    check_iallreduce(comm, check, inputs, f"rank {rank}")
 
     # Ring allreduce bytes: 2 (p-1) blocks of n/p elements each way.
     k = 10

@@ -51,6 +51,10 @@ def build(kind):
         return dopt.ConsistentNeighbors(base, comm)
     if kind in ("async_ps", "async_ps_sgd"):
         return dopt.InconsistentParameterServer(base, comm, root=p - 1)
+    if kind == "async_ps_serving":  # Deep500's import path: the root only serves the workers
+        import deep500lite.frameworks.reference as d5ref
+
+        return d5ref.InconsistentParameterServer(base, comm, root=p - 1)
     if kind == "async_ps_topk_all":
         return dopt.InconsistentParameterServer(base, comm, root=p - 1, compressor=compression.TopK(1.0))
     if kind == "ssp0":

@@ -19,7 +19,7 @@ from deep500lite.errors import UserError
 from deep500lite.lv3 import DistributedSampler, PartitionedDistributedSampler, compression
 from deep500lite.lv3.optimizer import fuse_buckets
 from support import mpirun, requires_mpi
-from training_setup import BUCKET_BYTES, GLOBAL_BATCH, base_kind, global_batch, make_optimizer
+from training_setup import BUCKET_BYTES, GLOBAL_BATCH, base_kind, global_batch, make_optimizer, one_rank_parameters
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -102,11 +102,7 @@ STEPS = 3
 
 def reference_parameters(kind: str) -> dict[str, np.ndarray]:
     """One rank, batch GLOBAL_BATCH, the base optimizer's own step."""
-    opt = make_optimizer(kind)
-    for k in range(STEPS):
-        opt.step(global_batch(k))
-    names = [p for p, _ in opt.network.gradient(opt.loss)]
-    return dict(zip(names, opt.network.fetch_tensors(names)))
+    return one_rank_parameters(kind, STEPS)
 
 
 def run_jobs(tmp_path, kinds, p, steps=STEPS) -> dict[str, list[dict]]:
@@ -120,7 +116,8 @@ def run_jobs(tmp_path, kinds, p, steps=STEPS) -> dict[str, list[dict]]:
 
 # Three jobs (2, 3 and 4 ranks) run every kind in turn (starting a job costs more than the
 # training); "elastic:1" takes one step.
-JOBS = {2: ["decentralized", "parameter_server", "compressed_topk_all", "async_ps", "async_ps_topk_all", "ssp0",
+JOBS = {2: ["decentralized", "parameter_server", "compressed_topk_all", "async_ps", "async_ps_serving",
+            "async_ps_topk_all", "ssp0",
             "ps_topk_all", "ps_sign", "bucketed_topk_all", "bucketed_sign", "decentralized_torch",
             "bucketed_topk_all_torch", "bad_input"],
         3: ["decentralized", "decentralized_ring", "parameter_server", "model_average", "compressed_sign",
@@ -261,16 +258,13 @@ def test_ssp0_compressed_ps_and_bucketed_topk_all_equal_one_rank(jobs, p, kind):
         assert [int(g["bytes"][-1]) for g in ranks] == [2 * n] * (p - 1) + [(p - 1) * n]
 
 
-@pytest.mark.mpi
-@requires_mpi
-def test_async_parameter_server_on_two_ranks_follows_the_sequential_order(jobs):
-    """Root (rank 1) applies its own gradient, then the worker's, taken one update earlier."""
-    ranks = jobs(2)["async_ps"]
+def _one_rank_momentum():
+    """The momentum optimizer the checks use, on one rank: its parameter names, their initial
+    values, ``gradient_at(params, batch)`` and ``update(params, grads)`` (one base update)."""
     opt = make_optimizer("momentum")
     net, ex = opt.network, opt.executor
     names = [n for n, _ in net.gradient(opt.loss)]
     grads = [g for _, g in net.gradient(opt.loss)]
-    local = GLOBAL_BATCH // 2
 
     def gradient_at(params, batch):
         for name, value in zip(names, params):
@@ -281,7 +275,16 @@ def test_async_parameter_server_on_two_ranks_follows_the_sequential_order(jobs):
     def update(params, g):
         return [np.asarray(opt.update_rule(gi, xi, name), dtype=xi.dtype) for gi, xi, name in zip(g, params, names)]
 
-    x = net.fetch_tensors(names)
+    return names, net.fetch_tensors(names), gradient_at, update
+
+
+@pytest.mark.mpi
+@requires_mpi
+def test_async_parameter_server_on_two_ranks_follows_the_sequential_order(jobs):
+    """Root (rank 1) applies its own gradient, then the worker's, taken one update earlier."""
+    ranks = jobs(2)["async_ps"]
+    names, x, gradient_at, update = _one_rank_momentum()
+    local = GLOBAL_BATCH // 2
     worker = x
     for k in range(STEPS):
         batch = global_batch(k)
@@ -302,6 +305,32 @@ def test_async_parameter_server_on_two_ranks_follows_the_sequential_order(jobs):
     for name, value in zip(names, x):
         np.testing.assert_allclose(topk[1][name], value, rtol=1e-4, atol=2e-6, err_msg=name)
     assert [g["bytes"].tolist() for g in topk] == [[2 * n] * STEPS, [n] * STEPS]
+
+
+@pytest.mark.mpi
+@requires_mpi
+def test_deep500s_async_parameter_server_root_only_serves(jobs):
+    """d5ref's default (Deep500's scheme): root (rank 1) applies only the worker's gradients, which on
+    two ranks are never stale, so the run is sequential training on the worker's half-batches."""
+    ranks = jobs(2)["async_ps_serving"]
+    names, x, gradient_at, update = _one_rank_momentum()
+    local = GLOBAL_BATCH // 2
+    for k in range(STEPS):
+        x = update(x, gradient_at(x, {n: v[:local] for n, v in global_batch(k).items()}))
+    root = ranks[1]
+    assert root["staleness"].tolist() == [0] * STEPS and int(root["updates"]) == STEPS
+    _assert_moved(root)
+    for name, value in zip(names, x):
+        np.testing.assert_allclose(root[name], value, rtol=1e-4, atol=2e-6, err_msg=name)
+        np.testing.assert_array_equal(ranks[0][name], root[name])  # after finalize
+
+
+def test_root_trains_takes_a_boolean():
+    import deep500lite.frameworks.reference as d5ref
+
+    base = make_optimizer("sgd")
+    with pytest.raises(UserError, match="root_trains must be True or False. Received: root_trains='no'"):
+        d5ref.InconsistentParameterServer(base, None, root_trains="no")
 
 
 @pytest.mark.mpi

@@ -46,9 +46,22 @@ def test_wallclock_time_avg_over_is_capped_by_positive_reruns_only():
         d5.WallclockTime(-1)
 
 
+def test_wallclock_time_defaults_are_deep500s_100_runs_in_10_averages():
+    w = d5.WallclockTime(timer=FakeClock([step for i in range(10) for step in (1.0, 2.0 * (i + 1))]))
+    assert (w.reruns, w.avg_over) == (100, 10) and repr(w) == "WallclockTime(reruns=100, avg_over=10)"
+    for _ in range(100):
+        w.begin(None)
+        w.end(None)
+    # one clock read at the start and one at the end of each group of 10 runs
+    assert w.measure(None, None, None) == pytest.approx([0.2 * (i + 1) for i in range(10)])
+    assert w.measure_summary(None, None, None) == "1.1 s"  # the median of 0.2, 0.4, ..., 2.0
+    assert (d5.WallclockTime(5).reruns, d5.WallclockTime(5).avg_over) == (5, 5)
+    assert d5.WallclockTime(reruns=0).avg_over == 1  # the test's own run, one average of one
+
+
 def test_wallclock_time_keeps_deep500lites_own_form():
-    w = d5.WallclockTime(timer=FakeClock([1.0, 0.25, 1.0, 0.75]))
-    assert (w.reruns, w.avg_over) == (1, None)
+    w = d5.WallclockTime(avg_over=None, timer=FakeClock([1.0, 0.25, 1.0, 0.75]))
+    assert (w.reruns, w.avg_over) == (100, None) and repr(w) == "WallclockTime(reruns=100, avg_over=None)"
     for _ in range(2):
         w.begin(None)
         w.end(None)

@@ -143,7 +143,8 @@ def test_a_failing_framework_run_is_reported(tmp_path, capsys):
     assert code == 1
     assert "[reference] FAILED (exit status 2)" in captured.out
     assert "has no native optimizer 'NoSuchOptimizer'" in captured.err
-    assert (tmp_path / "c" / "reference" / "stderr.log").exists()
+    assert (tmp_path / "c" / "reference.stderr.log").exists()  # beside the folder: no earlier set is touched
+    assert not (tmp_path / "c" / "reference").exists()
 
 
 def test_runs_over_seeds_score_time_to_accuracy_like_mlperf(tmp_path, capsys):

@@ -20,6 +20,8 @@ from deep500lite.errors import ModelError, UnsupportedOperatorError, UserError
 from deep500lite.lv1.autodiff.builder import GraphBuilder, GraphInfo, RuleContext, node_name
 from deep500lite.lv1.autodiff.fold import fold_constants
 from deep500lite.lv1.autodiff.gradients import NOT_DIFFERENTIABLE, RULES, custom_rule, differentiable_operators
+from deep500lite.lv1.autodiff.lower import lower_control_flow
+from deep500lite.lv1.control_flow import SUBGRAPH_OPS, subgraph_captures
 from deep500lite.lv1.network import Network, gradient_name
 
 __all__ = ["TrainingGraph", "training_graph", "build_training_model", "save_backward_graph", "updated_name",
@@ -158,6 +160,9 @@ def training_graph(network: Network, y: str = "loss", seed: int = 0) -> Training
     fwd.CopyFrom(network._model)
     fwd.graph.initializer.extend(numpy_helper.from_array(np.asarray(v), k) for k, v in values.items())
     fwd = fold_constants(fwd)
+    if any(n.op_type in SUBGRAPH_OPS for n in fwd.graph.node):
+        # If, Loop and Scan of a structure known now become plain nodes, which the rules differentiate
+        fwd = fold_constants(lower_control_flow(fwd))
     graph = fwd.graph
     producers = {o: n for n in graph.node for o in n.output}
     info = GraphInfo(fwd)
@@ -181,7 +186,8 @@ def training_graph(network: Network, y: str = "loss", seed: int = 0) -> Training
     params = [p for p, _ in network.gradient(y)]
     requires = set(params)
     for node in graph.node:
-        if any(x in requires for x in node.input if x):
+        # a node whose subgraphs read a value that carries gradient carries it too
+        if any(x in requires for x in list(node.input) + subgraph_captures(node) if x):
             requires.update(o for o in node.output if o and info.is_float(o))
     ancestors, stack = set(), [y]
     while stack:
@@ -219,7 +225,7 @@ def training_graph(network: Network, y: str = "loss", seed: int = 0) -> Training
         if not any(o in ancestors for o in node.output):
             continue
         need = [bool(x) and x in requires for x in node.input]
-        if not any(need):
+        if not any(need) and not any(x in requires for x in subgraph_captures(node)):
             continue
         dys = [grad_of(o) if o else None for o in node.output]
         if all(d is None for d in dys):

@@ -8,7 +8,7 @@ output. The executor calls the converters while ``jax.jit`` traces the graph.
 Families (the same module names as :mod:`deep500lite.frameworks.torch.ops`):
 :mod:`.elementwise`, :mod:`.linalg`, :mod:`.conv` (convolution, pooling, resize),
 :mod:`.normalization` (with Dropout), :mod:`.shape`, :mod:`.reduction`, :mod:`.recurrent`,
-:mod:`.losses`; the dtype tables are in :mod:`deep500lite.frameworks.jax.dtypes`.
+:mod:`.losses`, :mod:`.control` (If, Loop, Scan, NonMaxSuppression); the dtype tables are in :mod:`deep500lite.frameworks.jax.dtypes`.
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ from typing import Callable
 
 from deep500lite.errors import UnsupportedOperatorError
 from deep500lite.lv1.converters import assemble_converters
-from deep500lite.frameworks.jax.ops import (conv, elementwise, linalg, losses, normalization, recurrent, reduction,
-                                            shape)
+from deep500lite.frameworks.jax.ops import (control, conv, elementwise, linalg, losses, normalization, recurrent,
+                                            reduction, shape)
 from deep500lite.frameworks.jax.ops._common import NodeContext, is_static, parse_attributes
 
 __all__ = ["SUPPORTED_OPS", "CONVERTERS", "FAMILIES", "NodeContext", "lookup", "is_static", "parse_attributes"]
 
-FAMILIES = (elementwise, linalg, conv, normalization, shape, reduction, recurrent, losses)
+FAMILIES = (elementwise, linalg, conv, normalization, shape, reduction, recurrent, losses, control)
 
 
 CONVERTERS: dict[str, Callable] = assemble_converters(FAMILIES)

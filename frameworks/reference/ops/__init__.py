@@ -9,7 +9,10 @@ the body. The executor delegates them to ``onnx.reference.ReferenceEvaluator``, 
 module names the converting frameworks use: :mod:`.conv` (``Conv`` and ``ConvTranspose``),
 :mod:`.gemm` (``Gemm``), :mod:`.pool` (``MaxPool`` and ``AveragePool``: ``onnx.reference`` gets
 some ``ceil_mode`` shapes wrong) and :mod:`.shape` (``GatherElements``: ``onnx.reference`` fails
-past 32 indices; ``ScatterElements``: a Python loop per update there).
+past 32 indices; ``ScatterElements``: a Python loop per update there) and :mod:`.control`
+(``Loop``: ``onnx.reference`` runs no iteration of a loop with a trip count and no condition, and
+concatenates scan outputs instead of stacking them); ``NonMaxSuppression`` from
+:data:`deep500lite.lv1.control_flow.REFERENCE_FIXES` (``onnx.reference`` fails on its scalar inputs).
 """
 
 from __future__ import annotations
@@ -17,13 +20,15 @@ from __future__ import annotations
 import onnx
 from onnx.reference.ops import _op_list
 
+from deep500lite.frameworks.reference.ops.control import Loop
 from deep500lite.frameworks.reference.ops.conv import Conv, ConvTranspose
 from deep500lite.frameworks.reference.ops.gemm import Gemm
 from deep500lite.frameworks.reference.ops.pool import AveragePool, MaxPool
 from deep500lite.frameworks.reference.ops.shape import GatherElements, ScatterElements
+from deep500lite.lv1.control_flow import REFERENCE_FIXES
 
 __all__ = ["SUPPORTED_OPS", "FAST_OPS", "Conv", "ConvTranspose", "Gemm", "MaxPool", "AveragePool", "GatherElements",
-           "ScatterElements"]
+           "ScatterElements", "Loop"]
 
 
 def _reference_ops() -> frozenset:
@@ -37,5 +42,6 @@ def _reference_ops() -> frozenset:
 
 SUPPORTED_OPS: frozenset = _reference_ops()
 
-FAST_OPS = [Conv, ConvTranspose, Gemm, MaxPool, AveragePool, GatherElements, ScatterElements]
+FAST_OPS = [Conv, ConvTranspose, Gemm, MaxPool, AveragePool, GatherElements, ScatterElements, Loop,
+            *REFERENCE_FIXES]
 """``OpRun`` classes that replace ``onnx.reference``'s own implementation of the same operator."""

@@ -14,7 +14,8 @@ statistics (``TRAINING_STATE_OUTPUTS`` says which inputs they replace), and Drop
 Families (the same module names as :mod:`deep500lite.frameworks.torch.ops`):
 :mod:`.elementwise`, :mod:`.linalg`, :mod:`.conv` (convolution and pooling),
 :mod:`.normalization` (with Dropout and the training-mode converters), :mod:`.shape`,
-:mod:`.reduction`, :mod:`.recurrent`, :mod:`.losses`; shared helpers are in :mod:`._common`, the
+:mod:`.reduction`, :mod:`.recurrent`, :mod:`.losses`, :mod:`.control` (If, Loop, Scan,
+NonMaxSuppression; the subgraph nodes are built by :func:`.control.build_control`); shared helpers are in :mod:`._common`, the
 dtype tables in :mod:`deep500lite.frameworks.tensorflow.dtypes`. Custom-domain nodes run registered
 custom operators (:func:`deep500lite.lv0.custom.lookup_custom_op`) through ``tf.custom_gradient``.
 """
@@ -27,8 +28,8 @@ import tensorflow as tf
 from deep500lite.frameworks.tensorflow.custom import custom_op
 from deep500lite.frameworks.tensorflow.dtypes import check_types, tf_dtype
 from deep500lite.frameworks.tensorflow.layout import Value, channels_last, inverse
-from deep500lite.frameworks.tensorflow.ops import (conv, elementwise, linalg, losses, normalization, recurrent,
-                                                   reduction, shape)
+from deep500lite.frameworks.tensorflow.ops import (control, conv, elementwise, linalg, losses, normalization,
+                                                   recurrent, reduction, shape)
 from deep500lite.frameworks.tensorflow.ops._common import ELEMENTWISE, PLAIN, SPATIAL, UNARY, Node
 from deep500lite.frameworks.tensorflow.ops.normalization import TRAINING_STATE_OUTPUTS
 from deep500lite.lv0.custom import lookup_custom_op
@@ -36,7 +37,7 @@ from deep500lite.lv0.custom import lookup_custom_op
 __all__ = ["SUPPORTED_OPS", "CONVERTERS", "TRAINING_CONVERTERS", "TRAINING_STATE_OUTPUTS", "build_node",
            "check_types", "tf_dtype"]
 
-FAMILIES = (elementwise, linalg, conv, normalization, shape, reduction, recurrent, losses)
+FAMILIES = (elementwise, linalg, conv, normalization, shape, reduction, recurrent, losses, control)
 
 
 def _assemble(tables) -> dict:
@@ -75,6 +76,8 @@ def build_node(node: onnx.NodeProto, opset: int, training: bool = False, rng=Non
         rng: a ``tf.random.Generator`` for training-mode Dropout.
         gpu: whether the node runs on a GPU (some kernels have GPU-only limits).
     """
+    if node.domain in ("", "ai.onnx") and node.op_type in control.SUBGRAPH_CONVERTERS:
+        return control.build_control(node, opset, build_node, training=training, rng=rng, gpu=gpu)
     ctx = Node(node, opset, rng, gpu)
     n_out = ctx.n_outputs
     if node.domain not in ("", "ai.onnx"):

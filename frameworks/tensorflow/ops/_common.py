@@ -73,10 +73,7 @@ class Node:
         self.attrs = {}
         for a in node.attribute:
             if a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
-                raise UnsupportedOperatorError(
-                    f"The tensorflow executor does not support subgraph attributes (If, Loop and Scan "
-                    f"bodies). Received: node '{self.name}', attribute {node.op_type}.{a.name}"
-                )
+                continue  # subgraphs (If, Loop and Scan bodies) are converted by ops/control.py
             v = onnx.helper.get_attribute_value(a)
             if isinstance(v, bytes):
                 v = v.decode()

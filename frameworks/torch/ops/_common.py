@@ -36,6 +36,8 @@ class NodeSpec:
             and running statistics updated in place, ``Dropout`` active); see
             ``TorchExecutor.inference_and_backprop``.
         generator: the ``torch.Generator`` training-mode ``Dropout`` draws its masks from.
+        captured: the outer-scope values an ``If``/``Loop``/``Scan`` node's subgraphs read; the
+            node's function takes them after its declared inputs.
     """
 
     def __init__(self, node: onnx.NodeProto, opset: int, consts: list, device: torch.device,
@@ -52,6 +54,8 @@ class NodeSpec:
         self.n_outputs = len(node.output)
         self.outputs_wanted = [bool(n) for n in node.output]
         self.device = device
+        #: outer-scope values the node's subgraphs read, passed after its declared inputs
+        self.captured: list[str] = []
 
     def attr(self, key, default=None):
         return self.attrs.get(key, default)

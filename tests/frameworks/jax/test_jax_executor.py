@@ -36,7 +36,8 @@ def _compare(name, batch, tol, **kwargs):
 
 def test_lenet_inference_equals_reference():
     ex, _ = _compare("lenet", 4, 1e-5)
-    assert ex.options == {"jit": True, "platform": "cpu", "matmul_precision": "highest"}
+    assert ex.options == {"jit": True, "platform": "cpu", "matmul_precision": "highest",
+                          "compiler_options": {"xla_cpu_use_fusion_emitters": False}}
 
 
 def test_mlp_and_simple_cnn_equal_reference():
@@ -269,3 +270,16 @@ def test_fed_gather_index_out_of_range_is_an_error_not_a_clamp():
         ex.inference({"ids": np.array([0, 4, 1])})
     assert info.value.__context__ is None
 
+
+
+def test_compiler_options_reach_xla_and_unknown_ones_are_dropped():
+    net, _, _ = networks.create_model("mlp", 2, shape=(8,))
+    feeds = net.random_feeds(2)
+    want = d5.executor(net.copy(), "reference").inference(feeds)
+    for options, listed in (({"xla_cpu_use_fusion_emitters": True}, {"xla_cpu_use_fusion_emitters": True}),
+                            ({"xla_no_such_option": 1}, None), ({}, None)):
+        ex = d5.executor(net.copy(), "jax", compiler_options=options)
+        got = ex.inference(feeds)
+        assert ex.options.get("compiler_options") == listed, options
+        for k in want:
+            np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6)

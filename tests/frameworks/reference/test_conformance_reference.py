@@ -9,11 +9,6 @@ EXPECTED_FAILURES: dict[str, str] = {
     **{name: "Bernoulli draws random numbers; ONNX's expected values come from another generator"
        for name in ["test_bernoulli", "test_bernoulli_double", "test_bernoulli_double_expanded",
                     "test_bernoulli_expanded", "test_bernoulli_seed", "test_bernoulli_seed_expanded"]},
-    **{name: _ONNX_REFERENCE_BUG + " (Loop scan outputs get an extra axis)"
-       for name in ["test_range_bfloat16_type_positive_delta_expanded",
-                    "test_range_float16_type_positive_delta_expanded",
-                    "test_range_float_type_positive_delta_expanded",
-                    "test_range_int32_type_negative_delta_expanded"]},
     "test_scan_sum": _ONNX_REFERENCE_BUG + " (Scan-8 with a batch axis)",
     "test_if_opt": _ONNX_REFERENCE_BUG + " (an optional sequence output is wrapped in an extra list)",
     "test_loop16_seq_none": _ONNX_REFERENCE_BUG + " (an empty optional sequence as loop state)",

@@ -16,6 +16,7 @@ with ``init_method=file://FILE``; the collectives run through torch.distributed 
 GPU: NCCL, device copies included). Prints ``OK single``.
 """
 
+import os
 import sys
 import time
 
@@ -24,6 +25,9 @@ import numpy as np
 from deep500lite.errors import UserError
 from deep500lite.lv3 import ALGORITHMS, AlphaBeta, CommunicationTimeout, MPICommunicator
 from deep500lite.frameworks.torch.distributed import TorchDistributedCommunicator
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "lv3"))
+from iallreduce_checks import check_iallreduce  # noqa: E402 - tests/lv3 on the path above
 
 SEED = 4321
 
@@ -151,6 +155,11 @@ def main(device="cpu"):
         check(False, "allreduce native uint32 did not raise")
     except UserError as exc:
         check("Received: dtype=uint32" in str(exc) and "algorithm='ring'" in str(exc), f"uint32 message: {exc}")
+
+    check_iallreduce(comm, check, inputs, f"rank {rank}")
+    got = comm.iallreduce(xs[rank], "mean").wait()
+    check(np.allclose(got, mpi.iallreduce(xs[rank], "mean").wait(), rtol=1e-6, atol=1e-6),
+          "iallreduce differs from MPICommunicator's")
 
     # Byte counters: ring = 2 (p-1)/p n each way; native collectives count like MPICommunicator.
     k = 10
