@@ -39,7 +39,13 @@ ALLOWED = {
                                                                 "source was read through the opener before",
     ("deep500lite/lv0/cppop/build.py", "_supports_openmp", "open"): OWN + " (a cache marker)",
     ("deep500lite/lv1/onnx_test_parser.py", "_load", "onnx.load_model"): "the onnx package's backend test data",
-    ("deep500lite/lv3/launch.py", "_descendants", "open"): "/proc/PID/stat",
+    ("deep500lite/bench/distributed.py", "run_distributed_benchmark", "json.load"): OWN + " (a worker's output)",
+    ("deep500lite/bench/distributed.py", "run_distributed_benchmark", "open"): OWN + " (a worker's output)",
+    ("deep500lite/bench/distributed_ddp.py", "worker_main", "json.load"): OWN + " (the job's configuration)",
+    ("deep500lite/bench/distributed_ddp.py", "worker_main", "open"): OWN + " (the job's configuration)",
+    ("deep500lite/processes.py", "_children_table", "open"): "/proc/PID/stat",
+    ("deep500lite/processes.py", "_running", "open"): "/proc/PID/stat",
+    ("deep500lite/processes.py", "_started", "open"): "/proc/PID/stat",
     ("deep500lite/recipe/compare.py", "_run_child", "open"): OWN + " (a worker's log)",
     ("deep500lite/recipe/parallel_training.py", "describe_lines", "json.load"): OWN + " (a rank's results)",
     ("deep500lite/recipe/parallel_training.py", "describe_lines", "open"): OWN + " (a rank's results)",
@@ -49,6 +55,7 @@ ALLOWED = {
     ("frameworks/onnxruntime/grad_rewrite.py", "nchwc_block_size", "onnx.load"): OWN + " (ONNX Runtime's "
                                                                                   "optimized model)",
     ("frameworks/torch/zoo.py", "_export", "onnx.load"): OWN + " (torch.onnx.export's output)",
+    ("frameworks/torch/zoo_graphs.py", "_export", "onnx.load"): OWN + " (torch.onnx.export's output)",
 }
 _OWNERS = {"open": ("", "gzip", "io", "tarfile", "bz2", "lzma"), "load": ("np", "numpy", "onnx", "json", "torch"),
            "load_model": ("onnx",)}
