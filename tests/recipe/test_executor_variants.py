@@ -97,7 +97,8 @@ def test_compare_eager_and_compiled_torch_side_by_side(tmp_path, capsys, monkeyp
     assert float(rows["torch:compile"]["compile (s)"]) == pytest.approx(compiled["compile_seconds"])
     # The first step compiled (seconds with inductor's cache cold, a tenth of one warm); its step time leaves that out.
     first = compiled["samples"]["steps"][0]
-    assert first["compile_time"] > 0 and first["step_time"] < first["compile_time"]
+    assert first["compile_time"] > 0 and first["step_time"] > 0
+    assert first["compile_time"] <= compiled["compile_seconds"] + 1e-9  # a part of the run's compile time, apart
     assert all(s["compile_time"] == 0.0 for s in eager["samples"]["steps"])
     # Both agree: the same first-step differences from the reference, the same accuracy.
     assert compiled["divergence"]["gradients"] < 1e-4 and compiled["divergence"]["outputs"] < 1e-4
