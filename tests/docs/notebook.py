@@ -13,6 +13,7 @@ import traceback
 
 def main() -> int:
     reply = os.fdopen(int(sys.argv[1]), "w", buffering=1)
+    sys.path.insert(0, os.getcwd())  # as in `python` started in the page's folder: its files import
     namespace = {"__name__": "__main__"}
     for line in sys.stdin:
         code = json.loads(line)
