@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU figures for docs/performance.md and docs/executors.md (issues 16 and 18), run on a lent GPU machine
+# GPU figures for docs/performance.md and docs/executors.md, run on a lent GPU machine
 # whose python3 has torch with CUDA and jax with CUDA (no TensorFlow). deep500lite and its missing
 # dependencies travel as wheels in .whl/ (see docs/performance.md, "On a GPU"); every result lands in $OUT.
 set -u
@@ -22,12 +22,12 @@ timeout 150 python3 -m pytest -q -p no:cacheprovider -W ignore -x tests/framewor
     "tests/cli/test_bench.py::test_bench_overhead_torch_on_gpu" \
     "tests/frameworks/torch/test_torch_executor.py::test_gpu_matches_cpu" 2>&1 | tail -8
 
-step "issue 16: the JAX executor against native JAX on the GPU"
+step "the JAX executor against native JAX on the GPU"
 for t in "" "--training"; do
     timeout 150 $D5 bench overhead -f jax --device gpu:0 --max-time 6 $t --json "$OUT/overhead-jax${t:+-training}.json"
 done
 
-step "issue 16: eager against compiled executors on the GPU (batch 64)"
+step "eager against compiled executors on the GPU (batch 64)"
 for m in lenet resnet20; do
     for s in torch torch:compile jax; do
         timeout 150 python3 scripts/figures_compiled_modes.py "$s" --device gpu:0 --model "$m" --rounds 4 \
@@ -35,12 +35,12 @@ for m in lenet resnet20; do
     done
 done
 
-step "issue 16: compare on the GPU"
+step "compare on the GPU"
 timeout 200 $D5 compare recipes/digits_lenet.py --frameworks torch,torch:compile,jax --set 'executor_args=["gpu:0"]' \
     --out /tmp/cmp-gpu --no-plots --format markdown 2>&1 | tail -14
 cp /tmp/cmp-gpu/comparison.md "$OUT/compare-gpu.md" 2>/dev/null
 
-step "issue 18: skinny GEMMs on the GPU (bench op, torch and jax)"
+step "skinny GEMMs on the GPU (bench op, torch and jax)"
 timeout 150 $D5 bench op --suite gemm --size large --frameworks torch,jax --device gpu:0 --max-time 0.2 \
     --json "$OUT/op-gemm-gpu.json" 2>&1 | tail -30
 step "torch executor against native torch on the GPU"

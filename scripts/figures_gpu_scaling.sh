@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 18 item 6 on a lent GPU: the compute model calibrated on the GPU (each layer of ResNet-20 timed
+# On a lent GPU: the compute model calibrated on the GPU (each layer of ResNet-20 timed
 # alone through the torch executor, and the skinny GEMMs), and its prediction of a single-GPU training
 # step at a batch it did not measure, against that step measured. Same setup as scripts/figures_gpu.sh;
 # DEVICE=cpu runs it here (slowly) to check the commands.

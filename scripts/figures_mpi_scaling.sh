@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 18 items 1 and 5 on a machine with a core per rank: the allreduce model at 2, 4 and 8 ranks
+# On a machine with a core per rank: the allreduce model at 2, 4 and 8 ranks
 # (64 KiB to 64 MiB, three passes) and `model scaling` against `run -n P`, P = 1, 2, 4, 8.
 # Written for the lent 16-core GPU machine, whose python3 has torch but neither MPICH nor
 # jsonschema: deep500lite, mpi4py, jsonschema and MPICH travel as wheels in .whl/ (MPICH is
@@ -39,7 +39,7 @@ step environment
   $PY -c "import mpi4py, numpy, torch, onnx, deep500lite; from mpi4py import MPI; print(MPI.Get_library_version().splitlines()[0], '| mpi4py', mpi4py.__version__, '| torch', torch.__version__, '| numpy', numpy.__version__, '| onnx', onnx.__version__, '|', deep500lite.__file__)"
 } 2>&1 | tee "$RES/environment.txt"
 
-step "item 1: bench allreduce, 64 KiB to 64 MiB, 3 passes, ranks $RANKS"
+step "bench allreduce, 64 KiB to 64 MiB, 3 passes, ranks $RANKS"
 for n in $RANKS; do
     timeout 200 $D5 bench allreduce -n "$n" --min-bytes 64KiB --max-bytes 64MiB --factor 4 --max-time "$MAXT" \
         --passes 3 --algorithms ring,recursive_doubling,rabenseifner,tree,auto --save-model "$RES/ar-large.json" \
@@ -47,21 +47,21 @@ for n in $RANKS; do
     echo "-- $n ranks: rc=$?"; tail -4 "$RES/allreduce-n$n.txt"; snap
 done
 
-step "item 5: the recipe's message sizes (4 KiB to 256 KiB), for auto and the prediction"
+step "the recipe's message sizes (4 KiB to 256 KiB), for auto and the prediction"
 for n in $RANKS; do
     timeout 120 $D5 bench allreduce -n "$n" --min-bytes 4KiB --max-bytes 256KiB --factor 4 --max-time "$MAXT" \
         --passes 3 --save-model "$RES/ar-small.json" > "$RES/allreduce-small-n$n.txt" 2>&1
     echo "-- $n ranks: rc=$?"; tail -3 "$RES/allreduce-small-n$n.txt" | head -2; snap
 done
 
-step "item 5: run digits_mlp_distributed -n P (weak scaling, batch 32 per rank, $EPOCHS epochs)"
+step "run digits_mlp_distributed -n P (weak scaling, batch 32 per rank, $EPOCHS epochs)"
 for p in 1 $RANKS; do
     DEEP500LITE_ALLREDUCE_MODEL="$RES/ar-small.json" timeout 120 $D5 run digits_mlp_distributed -n "$p" \
         --set epochs="$EPOCHS" --set distributed_kwargs.algorithm=auto --out "$RES/run$p" > "$RES/run$p.txt" 2>&1
     echo "-- $p ranks: rc=$?"; grep -E '^job:' "$RES/run$p.txt"; snap
 done
 
-step "item 5: predicted from the 1-rank run and the calibrated allreduce"
+step "predicted from the 1-rank run and the calibrated allreduce"
 NODES=$(echo 1 $RANKS | tr ' ' ',')
 $D5 model scaling digits_mlp_distributed --nodes "$NODES" --weak --batch 32 --allreduce-model "$RES/ar-small.json" \
     --host-cores "$CORES" --fusion-mb 1 --no-overlap --accelerator this --step-from "$RES/run1/results.json" \

@@ -1,6 +1,6 @@
 """How long the JAX executor's fused training step and native JAX's step spend in the call (host time)
 against the whole step, and how many kernels (fusions) each optimized program has: the GPU figures
-in docs/performance.md ("On a GPU (issue 16 item 4)").
+in docs/performance.md (its GPU section).
 
     python scripts/jax_call_timing.py gpu:0     # or cpu
 """

@@ -1,4 +1,4 @@
-"""Paired timing of ONNX Runtime training steps against the torch executor (issue 17, item 1).
+"""Paired timing of ONNX Runtime training steps against the torch executor.
 
 ``python scripts/onnxruntime_training_bench.py`` times one training step of a zoo
 network (ResNet-20 at batch 64 by default) on two sides in alternation, with
@@ -13,7 +13,7 @@ its 95% CI:
 
 ``--no-rewrites`` runs the ONNX Runtime side on the autodiff's graph as it is, without the
 gradient rewrites of :mod:`deep500lite.frameworks.onnxruntime.grad_rewrite` (the before/after of
-issue 17's item 1).
+the ONNX Runtime training row).
 
 Both sides start from the same zoo weights (seed 0) and take the same minibatch; learning rate
 0.01 and momentum 0.9 as in ``deep500lite bench overhead --training``.

@@ -22,7 +22,7 @@ GUIDES = {
     "env": "tracking.md", "list": "getting-started.md", "infer": "executors.md", "run": "recipes.md",
     "compare": "comparison.md", "report": "comparison.md", "bench": "performance.md",
     "bench op": "operator-benchmarks.md", "bench dataset": "datasets.md", "bench allreduce": "distributed.md",
-    "bench zoo": "zoo.md", "bench spatial": "parallelism.md", "bench distributed": "parallelism.md", "pack": "datasets.md", "launch": "distributed.md",
+    "bench zoo": "zoo.md", "bench spatial": "parallelism.md", "bench distributed": "data-parallel-overlap.md", "pack": "datasets.md", "launch": "distributed.md",
     "emulate": "hosts.md", "model": "scaling.md", "db": "tracking.md", "history": "tracking.md",
     "regress": "tracking.md", "dashboard": "tracking.md", "verify": "verify.md",
 }
