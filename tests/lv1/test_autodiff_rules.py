@@ -1,4 +1,4 @@
-"""ONNX autodiff rules added for real models (issue 14): activations, LayerNormalization, Clip,
+"""ONNX autodiff rules added for real models: activations, LayerNormalization, Clip,
 Where, Split, indexing and scatter operators, Einsum, reductions and a Concat of run-time sizes,
 and the report of every missing gradient at once.
 

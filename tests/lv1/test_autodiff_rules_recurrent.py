@@ -1,4 +1,4 @@
-"""ONNX autodiff rules of issue 14, item 2: LSTM, GRU, RNN, Resize, GroupNormalization,
+"""ONNX autodiff rules for recurrent and resampling models: LSTM, GRU, RNN, Resize, GroupNormalization,
 trigonometric and other elementwise operators, and the smooth reductions.
 
 Each rule's gradient, computed by the training graph on the reference executor, is compared with

@@ -1,4 +1,4 @@
-"""The inference fast paths (issue 17 item 3) give the answers of the full path and refuse the same feeds.
+"""The inference fast paths give the answers of the full path and refuse the same feeds.
 
 ``Network.check_feeds`` remembers the feed signatures it accepted; the torch executor converts plain
 arrays with ``torch.from_numpy``; the TensorFlow executor calls its traced concrete function once a

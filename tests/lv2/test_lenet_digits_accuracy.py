@@ -1,5 +1,5 @@
 """Accuracy in CI: the zoo's LeNet on digits reaches 95% test accuracy within 10 epochs on every
-executor, and Deep500's manual training flow works as written in issue 6.
+executor, and Deep500's manual training flow works as Deep500 writes it.
 
 These are the slow tests of Level 2 (about two minutes in all on 2 CPU cores, most of it the
 reference executor; see docs/training-loop.md for the measured times). The accuracy each run
@@ -75,7 +75,7 @@ def test_lenet_reaches_95_percent_on_digits_within_10_epochs(framework):
 @pytest.mark.slow
 @pytest.mark.requires("torch")
 def test_deep500_manual_flow_as_written():
-    """Issue 6, item 7, line for line (``test_training``/``TestAccuracy`` through the shim above)."""
+    """Deep500's manual training flow, line for line (``test_training``/``TestAccuracy`` through the shim above)."""
     from deep500lite import datasets as d5ds, networks as d5nt
     from deep500lite.frameworks import torch as d5fw
 

@@ -232,7 +232,7 @@ def test_bad_bucket_arguments(kwargs, match):
         BucketSampler(_dataset(10), 2, **kwargs)
 
 
-# ------------------------------------------------------------------ Deep500's forms (issue 15)
+# ------------------------------------------------------------------ Deep500's forms
 def test_ordered_sampler_takes_deep500s_argument_order():
     # Deep500: OrderedSampler(dataset, batch_size, drop_last_batch, events, transformations)
     assert _epoch(OrderedSampler(_dataset(7), 3, False)) == [[0, 1, 2], [3, 4, 5], [6]]

@@ -194,7 +194,7 @@ def test_bad_batches():
         Cutout(size=2, generator=np.random.RandomState(0))
 
 
-# ------------------------------------------------------------------ Deep500's forms (issue 15)
+# ------------------------------------------------------------------ Deep500's forms
 def test_deep500_cutout_positional_arguments_are_holes_then_length():
     x = np.ones((12, 3, 40, 40), np.float32)
     got = Cutout(1, 16, seed=7)(_batch(x))["input"]
