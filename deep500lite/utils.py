@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import json
+import math
 import os
 import tempfile
 
@@ -63,6 +65,28 @@ def atomic_write_bytes(path, data: bytes) -> None:
 def _cannot_write(path: str, exc: OSError) -> UserError:
     return UserError(f"Cannot write '{path}': {exc.strerror or exc}; the path must be a file in a writable folder "
                      f"(with room left on its disk). Received: {path!r}")
+
+
+def finite_json(value, **dumps_kwargs) -> str:
+    """``value`` as standard JSON: non-finite floats (infinity, NaN) become ``null``.
+
+    Python's :mod:`json` writes them as the literals ``Infinity`` and ``NaN``, which no other JSON reader
+    (pandas' ``read_json`` in strict mode, PostgreSQL, browsers' ``JSON.parse``) accepts. A command's file
+    says "no limit" or "not measured" with ``null`` instead.
+
+    Args:
+        value: what to write (dicts, lists, numbers, strings, ...).
+        **dumps_kwargs: passed to :func:`json.dumps` (``indent``, ``default``, ...).
+    """
+    def clean(v):
+        if isinstance(v, float) and not math.isfinite(v):
+            return None
+        if isinstance(v, dict):
+            return {k: clean(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [clean(x) for x in v]
+        return v
+    return json.dumps(clean(value), allow_nan=False, **dumps_kwargs)
 
 
 def atomic_write_text(path, text: str) -> None:

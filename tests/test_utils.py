@@ -1,12 +1,14 @@
-"""deep500lite.utils: atomic writes."""
+"""deep500lite.utils: atomic writes and standard JSON."""
 
+import json
+import math
 import os
 import stat
 
 import pytest
 
 from deep500lite.errors import UserError
-from deep500lite.utils import atomic_write_bytes, atomic_write_text
+from deep500lite.utils import atomic_write_bytes, atomic_write_text, finite_json
 
 
 def test_atomic_write_gives_the_permissions_open_would(tmp_path):
@@ -36,3 +38,15 @@ def test_atomic_write_to_an_unwritable_path_is_a_user_error(tmp_path):
     with pytest.raises(UserError, match="Cannot write"):
         atomic_write_text(tmp_path / "folder", "{}")
     assert sorted(os.listdir(tmp_path)) == ["file", "folder"] and os.listdir(tmp_path / "folder") == []
+
+
+def test_finite_json_writes_null_for_infinity_and_nan():
+    data = {"limit": math.inf, "rows": [1.5, -math.inf, (math.nan, 2)], "name": "x", "n": 3, "ok": True}
+    text = finite_json(data, indent=1)
+    for literal in ("Infinity", "NaN"):
+        assert literal not in text
+    assert json.loads(text) == {"limit": None, "rows": [1.5, None, [None, 2]], "name": "x", "n": 3, "ok": True}
+
+
+def test_finite_json_passes_other_arguments_to_json_dumps():
+    assert finite_json({"b": 1, "a": object()}, default=lambda o: "obj", sort_keys=True) == '{"a": "obj", "b": 1}'

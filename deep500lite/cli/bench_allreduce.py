@@ -6,7 +6,6 @@ Wired into ``deep500lite bench`` by :func:`add_subparser`; the work is in :mod:`
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import sys
 
@@ -16,7 +15,7 @@ from deep500lite.errors import StartupTimeout, UserError
 from deep500lite.lv3.launch import STARTUP_TIMEOUT_ENV, JobTimeout, check_ranks, oversubscription_note, resolve_timeouts
 from deep500lite.escaping import terminal
 from deep500lite.metrics.tables import TABLE_FORMATS
-from deep500lite.utils import atomic_write_text
+from deep500lite.utils import atomic_write_text, finite_json
 
 __all__ = ["add_subparser", "run", "load_calibration_file", "DEFAULT_ROUNDS"]
 
@@ -224,7 +223,7 @@ def run(args) -> int:
 
         payload = result.to_dict()
         payload["environment"] = collect_environment()
-        atomic_write_text(args.json, json.dumps(payload, indent=1, default=str))
+        atomic_write_text(args.json, finite_json(payload, indent=1, default=str))
         print(f"wrote {args.json}", file=text)
     if args.save_model and result.calibration:
         print(f"wrote the calibrated model to {args.save_model}", file=text)

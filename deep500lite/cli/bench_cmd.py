@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
 from deep500lite.cli.args import Choice, Integer, ListOf, Path, Text, positive_int, positive_seconds
@@ -10,7 +9,7 @@ from deep500lite.errors import DeviceError, UserError
 from deep500lite.lv1.device import as_device
 from deep500lite.metrics.tables import format_ci, format_table
 from deep500lite.registry import FRAMEWORKS, is_framework_available
-from deep500lite.utils import atomic_write_text, check_allocation
+from deep500lite.utils import atomic_write_text, check_allocation, finite_json
 
 BENCHMARKS = ("overhead", "op", "dataset", "allreduce", "zoo", "spatial", "distributed")
 
@@ -78,7 +77,7 @@ def _write_json(path, header: dict, results) -> None:
     from deep500lite.utils import atomic_write_text
 
     payload = dict(header, environment=collect_environment(), results=[r.to_dict() for r in results])
-    atomic_write_text(path, json.dumps(payload, indent=1))
+    atomic_write_text(path, finite_json(payload, indent=1))
     print(f"results: {path}")
 
 
@@ -163,7 +162,7 @@ def _run_all_targets(args) -> int:
     if args.json:
         payload = {"benchmark": "overhead --all", "environment": collect_environment(),
                    "batch_size": args.batch_size, "threads": args.threads, "results": [r.to_dict() for r in rows]}
-        atomic_write_text(args.json, json.dumps(payload, indent=1))
+        atomic_write_text(args.json, finite_json(payload, indent=1))
         print(f"results: {args.json}")
     return 0
 

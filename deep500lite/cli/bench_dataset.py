@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -10,7 +9,7 @@ from deep500lite.cli.args import Integer, ListOf, Parsed, Path, Text, positive_i
 from deep500lite.errors import UserError
 from deep500lite.metrics.tables import format_seconds, format_table
 from deep500lite.registry import canonical_framework
-from deep500lite.utils import atomic_write_text
+from deep500lite.utils import atomic_write_text, finite_json
 
 __all__ = ["add_subparser", "run"]
 
@@ -105,6 +104,6 @@ def run(args) -> int:
             print(f"warning: {warning}")
     if args.json:
         payload = {"benchmark": "dataset", "environment": collect_environment(), "result": r.to_dict()}
-        atomic_write_text(args.json, json.dumps(payload, indent=1))
+        atomic_write_text(args.json, finite_json(payload, indent=1))
         print(f"results: {args.json}")
     return 0

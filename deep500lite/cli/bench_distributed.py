@@ -6,12 +6,11 @@ Wired into ``deep500lite bench`` by :func:`add_subparser`; the rows and the work
 
 from __future__ import annotations
 
-import json
 import sys
 
 from deep500lite.cli.args import Integer, Number, Path, Text, positive_int, positive_seconds
 from deep500lite.recipe.keys import MAX_BUCKET_MB
-from deep500lite.utils import atomic_write_text
+from deep500lite.utils import atomic_write_text, finite_json
 
 __all__ = ["add_subparser", "run"]
 
@@ -85,6 +84,6 @@ def run(args) -> int:
 
         payload = {"benchmark": "distributed", "threads": args.threads, "environment": collect_environment(),
                    "results": [r.to_dict() for r in results]}
-        atomic_write_text(args.json, json.dumps(payload, indent=1))
+        atomic_write_text(args.json, finite_json(payload, indent=1))
         print(f"results: {args.json}")
     return 1 if any(r.verdict in ("failed", "wrong") for r in results) else 0

@@ -5,14 +5,13 @@ Wired into ``deep500lite bench`` by :func:`add_subparser`; the work is in :mod:`
 
 from __future__ import annotations
 
-import json
 import sys
 
 from deep500lite.cli.args import Integer, ListOf, Path, Text, positive_seconds
 from deep500lite.errors import UserError
 from deep500lite.escaping import terminal
 from deep500lite.metrics.tables import TABLE_FORMATS
-from deep500lite.utils import atomic_write_text
+from deep500lite.utils import atomic_write_text, finite_json
 
 __all__ = ["add_subparser", "run"]
 
@@ -81,7 +80,7 @@ def run(args) -> int:
 
         payload = bench.to_dict()
         payload["environment"] = collect_environment(include_mpi=False)
-        atomic_write_text(args.json, json.dumps(payload, indent=1))
+        atomic_write_text(args.json, finite_json(payload, indent=1))
         print(f"results: {args.json}", file=text)
     if args.plot:
         paths = op.plot_results(bench, args.plot)

@@ -5,13 +5,12 @@ Wired into ``deep500lite bench`` by :func:`add_subparser`; the work is in :mod:`
 
 from __future__ import annotations
 
-import json
 import sys
 
 from deep500lite.cli.args import Choice, Integer, ListOf, Path, Text, add_host_options, hosts_from_args
 from deep500lite.errors import UserError
 from deep500lite.escaping import terminal
-from deep500lite.utils import atomic_write_text
+from deep500lite.utils import atomic_write_text, finite_json
 
 __all__ = ["add_subparser", "run"]
 
@@ -74,6 +73,6 @@ def run(args) -> int:
                                          mpiexec=args.mpiexec, grid=grid, batchnorm=args.batchnorm, hosts=hosts)
     print(terminal(result.table()))
     if args.json:
-        atomic_write_text(args.json, json.dumps({"rows": result.rows, "config": result.config}, indent=1))
+        atomic_write_text(args.json, finite_json({"rows": result.rows, "config": result.config}, indent=1))
         print(f"wrote {args.json}", file=sys.stderr)
     return 0

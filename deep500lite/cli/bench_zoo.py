@@ -5,13 +5,12 @@ Wired into ``deep500lite bench`` by :func:`add_subparser`; the work is in :mod:`
 
 from __future__ import annotations
 
-import json
 import sys
 
 from deep500lite.cli.args import ListOf, Path, Text
 from deep500lite.errors import UserError
 from deep500lite.metrics.tables import TABLE_FORMATS, format_table
-from deep500lite.utils import atomic_write_text
+from deep500lite.utils import atomic_write_text, finite_json
 
 __all__ = ["add_subparser", "run"]
 
@@ -74,6 +73,6 @@ def run(args) -> int:
           f"or are known")
     if args.json:
         payload = {"benchmark": "zoo", "environment": collect_environment(), "result": result.to_dict()}
-        atomic_write_text(args.json, json.dumps(payload, indent=1))
+        atomic_write_text(args.json, finite_json(payload, indent=1))
         print(f"results: {args.json}")
     return 1 if failed else 0

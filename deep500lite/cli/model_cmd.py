@@ -13,7 +13,6 @@ and prints, writes and plots the result. See docs/scaling.md.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import sys
 
@@ -23,7 +22,7 @@ from deep500lite.lv3.allreduce import P2P_ALGORITHMS, AlphaBeta
 from deep500lite.metrics.tables import TABLE_FORMATS, format_seconds, format_table
 from deep500lite.perfmodel.checks import (_check_files, _read_json, _step_from, compare_runs, measured_from_run,
                                           oversubscribed_note, repeatability)
-from deep500lite.utils import atomic_write_text
+from deep500lite.utils import atomic_write_text, finite_json
 
 __all__ = ["add_parser", "run", "run_allreduce", "run_layers", "parse_interconnect", "parse_accelerator"]
 
@@ -475,7 +474,7 @@ def run(args) -> int:
         data = result.to_dict()
         if checks:
             data["checks"] = {"tolerance": args.tolerance, "runs": checks, "repeatability": groups}
-        atomic_write_text(args.json, json.dumps(data, indent=1, default=str))
+        atomic_write_text(args.json, finite_json(data, indent=1, default=str))
         print(f"wrote {args.json}", file=text)
     if args.plot:
         from deep500lite.perfmodel.plots import plot_scaling
@@ -585,7 +584,7 @@ def _run_scheme(args) -> int:
                 "rows": [{"ranks": p, "step": r.step, "compute": r.compute, "communication": r.communication,
                           "idle": r.idle, "idle_fraction": r.idle_fraction, "bytes_per_rank": r.bytes_per_rank,
                           "speedup": base.step / r.step} for p, r in rows]}
-        atomic_write_text(args.json, json.dumps(data, indent=1))
+        atomic_write_text(args.json, finite_json(data, indent=1))
         print(f"wrote {args.json}", file=text)
     return 0
 
@@ -698,7 +697,7 @@ def run_layers(args) -> int:
     if skipped:
         print(f"not measured alone (the roofline stands in for them): {', '.join(skipped)}", file=text)
     if args.json:
-        atomic_write_text(args.json, json.dumps(data, indent=1, default=str))
+        atomic_write_text(args.json, finite_json(data, indent=1, default=str))
         print(f"wrote {args.json}", file=text)
     return 0
 

@@ -6,7 +6,6 @@ zoo model, :func:`deep500lite.bench.zoo.verify_input`).
 
 from __future__ import annotations
 
-import json
 import sys
 
 from deep500lite.cli.args import Path, Text, nonnegative_int
@@ -53,7 +52,7 @@ def run(args) -> int:
     from deep500lite.errors import UserError
     from deep500lite.lv1.verify import format_report, verify_model
     from deep500lite.registry import canonical_executor_spelling
-    from deep500lite.utils import atomic_write_text
+    from deep500lite.utils import atomic_write_text, finite_json
 
     frameworks = None
     if args.frameworks is not None:
@@ -81,6 +80,6 @@ def run(args) -> int:
         result.model = args.model
     print(format_report(result))
     if args.json:
-        atomic_write_text(args.json, json.dumps(result.to_dict(), indent=1))
+        atomic_write_text(args.json, finite_json(result.to_dict(), indent=1))
         print(f"results: {args.json}")
     return 0 if result.passed else 1

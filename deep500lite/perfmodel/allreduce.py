@@ -71,7 +71,6 @@ communicator is built with ``cost_model=CalibratedModel.load(path)`` or when
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import time
@@ -502,12 +501,12 @@ class CalibratedModel:
         Returns:
             The model written (merged or not).
         """
-        from deep500lite.utils import atomic_write_text
+        from deep500lite.utils import atomic_write_text, finite_json
 
         model = self
         if merge and os.path.exists(path):
             model = CalibratedModel.load(path).merged(self)
-        atomic_write_text(path, json.dumps(model.to_dict(), indent=1, default=str))
+        atomic_write_text(path, finite_json(model.to_dict(), indent=1, default=str))
         return model
 
     @classmethod

@@ -11,6 +11,13 @@ from deep500lite.perfmodel.allreduce import CalibratedModel, CostParameters
 from support import run_cli
 
 
+def _strict_json(text: str):
+    """Parse as any JSON reader would: Python's own literals Infinity and NaN are not JSON."""
+    def refuse(literal):
+        raise AssertionError(f"the file holds {literal}, which is not JSON")
+    return json.loads(text, parse_constant=refuse)
+
+
 @pytest.mark.parametrize("name", ["alexnet", "googlenet", "resnet50", "vgg16"])
 def test_scaling_runs_on_the_built_in_networks(name, tmp_path, capsys):
     out_json, png = tmp_path / "s.json", tmp_path / "s.png"
@@ -19,7 +26,7 @@ def test_scaling_runs_on_the_built_in_networks(name, tmp_path, capsys):
     out = capsys.readouterr().out
     assert rc == 0, out
     assert "speedup" in out and "efficiency" in out and ("scaling stops at" in out or "does not stop" in out)
-    data = json.loads(out_json.read_text())
+    data = _strict_json(out_json.read_text())
     assert data["model"]["name"] == name and data["mode"] == "strong"
     rows = data["rows"]
     assert rows[0]["nodes"] == 1 and rows[0]["efficiency"] == pytest.approx(1.0)
