@@ -73,7 +73,12 @@ def resolve_source(source: str, root: str | None):
     """``(dataset name, root)`` for a NAME_OR_DIR argument and ``--root``."""
     from deep500lite.datasets import detect_dataset, list_datasets
 
-    if source in list_datasets():
+    explicit_path = os.sep in source or (os.altsep is not None and os.altsep in source)
+    if source in list_datasets() and not explicit_path:
+        if root is None and os.path.isdir(source) and detect_dataset(source) is not None:
+            raise UserError(f"'{source}' is both a dataset name and a folder here holding a dataset; say which: "
+                            f"./{source} for the folder, or '{source} --root DIR' for the dataset. "
+                            f"Received: {source!r}")
         return source, root
     if os.path.isdir(source):
         if root is not None:

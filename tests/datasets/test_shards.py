@@ -197,6 +197,20 @@ def test_pack_digits(tmp_path):
         np.testing.assert_array_equal(a.labels, b[np.arange(len(b))]["y"])
 
 
+def test_pack_a_folder_named_like_a_dataset(tmp_path):
+    """A folder called ``shards`` (what ``pack digits shards`` makes) next to the dataset name ``shards``."""
+    assert run_cli("pack", "digits", "shards", cwd=tmp_path).returncode == 0
+    _one_line_error(run_cli("pack", "shards", "again", cwd=tmp_path), "both a dataset name and a folder",
+                    "./shards", "--root")
+    assert not (tmp_path / "again").exists()
+    proc = run_cli("pack", "./shards", "again", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "train: 1348 samples" in proc.stdout and (tmp_path / "again" / "train.d5shard").is_file()
+    proc = run_cli("pack", "shards", "third", "--root", tmp_path / "shards", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "third" / "test.d5shard").is_file()
+
+
 def test_pack_mnist_folder_as_uint8(tmp_path, rng):
     made = make_mnist(tmp_path / "mnist", rng, gz=True)
     proc = run_cli("pack", tmp_path / "mnist", tmp_path / "out", "--dtype", "uint8", "--split", "train")
