@@ -144,7 +144,8 @@ def _run_all_targets(args) -> int:
 
     if args.framework or args.training:
         raise UserError("bench overhead --all measures every framework, inference and training; leave out "
-                        f"--framework and --training. Received: --framework={args.framework!r}, "
+                        f"--framework and --training. Received: --framework="
+                        f"{','.join(args.framework) if args.framework else None!r}, "
                         f"--training={args.training}")
     check_allocation(args.batch_size * 3 * 32 * 32 * 8 * 4, f"bench overhead --batch-size {args.batch_size}")
     models = list(args.models)
