@@ -13,6 +13,7 @@ nothing imports this file.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 
@@ -39,6 +40,10 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
+    # A test run started in the background by a shell without job control inherits SIGINT ignored, and
+    # Python then installs no KeyboardInterrupt handler; the interruption tests need the usual one.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     # Fuzz tests (tests/reliability/test_fuzz_*.py) use hypothesis's active profile: "ci" is bounded
     # and seeded (derandomized, so a CI failure reproduces); "long" runs for hours.
     try:

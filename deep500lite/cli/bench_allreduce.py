@@ -45,7 +45,7 @@ def add_subparser(sub):
                    help="comma-separated: native, ring, recursive_doubling, rabenseifner, tree, auto (default all)")
     p.add_argument("--min-bytes", type=_MESSAGE_SIZE, default="4", help="smallest message, e.g. 4, 1KiB (default 4)")
     p.add_argument("--max-bytes", type=_MESSAGE_SIZE, default="64MiB", help="largest message, e.g. 256MiB (default 64MiB)")
-    p.add_argument("--factor", type=Integer(minimum=2, maximum=1024), default=4, help="each size is this many times the last (default 4)")
+    p.add_argument("--factor", type=Integer(minimum=2, maximum=1 << 30), default=4, help="each size is this many times the last (default 4)")
     p.add_argument("--max-time", type=positive_seconds, default=0.5, metavar="SECONDS",
                    help="seconds of timed calls per size and algorithm, roughly; at least 3 calls (default 0.5)")
     p.add_argument("--timeout", type=positive_seconds, default=120.0, metavar="SECONDS",

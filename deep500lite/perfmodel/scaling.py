@@ -691,25 +691,25 @@ MAX_NODES, MAX_COUNTS = 2**20, 64
 
 
 def parse_nodes(text: str) -> list[int]:
-    """``"1..4096"`` (the powers of two from 1 to 4096), ``"1,2,8"`` or ``"16"``.
+    """``"1..4096"`` (1, 2, 4, ... 4096: LOW doubled up to HIGH, and HIGH), ``"1,2,8"`` or ``"16"``.
 
     Raises:
-        UserError: ``LOW..HIGH`` whose ends are not powers of two or are out of order, a count
-            below 1 or above :data:`MAX_NODES`, more than :data:`MAX_COUNTS` counts, or not numbers.
+        UserError: ``LOW..HIGH`` out of order, a count below 1 or above :data:`MAX_NODES`, more than
+            :data:`MAX_COUNTS` counts, or not numbers.
     """
     text = str(text).strip()
-    wording = (f"--nodes must be LOW..HIGH (LOW <= HIGH, both powers of two: the powers of two between), a "
+    wording = (f"--nodes must be LOW..HIGH (LOW <= HIGH: LOW, twice LOW, ... up to HIGH, and HIGH), a "
                f"comma-separated list of at most {MAX_COUNTS} counts or one count, each from 1 to {MAX_NODES:,}")
     try:
         if ".." in text:
             lo, hi = (int(x) if len(x.strip()) <= 20 else -1 for x in text.split(".."))
-            if not (1 <= lo <= hi <= MAX_NODES) or lo & (lo - 1) or hi & (hi - 1):
+            if not 1 <= lo <= hi <= MAX_NODES:
                 raise ValueError
             out, n = [], lo
             while n <= hi:
                 out.append(n)
                 n *= 2
-            return out
+            return out if out[-1] == hi else out + [hi]
         out = [int(x) if len(x.strip()) <= 20 else -1 for x in text.split(",") if x.strip()]
         if not out or min(out) < 1 or max(out) > MAX_NODES or len(out) > MAX_COUNTS:
             raise ValueError

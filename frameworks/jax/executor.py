@@ -33,10 +33,11 @@ _CONCRETIZATION_ERRORS = (jax.errors.ConcretizationTypeError, jax.errors.TracerI
 # How many network inputs become trace constants: none, the non-float ones, all of them.
 _STATIC_LEVELS = 3
 
-#: XLA options the executor compiles with on the CPU unless given others. XLA's MLIR fusion
-#: emitters cost a third more compile time than its LLVM IR emitters on the zoo's CNN training
-#: steps (RepVGG: 47 against 30 CPU seconds; GhostNet: 26 against 17) for steps as fast.
-CPU_COMPILER_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
+#: XLA options the executor compiles with on the CPU unless given others: none, XLA's defaults.
+#: ``{"xla_cpu_use_fusion_emitters": False}`` (XLA's LLVM IR emitters) compiles the zoo's CNN
+#: training steps in a third less time (RepVGG: 30 against 47 CPU seconds), but casts to the
+#: float8 FNUZ types differently (NaN where ONNX gives 0), so it is an opt-in, not the default.
+CPU_COMPILER_OPTIONS: dict = {}
 
 
 def _gpus() -> list:

@@ -57,7 +57,8 @@ def to_torch(value, device: torch.device) -> torch.Tensor:
     arr = value if isinstance(value, np.ndarray) else np.asarray(value)
     view = _BIT_VIEWS.get(arr.dtype)
     if view is not None:
-        t = torch.from_numpy(np.ascontiguousarray(arr).view(view[0])).view(view[1])
+        # np.ascontiguousarray makes a 0-d array 1-d: reshape back so a scalar stays a scalar
+        t = torch.from_numpy(np.ascontiguousarray(arr).view(view[0]).reshape(arr.shape)).view(view[1])
     else:
         if arr.dtype == object or arr.dtype.kind in "SUV":
             raise UserTypeError(f"torch has no tensor type for numpy dtype {arr.dtype}; torch takes numeric and bool "

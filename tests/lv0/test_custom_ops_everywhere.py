@@ -134,9 +134,11 @@ def test_bench_op_custom_op_file_imports_its_neighbours(tmp_path):
             return Twice([d], [d])
     """))
     (folder / "mycases.py").write_text(textwrap.dedent("""
+        import deep500lite as d5
         from helper import make  # a neighbour of this file
         from deep500lite.bench.op import custom_case
 
+        @d5.factory
         def cases(size):
             return [custom_case(make(4096), flops=4096, bytes_moved=8 * 4096, name="twice-4096")]
     """))

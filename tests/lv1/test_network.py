@@ -57,7 +57,7 @@ def test_missing_file(tmp_path):
 
 
 def test_folder_is_not_a_model(tmp_path):
-    with pytest.raises(d5.ModelError, match="is a folder; expected an .onnx file"):
+    with pytest.raises(d5.ModelError, match="is a folder, not a regular file; give a file inside it"):
         d5.load_model(tmp_path)
 
 

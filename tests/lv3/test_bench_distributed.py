@@ -68,8 +68,8 @@ def test_bad_options_are_refused_before_any_job_starts():
     for args, expected in ((["--rows", "pipeline"], "has the rows 'ddp'. Received: 'pipeline'"),
                            (["-n", "1"], "at least 2 ranks (-n). Received: 1"),
                            (["--model", "vgg"], "trains lenet, resnet20. Received: --model 'vgg'"),
-                           (["--bucket-mb", "-1"], "--bucket-mb must be from 0"),
-                           (["--warmup", "-2"], "warmup must be >= 0")):
+                           (["--bucket-mb", "-1"], "--bucket-mb: must be a finite number >= 0"),
+                           (["--warmup", "-2"], "--warmup: must be an integer from 0")):
         proc = run_cli("bench", "distributed", *args)
         assert proc.returncode == 2, (args, proc.stderr)
         assert expected in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, (args, proc.stderr)

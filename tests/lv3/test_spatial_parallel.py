@@ -155,7 +155,7 @@ def test_bench_spatial_cli_refuses_bad_rank_counts_and_batches():
     assert proc.returncode == 2, proc.stderr
     assert "rank counts of at least 2. Received: [1]" in proc.stderr
     proc = run_cli("bench", "spatial", "-n", "2,x")
-    assert proc.returncode == 2 and "Received: '2,x'" in proc.stderr, proc.stderr
+    assert proc.returncode == 2 and "element 2 of '2,x'" in proc.stderr, proc.stderr
     proc = run_cli("bench", "spatial", "-n", "4", "--batch", "2")
     assert proc.returncode == 2 and "Received: batch 2 with 4 ranks" in proc.stderr, proc.stderr
 

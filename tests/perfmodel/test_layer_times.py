@@ -108,11 +108,11 @@ def test_a_document_with_a_wrong_field_is_refused_naming_it():
 
 
 @pytest.mark.parametrize("argv, expected", [
-    (["--batches", "0,4"], "--batches must be comma-separated integers >= 1"),
-    (["--batches", "four"], "--batches must be comma-separated integers >= 1"),
-    (["--max-time", "0"], "--max-time must be a finite number of seconds > 0"),
-    (["--format", "pdf"], "--format must be one of"),
-    (["--optimizer", "lbfgs"], "--optimizer must be one of 'momentum'"),
+    (["--batches", "0,4"], "--batches must be comma-separated integers from 1 to 1,048,576"),
+    (["--batches", "four"], "--batches must be comma-separated integers from 1 to 1,048,576"),
+    (["--max-time", "0"], "--max-time: must be a finite number of seconds > 0"),
+    (["--format", "pdf"], "--format: must be one of 'table'"),
+    (["--optimizer", "lbfgs"], "--optimizer: must be one of 'momentum'"),
 ])
 def test_model_layers_bad_input_is_one_line_with_exit_2(argv, expected, capsys):
     rc = main(["model", "layers", "lenet", *argv])

@@ -91,9 +91,9 @@ def test_bad_step_and_jitter_input_is_one_line_with_exit_2(one_rank_run, tmp_pat
     cases = [
         (["--step-from", str(two)], "a run on 2 ranks without it"),
         (["--step-from", str(other)], "no summaries.step_time"),
-        (["--step-from", str(tmp_path / "missing.json")], "cannot be read as JSON"),
+        (["--step-from", str(tmp_path / "missing.json")], "the path of an existing file"),
         (["--step-from", str(one_rank_run), "--measured-step", "0.001"], "do not give --measured-step too"),
-        (["--jitter", "-1"], "coefficient of variation"),
+        (["--jitter", "-1"], "--jitter: must be a finite number >= 0 and <= 10"),
         (["--jitter", "0.1", "--scheme", "pipeline"], "cannot be combined with another --scheme"),
     ]
     for extra, expected in cases:

@@ -36,8 +36,7 @@ def _compare(name, batch, tol, **kwargs):
 
 def test_lenet_inference_equals_reference():
     ex, _ = _compare("lenet", 4, 1e-5)
-    assert ex.options == {"jit": True, "platform": "cpu", "matmul_precision": "highest",
-                          "compiler_options": {"xla_cpu_use_fusion_emitters": False}}
+    assert ex.options == {"jit": True, "platform": "cpu", "matmul_precision": "highest"}
 
 
 def test_mlp_and_simple_cnn_equal_reference():

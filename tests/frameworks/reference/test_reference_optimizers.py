@@ -188,5 +188,5 @@ def test_training_lowers_the_loss():
 
 @pytest.mark.parametrize("bad", [0, -1.0, "fast"])
 def test_bad_hyperparameter(bad):
-    with pytest.raises(ValueError, match=r"learning_rate must be a number > 0. Received: "):
+    with pytest.raises(ValueError, match=r"learning_rate must be a finite number > 0. Received: "):
         d5ref.GradientDescent(_executor(), learning_rate=bad)

@@ -522,9 +522,9 @@ def test_set_parameter_changes_learning_rate_without_retracing():
     assert opt.learning_rate == 0.3
     with pytest.raises(AttributeError, match="no hyperparameter 'beta1'"):
         opt.set_parameter("beta1", 0.5)
-    with pytest.raises(ValueError, match="learning_rate must be a number >= 0. Received: -1"):
+    with pytest.raises(ValueError, match="learning_rate must be a finite number > 0. Received: -1"):
         opt.set_parameter("learning_rate", -1)
-    with pytest.raises(TypeError, match="momentum must be a number"):
+    with pytest.raises(TypeError, match="momentum must be a finite number >= 0 and < 1"):
         d5tf.MomentumOptimizer(ex, momentum="high")
 
 
