@@ -291,7 +291,8 @@ class JaxExecutor(GraphExecutor):
                 if _CONSTANT_NEEDED in str(exc):
                     exc.needs_constant = True
                     index = getattr(exc, "input_index", None)
-                    if index is not None:
+                    # a node of an If/Loop/Scan body counts its own inputs, not this node's
+                    if index is not None and getattr(exc, "node_name", ctx.name) == ctx.name:
                         exc.constant_params = self._initializer_ancestors(node.input[index]) - self._const_params
                 raise
             except Deep500Error:

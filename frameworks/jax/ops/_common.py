@@ -78,6 +78,7 @@ class NodeContext:
                 f"network's inputs or parameters. Received: a traced array of shape {list(value.shape)}")
             # Which input it was, so the executor can make that input's initializers trace constants.
             error.input_index = next((i for i, a in enumerate(self.args) if a is value), None)
+            error.node_name = self.name  # input_index counts this node's inputs (maybe a subgraph's node)
             raise error
         return np.asarray(value)
 

@@ -235,7 +235,10 @@ def _tile(ctx, x, repeats):
 
 @_op("Range")
 def _range(ctx, start, limit, delta):
-    start, limit, delta = (ctx.static(v, w) for v, w in ((start, "start"), (limit, "limit"), (delta, "delta")))
+    # ONNX's reference (np.arange) also takes one-element tensors (ONNX's expanded AffineGrid
+    # passes a shape-[1] limit): read each as a scalar
+    start, limit, delta = (np.asarray(ctx.static(v, w)).reshape(())
+                           for v, w in ((start, "start"), (limit, "limit"), (delta, "delta")))
     n = max(int(np.ceil((limit - start) / delta)), 0)
     return (start + np.arange(n) * delta).astype(np.result_type(start))
 

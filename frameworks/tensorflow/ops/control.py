@@ -134,8 +134,13 @@ def _loop(ctx, body, captured):
         if scans and size is None and _in_xla():
             ctx.fail("under XLA a loop with scan outputs needs a trip count known while tracing and no condition",
                      "a trip count or condition known only at run time")
-        arrays = [tf.TensorArray(tf_dtype(body.output_types[o] or 1), size=size or 0, dynamic_size=size is None,
-                                 infer_shape=False) for o in body.outputs[1 + carried:]]
+        types = [tf_dtype(body.output_types[o]) if body.output_types[o] else None for o in body.outputs[1 + carried:]]
+        if None in types:
+            # a scan output of undeclared type (ONNX's expanded functions, e.g. Range's loop body,
+            # declare none): trace the body once on the initial values for its dtype
+            probe = body(outer, [tf.constant(0, tf.int64), going] + state)[1 + carried:]
+            types = [t or tf.convert_to_tensor(o).dtype for t, o in zip(types, probe)]
+        arrays = [tf.TensorArray(t, size=size or 0, dynamic_size=size is None, infer_shape=False) for t in types]
 
         def keep_going(i, flag, *rest):
             return flag if bound is None else tf.logical_and(flag, i < bound)

@@ -203,6 +203,9 @@ def _tile(ctx, x, repeats):
 
 @op("Range")
 def _range(ctx, start, limit, delta):
+    # ONNX's reference (np.arange) also takes one-element tensors (ONNX's expanded AffineGrid
+    # passes a shape-[1] limit); tf.range wants scalars
+    start, limit, delta = (tf.reshape(v, []) for v in (start, limit, delta))
     return tf.range(start, limit, delta, dtype=start.dtype)
 
 
