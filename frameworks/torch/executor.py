@@ -425,15 +425,17 @@ class TorchExecutor(GraphExecutor):
         self._have_grads = True
         return {name: to_numpy(r, copy) for name, r, copy in zip(names[2], results, copy_out)}
 
-    def _train_run(self, run, args, y):
-        """The training function's forward then backward: ``(results, None)`` or ``(None, error)``."""
+    def _forward_with_grad(self, run, args):
+        """The training function run with autograd on: ``(results, None)`` or ``(None, error)``."""
         try:
             with torch.enable_grad():
-                results = run(*args)
+                return run(*args), None
         except Exception as exc:  # noqa: BLE001 - reported as an ExecutionError naming the node
-            error = self._node_error(exc, "training graph")
-        else:
-            error = None
+            return None, self._node_error(exc, "training graph")
+
+    def _train_run(self, run, args, y):
+        """The training function's forward then backward: ``(results, None)`` or ``(None, error)``."""
+        results, error = self._forward_with_grad(run, args)
         if error is not None:
             return None, error
         target = results[-1]
@@ -578,13 +580,7 @@ class TorchExecutor(GraphExecutor):
         for t in self._grad_params:
             t.grad = None
         self._have_grads = False
-        try:
-            with torch.enable_grad():
-                results = run(*args)
-        except Exception as exc:  # noqa: BLE001 - reported as an ExecutionError naming the node
-            error = self._node_error(exc, "training graph")
-        else:
-            error = None
+        results, error = self._forward_with_grad(run, args)
         if error is not None:
             raise error
         tensors, grads = [], []
